@@ -1,0 +1,372 @@
+//! The event ABI shared by the eBPF programs (`tracer-ebpf`) and the
+//! userspace collector (`tracer`).
+//!
+//! Everything that crosses a ring buffer or a map is defined here, once:
+//! `#[repr(C)]`, `Copy`, fixed-width fields, explicit padding, and a size
+//! assertion so that both sides agree byte for byte. Kinds are `u32`
+//! constants on the wire; userspace turns them into enums with `TryFrom`.
+#![no_std]
+
+/// Length of a kernel task name (`TASK_COMM_LEN`).
+pub const COMM_LEN: usize = 16;
+/// Bytes of an exec'd file name that cross the ring (longer names are cut).
+pub const FILENAME_LEN: usize = 256;
+
+/// Names of the maps, as the ELF object spells them.
+pub mod maps {
+    /// Ring buffer for kills, OOM and process-exit events. Small, and only
+    /// low-rate events may use it, so that an allocation flood on the data
+    /// ring can never make us lose a kill.
+    pub const CRITICAL_RING: &str = "CRITICAL";
+    /// Ring buffer for high-rate events (exec, fork; allocations later).
+    pub const DATA_RING: &str = "DATA";
+    /// `PerCpuArray<u64>` of events dropped because a ring was full,
+    /// indexed by [`super::ring::CRITICAL`] / [`super::ring::DATA`].
+    pub const RING_DROPS: &str = "RING_DROPS";
+    /// `LruPerCpuHashMap<MemcgCountKey, u64>`: per memory cgroup counters of the
+    /// memcg events we aggregate in the kernel (reclaim, OOM kills).
+    pub const MEMCG_COUNTS: &str = "MEMCG_COUNTS";
+    /// Name of the read-only global that holds the [`super::ProbeConfig`].
+    pub const CONFIG: &str = "CONFIG";
+}
+
+/// Names of the eBPF programs (the function names in `tracer-ebpf`).
+pub mod programs {
+    /// `tracepoint/oom/mark_victim`.
+    pub const OOM_MARK_VICTIM: &str = "oom_mark_victim";
+    /// `tracepoint/oom/start_task_reaping`.
+    pub const OOM_START_TASK_REAPING: &str = "oom_start_task_reaping";
+    /// `tracepoint/oom/finish_task_reaping`.
+    pub const OOM_FINISH_TASK_REAPING: &str = "oom_finish_task_reaping";
+    /// `tracepoint/memcg/count_memcg_events`.
+    pub const MEMCG_COUNT_EVENTS: &str = "memcg_count_events";
+    /// `tracepoint/sched/sched_process_exec`.
+    pub const SCHED_PROCESS_EXEC: &str = "sched_process_exec";
+    /// `raw_tracepoint/sched_process_fork`.
+    pub const SCHED_PROCESS_FORK: &str = "sched_process_fork";
+    /// `tracepoint/sched/sched_process_exit`.
+    pub const SCHED_PROCESS_EXIT: &str = "sched_process_exit";
+    /// `tracepoint/signal/signal_generate`.
+    pub const SIGNAL_GENERATE: &str = "signal_generate";
+}
+
+/// Sizes of the ring buffers, in bytes (powers of two, multiples of the page size).
+pub mod ring {
+    /// Index of the critical ring in `RING_DROPS`.
+    pub const CRITICAL: u32 = 0;
+    /// Index of the data ring in `RING_DROPS`.
+    pub const DATA: u32 = 1;
+    /// Number of rings.
+    pub const COUNT: u32 = 2;
+    /// 256 KiB: about 2,000 kill-sized events; the reader wakes on each one.
+    pub const CRITICAL_BYTES: u32 = 256 * 1024;
+    /// 8 MiB for the high-rate events.
+    pub const DATA_BYTES: u32 = 8 * 1024 * 1024;
+}
+
+/// Entries of `MEMCG_COUNTS` (LRU: an idle cgroup's counters age out).
+pub const MEMCG_COUNTS_ENTRIES: u32 = 8192;
+
+/// Event kinds (the first `u32` of every event).
+pub mod kind {
+    /// `oom:mark_victim`: the kernel OOM killer chose a victim ([`super::OomVictim`]).
+    pub const OOM_VICTIM: u32 = 1;
+    /// `oom:start_task_reaping` ([`super::Reap`]).
+    pub const REAP_START: u32 = 2;
+    /// `oom:finish_task_reaping` ([`super::Reap`]).
+    pub const REAP_FINISH: u32 = 3;
+    /// `memcg:count_memcg_events` for an OOM-kill item ([`super::MemcgEvent`]).
+    pub const MEMCG_OOM: u32 = 4;
+    /// `sched:sched_process_exec` ([`super::ProcExec`]).
+    pub const PROC_EXEC: u32 = 5;
+    /// `sched_process_fork` of a new process, not a thread ([`super::ProcFork`]).
+    pub const PROC_FORK: u32 = 6;
+    /// `sched:sched_process_exit` of a whole thread group ([`super::ProcExit`]).
+    pub const PROC_EXIT: u32 = 7;
+    /// `signal:signal_generate` of a SIGKILL ([`super::SignalKill`]).
+    pub const SIGNAL_KILL: u32 = 8;
+}
+
+/// What every event starts with. The task fields describe `current`: the
+/// task in whose context the hook ran (for `mark_victim`, the task whose
+/// allocation triggered the OOM kill; for a signal, the sender).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventHeader {
+    /// One of [`kind`].
+    pub kind: u32,
+    /// CPU the event was recorded on.
+    pub cpu: u32,
+    /// `bpf_ktime_get_boot_ns()`.
+    pub ts_boot_ns: u64,
+    /// Process id (kernel tgid) of `current`.
+    pub pid: u32,
+    /// Thread id (kernel pid) of `current`.
+    pub tid: u32,
+    /// Name of `current`, NUL-padded.
+    pub comm: [u8; COMM_LEN],
+}
+const _: () = assert!(size_of::<EventHeader>() == 40);
+
+/// Bits of [`OomVictim::present`]: which fields this kernel's `mark_victim`
+/// tracepoint provides (kernels before 6.8 give only the pid).
+pub mod victim_field {
+    /// `comm`.
+    pub const COMM: u16 = 1 << 0;
+    /// `total_vm`.
+    pub const TOTAL_VM: u16 = 1 << 1;
+    /// `anon_rss`, `file_rss`, `shmem_rss`.
+    pub const RSS: u16 = 1 << 2;
+    /// `uid`.
+    pub const UID: u16 = 1 << 3;
+    /// `pgtables`.
+    pub const PGTABLES: u16 = 1 << 4;
+    /// `oom_score_adj`.
+    pub const OOM_SCORE_ADJ: u16 = 1 << 5;
+}
+
+/// `oom:mark_victim`: the OOM killer marked `victim_pid` to die. The header
+/// is the task that triggered the kill.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OomVictim {
+    /// Common header (`kind` = [`kind::OOM_VICTIM`]).
+    pub header: EventHeader,
+    /// Victim process id.
+    pub victim_pid: u32,
+    /// Victim's uid.
+    pub uid: u32,
+    /// Victim's virtual size, kB.
+    pub total_vm_kb: u64,
+    /// Victim's anonymous RSS, kB.
+    pub anon_rss_kb: u64,
+    /// Victim's file-backed RSS, kB.
+    pub file_rss_kb: u64,
+    /// Victim's shared-memory RSS, kB.
+    pub shmem_rss_kb: u64,
+    /// Victim's page tables, kB.
+    pub pgtables_kb: u64,
+    /// Victim's `oom_score_adj`.
+    pub oom_score_adj: i16,
+    /// Which fields the kernel filled in ([`victim_field`] bits).
+    pub present: u16,
+    /// Explicit padding.
+    pub _pad: u32,
+    /// Victim's name, NUL-padded.
+    pub victim_comm: [u8; COMM_LEN],
+}
+const _: () = assert!(size_of::<OomVictim>() == 112);
+
+/// `oom:start_task_reaping` / `oom:finish_task_reaping`: the OOM reaper
+/// started or finished freeing the victim's memory.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reap {
+    /// Common header (`kind` = [`kind::REAP_START`] or [`kind::REAP_FINISH`]).
+    pub header: EventHeader,
+    /// The victim being reaped.
+    pub victim_pid: u32,
+    /// Explicit padding.
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<Reap>() == 48);
+
+/// `memcg:count_memcg_events` for an OOM-kill item (kernels that count
+/// `OOM_KILL` through the memcg event counters).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemcgEvent {
+    /// Common header (`kind` = [`kind::MEMCG_OOM`]).
+    pub header: EventHeader,
+    /// cgroup id of the memory cgroup (the inode of its directory).
+    pub memcg_id: u64,
+    /// `enum vm_event_item` value.
+    pub item: i32,
+    /// Explicit padding.
+    pub _pad: u32,
+    /// Count added.
+    pub val: u64,
+}
+const _: () = assert!(size_of::<MemcgEvent>() == 64);
+
+/// Key of `MEMCG_COUNTS`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct MemcgCountKey {
+    /// cgroup id of the memory cgroup.
+    pub memcg_id: u64,
+    /// `enum vm_event_item` value.
+    pub item: i32,
+    /// Explicit padding.
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<MemcgCountKey>() == 16);
+
+/// `sched:sched_process_exec`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcExec {
+    /// Common header (`kind` = [`kind::PROC_EXEC`]); `comm` is the new name.
+    pub header: EventHeader,
+    /// Pid after exec (a non-leader thread that execs takes the leader's pid).
+    pub pid: u32,
+    /// Pid of the thread that called exec.
+    pub old_pid: u32,
+    /// The file exec'd, NUL-terminated, cut at [`FILENAME_LEN`].
+    pub filename: [u8; FILENAME_LEN],
+}
+const _: () = assert!(size_of::<ProcExec>() == 304);
+
+/// A new process (not a thread) was forked. Read from the raw
+/// `sched_process_fork` tracepoint, which hands us the child's task.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcFork {
+    /// Common header (`kind` = [`kind::PROC_FORK`]); the task is the parent.
+    pub header: EventHeader,
+    /// The child's process id.
+    pub child_pid: u32,
+    /// Explicit padding.
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<ProcFork>() == 48);
+
+/// `sched:sched_process_exit` of the last thread of a process.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcExit {
+    /// Common header (`kind` = [`kind::PROC_EXIT`]); the task is the one exiting.
+    pub header: EventHeader,
+    /// Process id that exited.
+    pub pid: u32,
+    /// Explicit padding.
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<ProcExit>() == 48);
+
+/// `signal:signal_generate` of SIGKILL. The header is the sender.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SignalKill {
+    /// Common header (`kind` = [`kind::SIGNAL_KILL`]).
+    pub header: EventHeader,
+    /// Target thread id.
+    pub target_pid: u32,
+    /// Signal number (9).
+    pub sig: i32,
+    /// `si_code`: 0 (`SI_USER`, kill(2)), 0x80 (`SI_KERNEL`), negative for tkill/queue.
+    pub code: i32,
+    /// Non-zero when sent to the whole thread group.
+    pub group: i32,
+    /// `TRACE_SIGNAL_*` result (0 = delivered).
+    pub result: i32,
+    /// Explicit padding.
+    pub _pad: u32,
+    /// Target's name, NUL-padded.
+    pub target_comm: [u8; COMM_LEN],
+}
+const _: () = assert!(size_of::<SignalKill>() == 80);
+
+/// The largest event; a reader rejects anything bigger.
+pub const MAX_EVENT_SIZE: usize = size_of::<ProcExec>();
+
+/// A field offset that the running kernel's tracepoint does not have.
+pub const FIELD_ABSENT: u16 = u16::MAX;
+
+/// Indexes into [`ProbeConfig::fields`]: the tracepoint fields the programs
+/// read. Offsets come from the tracefs `format` files of the running kernel,
+/// never from compiled-in constants.
+pub mod field {
+    /// `oom:mark_victim` `pid`.
+    pub const MV_PID: usize = 0;
+    /// `oom:mark_victim` `comm` (a `__data_loc char[]`).
+    pub const MV_COMM: usize = 1;
+    /// `oom:mark_victim` `total_vm`.
+    pub const MV_TOTAL_VM: usize = 2;
+    /// `oom:mark_victim` `anon_rss`.
+    pub const MV_ANON_RSS: usize = 3;
+    /// `oom:mark_victim` `file_rss`.
+    pub const MV_FILE_RSS: usize = 4;
+    /// `oom:mark_victim` `shmem_rss`.
+    pub const MV_SHMEM_RSS: usize = 5;
+    /// `oom:mark_victim` `uid`.
+    pub const MV_UID: usize = 6;
+    /// `oom:mark_victim` `pgtables`.
+    pub const MV_PGTABLES: usize = 7;
+    /// `oom:mark_victim` `oom_score_adj`.
+    pub const MV_OOM_SCORE_ADJ: usize = 8;
+    /// `oom:start_task_reaping` / `finish_task_reaping` `pid`.
+    pub const REAP_PID: usize = 9;
+    /// `memcg:count_memcg_events` `id`.
+    pub const MEMCG_ID: usize = 10;
+    /// `memcg:count_memcg_events` `item`.
+    pub const MEMCG_ITEM: usize = 11;
+    /// `memcg:count_memcg_events` `val`.
+    pub const MEMCG_VAL: usize = 12;
+    /// `sched:sched_process_exec` `filename` (a `__data_loc char[]`).
+    pub const EXEC_FILENAME: usize = 13;
+    /// `sched:sched_process_exec` `pid`.
+    pub const EXEC_PID: usize = 14;
+    /// `sched:sched_process_exec` `old_pid`.
+    pub const EXEC_OLD_PID: usize = 15;
+    /// `sched:sched_process_exit` `pid`.
+    pub const EXIT_PID: usize = 16;
+    /// `sched:sched_process_exit` `group_dead` (newer kernels only).
+    pub const EXIT_GROUP_DEAD: usize = 17;
+    /// `signal:signal_generate` `sig`.
+    pub const SIG_SIG: usize = 18;
+    /// `signal:signal_generate` `code`.
+    pub const SIG_CODE: usize = 19;
+    /// `signal:signal_generate` `comm` (`char[16]`).
+    pub const SIG_COMM: usize = 20;
+    /// `signal:signal_generate` `pid`.
+    pub const SIG_PID: usize = 21;
+    /// `signal:signal_generate` `group`.
+    pub const SIG_GROUP: usize = 22;
+    /// `signal:signal_generate` `result`.
+    pub const SIG_RESULT: usize = 23;
+    /// Number of fields.
+    pub const COUNT: usize = 24;
+}
+
+/// Number of memcg event items aggregated in `MEMCG_COUNTS`.
+pub const MEMCG_COUNTED_ITEMS: usize = 6;
+
+/// Read-only configuration of the programs, written by userspace into the
+/// `CONFIG` global before load (the verifier then sees constants).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeConfig {
+    /// Tracepoint field offsets, indexed by [`field`]; [`FIELD_ABSENT`] where missing.
+    pub fields: [u16; field::COUNT],
+    /// Offset of `task_struct.tgid` (from BTF), for the raw fork tracepoint.
+    pub task_tgid_off: u32,
+    /// `enum vm_event_item` value of `OOM_KILL`, or -1 when the kernel has none.
+    pub memcg_oom_kill_item: i32,
+    /// `enum vm_event_item` values counted per memcg (reclaim and faults); -1 = unused slot.
+    pub memcg_counted_items: [i32; MEMCG_COUNTED_ITEMS],
+}
+const _: () = assert!(size_of::<ProbeConfig>() == 80);
+
+impl ProbeConfig {
+    /// A configuration with every field absent; userspace fills it in.
+    pub const fn empty() -> Self {
+        Self {
+            fields: [FIELD_ABSENT; field::COUNT],
+            task_tgid_off: 0,
+            memcg_oom_kill_item: -1,
+            memcg_counted_items: [-1; MEMCG_COUNTED_ITEMS],
+        }
+    }
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    use super::*;
+
+    // SAFETY: every type below is #[repr(C)], Copy, made only of integers
+    // and integer arrays, with explicit padding fields: any bit pattern is valid.
+    unsafe impl aya::Pod for ProbeConfig {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for MemcgCountKey {}
+}

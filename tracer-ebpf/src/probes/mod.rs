@@ -1,0 +1,5 @@
+//! One module per probe family.
+pub mod memcg;
+pub mod oom;
+pub mod sched;
+pub mod signal;

@@ -1,0 +1,92 @@
+//! Process lifecycle, to keep the userspace process model current.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
+    macros::{raw_tracepoint, tracepoint},
+    programs::{RawTracePointContext, TracePointContext},
+};
+use tracer_common::{ProcExec, ProcExit, ProcFork, field, kind};
+
+use crate::util::{Ring, config, header, read_data_loc_str, read_field};
+
+/// `tracepoint/sched/sched_process_exec`, from `exec_binprm()` in
+/// fs/exec.c, after the new image is in place. Format: `__data_loc char[]
+/// filename, pid_t pid, pid_t old_pid`. Minimum kernel: 3.4.
+#[tracepoint(category = "sched", name = "sched_process_exec")]
+pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
+    let Some(mut slot) = Ring::Data.reserve::<ProcExec>() else {
+        return 1;
+    };
+    let ev = slot.as_mut_ptr();
+    // SAFETY: `ev` points at a reserved ring slot of size_of::<ProcExec>()
+    // bytes that only this program writes until submit; every field is
+    // written before submit.
+    unsafe {
+        (*ev).header = header(kind::PROC_EXEC);
+        (*ev).pid = read_field::<i32>(&ctx, field::EXEC_PID).unwrap_or(0) as u32;
+        (*ev).old_pid = read_field::<i32>(&ctx, field::EXEC_OLD_PID).unwrap_or(0) as u32;
+        (*ev).filename[0] = 0;
+        read_data_loc_str(&ctx, field::EXEC_FILENAME, &mut (*ev).filename);
+    }
+    slot.submit();
+    0
+}
+
+/// `raw_tracepoint/sched_process_fork`, from `kernel_clone()` in
+/// kernel/fork.c: `TP_PROTO(struct task_struct *parent, struct task_struct
+/// *child)`. The raw form gives us the child's task, whose `tgid` (offset
+/// from BTF) tells a new process from a new thread; threads are dropped here.
+/// Minimum kernel: 4.17.
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn sched_process_fork(ctx: RawTracePointContext) -> u32 {
+    let child: *const u8 = ctx.arg(1);
+    let off = config().task_tgid_off as usize;
+    if off == 0 {
+        return 1;
+    }
+    // SAFETY: `child` is the task_struct the tracepoint passes; the offset
+    // of `tgid` is read from this kernel's BTF; the helper faults safely.
+    let Ok(child_tgid) = (unsafe { bpf_probe_read_kernel(child.add(off).cast::<i32>()) }) else {
+        return 1;
+    };
+    let parent_tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if child_tgid as u32 == parent_tgid {
+        return 0; // a new thread of the same process
+    }
+    let Some(slot) = Ring::Data.reserve::<ProcFork>() else {
+        return 1;
+    };
+    slot.submit_value(ProcFork {
+        header: header(kind::PROC_FORK),
+        child_pid: child_tgid as u32,
+        _pad: 0,
+    });
+    0
+}
+
+/// `tracepoint/sched/sched_process_exit`, from `do_exit()` in
+/// kernel/exit.c, in the exiting task. Format: `char comm[16], pid_t pid,
+/// int prio`, and on newer kernels `bool group_dead`. Only the end of a
+/// whole process is sent (group_dead, or the leader where the field is
+/// missing). Minimum kernel: 3.4.
+#[tracepoint(category = "sched", name = "sched_process_exit")]
+pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    let last = match read_field::<u8>(&ctx, field::EXIT_GROUP_DEAD) {
+        Some(group_dead) => group_dead != 0,
+        None => tgid == pid_tgid as u32,
+    };
+    if !last {
+        return 0;
+    }
+    let Some(slot) = Ring::Critical.reserve::<ProcExit>() else {
+        return 1;
+    };
+    slot.submit_value(ProcExit {
+        header: header(kind::PROC_EXIT),
+        pid: tgid,
+        _pad: 0,
+    });
+    0
+}

@@ -1,0 +1,154 @@
+//! Helpers shared by the probes: the event header, config reads, tracepoint
+//! field reads by runtime offset, and ring output with drop accounting.
+
+use aya_ebpf::{
+    EbpfContext,
+    bindings::BPF_RB_FORCE_WAKEUP,
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel_str_bytes,
+        generated::{bpf_get_smp_processor_id, bpf_ktime_get_boot_ns},
+    },
+    maps::{RingBuf, ring_buf::RingBufEntry},
+    programs::TracePointContext,
+};
+use tracer_common::{EventHeader, FIELD_ABSENT, ProbeConfig, ring};
+
+use crate::maps::{CONFIG, CRITICAL, DATA, RING_DROPS};
+
+/// The configuration written by userspace.
+#[inline(always)]
+pub fn config() -> &'static ProbeConfig {
+    // SAFETY: CONFIG is a plain static; the volatile read of its address
+    // keeps the compiler from folding the compile-time default into the code,
+    // so the value userspace wrote into .rodata is the one read.
+    unsafe { &*core::ptr::read_volatile(&&raw const CONFIG) }
+}
+
+/// Offset of tracepoint field `idx` (a `tracer_common::field` index).
+#[inline(always)]
+pub fn field_offset(idx: usize) -> Option<usize> {
+    let off = config().fields[idx];
+    (off != FIELD_ABSENT).then_some(off as usize)
+}
+
+/// Reads tracepoint field `idx` as a `T`; `None` when this kernel lacks it.
+#[inline(always)]
+pub fn read_field<T>(ctx: &TracePointContext, idx: usize) -> Option<T> {
+    let off = field_offset(idx)?;
+    // SAFETY: the offset comes from this kernel's tracefs format file for the
+    // tracepoint this program is attached to, and the read goes through
+    // bpf_probe_read_kernel, which faults safely.
+    unsafe { ctx.read_at::<T>(off) }.ok()
+}
+
+/// Copies the `__data_loc char[]` field `idx` into `dst` (NUL-terminated).
+/// Returns false when the field is absent or unreadable.
+#[inline(always)]
+pub fn read_data_loc_str(ctx: &TracePointContext, idx: usize, dst: &mut [u8]) -> bool {
+    let Some(loc) = read_field::<u32>(ctx, idx) else {
+        return false;
+    };
+    // A __data_loc word is (length << 16) | offset from the record start.
+    let off = (loc & 0xffff) as usize;
+    // SAFETY: the offset points into this tracepoint record, which the
+    // kernel laid out; the helper stops at the first NUL or at dst's end.
+    unsafe { bpf_probe_read_kernel_str_bytes(ctx.as_ptr().cast::<u8>().add(off), dst) }.is_ok()
+}
+
+/// The header for an event of `kind`, describing `current`.
+#[inline(always)]
+pub fn header(kind: u32) -> EventHeader {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    EventHeader {
+        kind,
+        // SAFETY: helper without arguments, valid in every program type we use.
+        cpu: unsafe { bpf_get_smp_processor_id() },
+        // SAFETY: as above.
+        ts_boot_ns: unsafe { bpf_ktime_get_boot_ns() },
+        pid: (pid_tgid >> 32) as u32,
+        tid: pid_tgid as u32,
+        comm: bpf_get_current_comm().unwrap_or_default(),
+    }
+}
+
+/// Which ring an event goes to.
+#[derive(Clone, Copy)]
+pub enum Ring {
+    /// Kills and exits: never shared with high-rate events; wakes the reader at once.
+    Critical,
+    /// High-rate events.
+    Data,
+}
+
+impl Ring {
+    fn map(self) -> &'static RingBuf {
+        match self {
+            Ring::Critical => &CRITICAL,
+            Ring::Data => &DATA,
+        }
+    }
+
+    fn index(self) -> u32 {
+        match self {
+            Ring::Critical => ring::CRITICAL,
+            Ring::Data => ring::DATA,
+        }
+    }
+
+    fn submit_flags(self) -> u64 {
+        match self {
+            Ring::Critical => BPF_RB_FORCE_WAKEUP as u64,
+            // Adaptive wakeup: the kernel wakes the reader only when it has
+            // caught up, which batches bursts.
+            Ring::Data => 0,
+        }
+    }
+
+    /// Reserves room for a `T`; counts a drop when the ring is full.
+    #[inline(always)]
+    pub fn reserve<T: 'static>(self) -> Option<Reserved<T>> {
+        match self.map().reserve::<T>(0) {
+            Some(entry) => Some(Reserved { entry, ring: self }),
+            None => {
+                count_drop(self.index());
+                None
+            }
+        }
+    }
+}
+
+/// A reserved ring slot; `submit` hands it to userspace.
+pub struct Reserved<T: 'static> {
+    entry: RingBufEntry<T>,
+    ring: Ring,
+}
+
+impl<T> Reserved<T> {
+    /// Raw pointer to the slot, for filling large events in place.
+    #[inline(always)]
+    pub fn as_mut_ptr(&mut self) -> *mut T {
+        self.entry.as_mut_ptr()
+    }
+
+    /// Writes `value` into the slot and submits it.
+    #[inline(always)]
+    pub fn submit_value(mut self, value: T) {
+        self.entry.write(value);
+        self.submit();
+    }
+
+    /// Submits a slot filled through `as_mut_ptr`.
+    #[inline(always)]
+    pub fn submit(self) {
+        let flags = self.ring.submit_flags();
+        self.entry.submit(flags);
+    }
+}
+
+#[inline(always)]
+fn count_drop(ring_index: u32) {
+    if let Some(counter) = RING_DROPS.get_ptr_mut(ring_index) {
+        // SAFETY: per-CPU slot, and BPF programs do not migrate CPUs while running.
+        unsafe { *counter += 1 };
+    }
+}

@@ -1,0 +1,407 @@
+//! `tracer doctor`: what this kernel and node support, each with a fix.
+
+use std::{path::Path, process::ExitCode};
+
+use serde::Serialize;
+
+use super::{Format, StoreArg};
+use crate::{
+    collect::kmsg,
+    model::cgroup::CgroupLayout,
+    probes::{self, Hook, PROBES, Probes, btf, caps, tracefs},
+    store::Store,
+};
+
+/// Options of `tracer doctor`.
+#[derive(Debug, clap::Args)]
+pub struct DoctorArgs {
+    #[command(flatten)]
+    store: StoreArg,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+}
+
+/// Outcome of one check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Works.
+    Ok,
+    /// Missing, but recording works without it.
+    Warn,
+    /// Recording cannot work.
+    Fail,
+    /// Facts, no judgement.
+    Info,
+}
+
+/// One row of the table.
+#[derive(Clone, Debug, Serialize)]
+pub struct Check {
+    /// What was checked.
+    pub name: String,
+    /// Outcome.
+    pub status: Status,
+    /// What was found.
+    pub detail: String,
+    /// What to do about it.
+    pub fix: Option<String>,
+}
+
+fn check(
+    name: impl Into<String>,
+    status: Status,
+    detail: impl Into<String>,
+    fix: Option<&str>,
+) -> Check {
+    Check {
+        name: name.into(),
+        status,
+        detail: detail.into(),
+        fix: fix.map(String::from),
+    }
+}
+
+/// Runs every check.
+pub fn checks(store: &Path) -> Vec<Check> {
+    let mut out = Vec::new();
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let privileged = caps::can_trace(caps::effective());
+    out.push(match &privileged {
+        Ok(()) => check(
+            "privilege",
+            Status::Ok,
+            format!("uid {uid}, can load eBPF"),
+            None,
+        ),
+        Err(missing) => check(
+            "privilege",
+            Status::Fail,
+            format!("uid {uid}, missing {missing}"),
+            Some("run tracer as root (sudo)"),
+        ),
+    });
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    out.push(check("kernel", Status::Info, release.trim(), None));
+
+    match btf::KernelBtf::open(Path::new(btf::VMLINUX_BTF)) {
+        Ok(b) => {
+            let tgid = b.member_offset("task_struct", "tgid");
+            let items = b.enum_values("vm_event_item");
+            let detail = format!(
+                "{}; task_struct.tgid {}; enum vm_event_item {}",
+                btf::VMLINUX_BTF,
+                tgid.as_ref()
+                    .map(|o| format!("at {o}"))
+                    .unwrap_or_else(|e| e.to_string()),
+                items
+                    .as_ref()
+                    .map(|m| format!("({} items)", m.len()))
+                    .unwrap_or_else(|e| e.to_string())
+            );
+            let ok = tgid.is_ok() && items.is_ok();
+            out.push(check(
+                "BTF",
+                if ok { Status::Ok } else { Status::Fail },
+                detail,
+                (!ok).then_some("use a kernel built with CONFIG_DEBUG_INFO_BTF=y"),
+            ));
+        }
+        Err(e) => out.push(check(
+            "BTF",
+            Status::Fail,
+            e.to_string(),
+            Some("use a kernel built with CONFIG_DEBUG_INFO_BTF=y"),
+        )),
+    }
+
+    let tfs = tracefs::find();
+    out.push(match &tfs {
+        Some(p) => check(
+            "tracefs",
+            Status::Ok,
+            format!("mounted at {}", p.display()),
+            None,
+        ),
+        None => check(
+            "tracefs",
+            Status::Warn,
+            "not mounted; `tracer record` mounts it at /sys/kernel/tracing",
+            Some("mount -t tracefs nodev /sys/kernel/tracing"),
+        ),
+    });
+
+    // The real test: load the object and attach every probe, then detach.
+    let loaded = if privileged.is_ok() {
+        Some(Probes::load().and_then(|mut p| p.attach().map(|s| (p, s))))
+    } else {
+        None
+    };
+    match loaded {
+        Some(Ok((probes, statuses))) => {
+            out.push(check(
+                "ring buffer",
+                Status::Ok,
+                "critical and data rings created",
+                None,
+            ));
+            for s in statuses {
+                let name = s.spec.hook.to_string();
+                out.push(match s.error {
+                    None => check(
+                        name,
+                        Status::Ok,
+                        format!("attached ({})", s.spec.purpose),
+                        None,
+                    ),
+                    Some(e) => check(
+                        name,
+                        if s.spec.required {
+                            Status::Fail
+                        } else {
+                            Status::Warn
+                        },
+                        format!("{e}: no {}", s.spec.purpose),
+                        None,
+                    ),
+                });
+            }
+            for f in &probes.notes.missing_fields {
+                out.push(check(
+                    format!("field {f}"),
+                    Status::Warn,
+                    "not on this kernel; reports say it is unknown",
+                    None,
+                ));
+            }
+            let items: Vec<String> = probes
+                .notes
+                .memcg_items
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            out.push(check(
+                "memcg event items",
+                Status::Info,
+                items.join(" "),
+                None,
+            ));
+            drop(probes);
+        }
+        Some(Err(e)) => {
+            let fix = match &e {
+                probes::ProbeError::Tracefs(_) => {
+                    Some("mount -t tracefs nodev /sys/kernel/tracing")
+                }
+                _ => None,
+            };
+            out.push(check(
+                "eBPF load and attach",
+                Status::Fail,
+                format!("{e:#}"),
+                fix,
+            ));
+        }
+        None => {
+            for p in PROBES {
+                let present = match (p.hook, &tfs) {
+                    (Hook::TracePoint { category, name }, Some(root)) => {
+                        root.join("events").join(category).join(name).exists()
+                    }
+                    _ => false,
+                };
+                out.push(check(
+                    p.hook.to_string(),
+                    Status::Info,
+                    if present {
+                        "present (not attached: no privilege)"
+                    } else {
+                        "not checked (no privilege)"
+                    },
+                    None,
+                ));
+            }
+        }
+    }
+
+    let uprobe = Path::new("/sys/bus/event_source/devices/uprobe/type").exists();
+    out.push(check(
+        "uprobes",
+        if uprobe { Status::Ok } else { Status::Warn },
+        if uprobe {
+            "available (CUDA and libc probes)"
+        } else {
+            "no uprobe PMU"
+        },
+        (!uprobe).then_some("use a kernel with CONFIG_UPROBE_EVENTS=y"),
+    ));
+    let kprobe = Path::new("/sys/bus/event_source/devices/kprobe/type").exists();
+    out.push(check(
+        "kprobes (optional)",
+        if kprobe { Status::Ok } else { Status::Info },
+        if kprobe {
+            "available"
+        } else {
+            "not available; tracer uses none"
+        },
+        None,
+    ));
+    out.push(check(
+        "fentry/fexit (optional)",
+        Status::Info,
+        "not used: tracer relies on tracepoints and uprobes only",
+        None,
+    ));
+
+    let layout = CgroupLayout::detect();
+    let where_ = layout
+        .memcg_dir("/")
+        .map(|p| format!("memory controller at {}", p.display()))
+        .unwrap_or_else(|| "no memory controller mounted".into());
+    let has_memory = layout.memcg_dir("/").is_some();
+    out.push(check(
+        "cgroups",
+        if has_memory { Status::Ok } else { Status::Warn },
+        format!("{}; {where_}", layout.kind()),
+        (!has_memory)
+            .then_some("mount the memory controller (cgroup v2 with +memory, or v1 memory)"),
+    ));
+    out.push(match kmsg::open() {
+        Ok(_) => check(
+            "kernel log",
+            Status::Ok,
+            format!("{} readable: OOM reports are joined", kmsg::KMSG),
+            None,
+        ),
+        Err(e) => check(
+            "kernel log",
+            Status::Warn,
+            e.to_string(),
+            Some("run as root, or set kernel.dmesg_restrict=0"),
+        ),
+    });
+    out.push(nvml_check());
+    out.push(store_check(store));
+    out
+}
+
+fn nvml_check() -> Check {
+    match nvml_wrapper::Nvml::init() {
+        Ok(n) => {
+            let count = n
+                .device_count()
+                .map(|c| c.to_string())
+                .unwrap_or_else(|e| format!("? ({e})"));
+            let driver = n.sys_driver_version().unwrap_or_else(|_| "?".into());
+            check(
+                "NVML",
+                Status::Ok,
+                format!("driver {driver}, {count} GPU(s)"),
+                None,
+            )
+        }
+        Err(e) => check(
+            "NVML",
+            Status::Info,
+            format!("not available ({e}): no NVIDIA driver; host memory tracing works"),
+            None,
+        ),
+    }
+}
+
+fn store_check(path: &Path) -> Check {
+    let name = "store";
+    if path.exists() {
+        return match Store::open_ro(path) {
+            Ok(s) => {
+                let size = s
+                    .size_bytes()
+                    .map(crate::explain::bytes)
+                    .unwrap_or_default();
+                let writable = std::fs::OpenOptions::new().append(true).open(path).is_ok();
+                if writable {
+                    check(
+                        name,
+                        Status::Ok,
+                        format!("{} ({size}), writable", path.display()),
+                        None,
+                    )
+                } else {
+                    check(
+                        name,
+                        Status::Fail,
+                        format!("{} is not writable", path.display()),
+                        Some("fix its permissions or pass --store"),
+                    )
+                }
+            }
+            Err(e) => check(
+                name,
+                Status::Fail,
+                e.to_string(),
+                Some("pass --store with a new path"),
+            ),
+        };
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let probe = dir.join(format!(".tracer-doctor-{}", std::process::id()));
+    let ok = std::fs::create_dir_all(dir)
+        .and_then(|_| std::fs::write(&probe, b""))
+        .is_ok();
+    let _ = std::fs::remove_file(&probe);
+    if ok {
+        check(
+            name,
+            Status::Ok,
+            format!("{} will be created", path.display()),
+            None,
+        )
+    } else {
+        check(
+            name,
+            Status::Fail,
+            format!("cannot create files in {}", dir.display()),
+            Some("pass --store with a writable path"),
+        )
+    }
+}
+
+/// Runs `doctor`; exits 1 when recording cannot work.
+pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
+    let all = checks(&args.store.path);
+    let failed = all.iter().any(|c| c.status == Status::Fail);
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&all)?),
+        Format::Text => {
+            let w = all.iter().map(|c| c.name.len()).max().unwrap_or(10);
+            for c in &all {
+                let st = match c.status {
+                    Status::Ok => "ok",
+                    Status::Warn => "WARN",
+                    Status::Fail => "FAIL",
+                    Status::Info => "info",
+                };
+                println!("{:<w$}  {st:<4}  {}", c.name, c.detail);
+                if let Some(f) = &c.fix {
+                    println!("{:<w$}        fix: {f}", "");
+                }
+            }
+            println!();
+            println!(
+                "{}",
+                if failed {
+                    "recording cannot work here: see FAIL above"
+                } else {
+                    "recording works here"
+                }
+            );
+        }
+    }
+    Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

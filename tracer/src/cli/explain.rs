@@ -1,0 +1,107 @@
+//! `tracer explain`: why did it die?
+
+use std::{process::ExitCode, time::Duration};
+
+use anyhow::Context as _;
+
+use super::{Format, StoreArg};
+use crate::{
+    collect::kmsg,
+    correlate::kill_from_report,
+    explain::{Explanation, explain, recorder_running, render_text},
+    store::Store,
+    time::{Clock, wall_now_ns},
+};
+
+/// Options of `tracer explain`.
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    store: StoreArg,
+    /// Every kill in the window, not only the latest.
+    #[arg(long)]
+    pub all: bool,
+    /// Only kills this recent (e.g. 10m, 6h, 2d).
+    #[arg(long, value_parser = super::parse_duration)]
+    pub since: Option<Duration>,
+    /// Only kills of this process id.
+    #[arg(long)]
+    pub pid: Option<u32>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+    /// Read the kernel log (/dev/kmsg) instead of the store: no recording needed.
+    #[arg(long)]
+    pub kmsg: bool,
+}
+
+/// Runs `explain`.
+pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
+    let since_ns = args
+        .since
+        .map(|d| wall_now_ns() - d.as_nanos() as i64)
+        .unwrap_or(0);
+    let limit = if args.all { usize::MAX } else { 1 };
+    let found: Vec<Explanation> = if args.kmsg {
+        let clock = Clock::now();
+        let mut reports = kmsg::read_all_reports()?;
+        reports.reverse();
+        reports
+            .iter()
+            .map(|r| kill_from_report(r, &clock, None))
+            .filter(|k| k.ts_ns >= since_ns && args.pid.is_none_or(|p| p == k.victim.pid))
+            .take(limit)
+            .map(|k| explain(None, k, Vec::new(), None))
+            .collect()
+    } else {
+        let store = Store::open_ro(&args.store.path)?;
+        let sessions = store.sessions()?;
+        let kills = store
+            .kills(since_ns, args.pid, limit.min(i64::MAX as usize))
+            .context("reading kills")?;
+        let mut out = Vec::with_capacity(kills.len());
+        for (id, k) in kills {
+            let drops = store.drops_between(k.ts_ns - 60_000_000_000, k.ts_ns + 5_000_000_000)?;
+            let running = recorder_running(&sessions, k.ts_ns);
+            out.push(explain(Some(id), k, drops, Some(running)));
+        }
+        out
+    };
+    let source = if args.kmsg {
+        "the kernel log".to_string()
+    } else {
+        args.store.path.display().to_string()
+    };
+    if found.is_empty() {
+        let what = match args.pid {
+            Some(p) => format!("no kill of pid {p}"),
+            None => "no kills".to_string(),
+        };
+        let window = args
+            .since
+            .map(|d| format!(" in the last {}", humantime::format_duration(d)))
+            .unwrap_or_default();
+        if args.all {
+            match args.format {
+                Format::Json => println!("[]"),
+                Format::Text => println!("{what}{window} in {source}"),
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        eprintln!("tracer: {what}{window} in {source}");
+        return Ok(ExitCode::from(1));
+    }
+    match (args.format, args.all) {
+        (Format::Json, true) => println!("{}", serde_json::to_string_pretty(&found)?),
+        (Format::Json, false) => println!("{}", serde_json::to_string_pretty(&found[0])?),
+        (Format::Text, _) => {
+            for (i, e) in found.iter().enumerate() {
+                if i > 0 {
+                    println!();
+                }
+                print!("{}", render_text(e));
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,125 @@
+//! Command line: one module per subcommand, clap derive, doc comments as help.
+
+pub mod doctor;
+pub mod events;
+pub mod explain;
+pub mod record;
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::store;
+
+/// tracer: records OOM kills on this node with eBPF and explains them after the fact.
+#[derive(Debug, Parser)]
+#[command(name = "tracer", version, propagate_version = true)]
+pub struct Cli {
+    /// Log filter (error, warn, info, debug, trace, or a tracing directive).
+    #[arg(long, global = true, env = "TRACER_LOG", default_value = "info")]
+    pub log: String,
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Record OOM kills, SIGKILLs and memory-cgroup pressure until SIGINT/SIGTERM (needs root).
+    Record(record::RecordArgs),
+    /// Explain the latest OOM kill, or every kill in a window.
+    Explain(explain::ExplainArgs),
+    /// Print recorded raw events as JSON lines.
+    Events(events::EventsArgs),
+    /// Check what this kernel and node support, with fixes.
+    Doctor(doctor::DoctorArgs),
+}
+
+/// The store option every subcommand that reads or writes it takes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StoreArg {
+    /// SQLite store of the recorder.
+    #[arg(long = "store", value_name = "PATH", default_value = store::DEFAULT_PATH)]
+    pub path: PathBuf,
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// For people.
+    Text,
+    /// For scripts.
+    Json,
+}
+
+/// Runs the parsed command.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Record(a) => record::run(a),
+        Command::Explain(a) => explain::run(a),
+        Command::Events(a) => events::run(a),
+        Command::Doctor(a) => doctor::run(a),
+    }
+}
+
+/// Parses `512MiB`, `1G`, `100000` (bytes).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size like 512MiB"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        other => return Err(format!("unknown size unit {other:?} (use KiB, MiB, GiB)")),
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// Parses a duration such as `1s`, `500ms`, `7d`.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    crate::time::parse_window(s).map_err(|e| format!("{s:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("5 parsecs").is_err());
+    }
+
+    #[test]
+    fn cli_parses() {
+        let c = Cli::try_parse_from(["tracer", "explain", "--pid", "4205", "--format", "json"])
+            .unwrap();
+        assert!(
+            matches!(c.command, Command::Explain(a) if a.pid == Some(4205) && a.format == Format::Json)
+        );
+        assert!(Cli::try_parse_from(["tracer", "explain", "--pid", "abc"]).is_err());
+        let c = Cli::try_parse_from([
+            "tracer",
+            "record",
+            "--store",
+            "/tmp/x.db",
+            "--cgroup",
+            "/a",
+            "--cgroup",
+            "/b",
+        ])
+        .unwrap();
+        assert!(matches!(c.command, Command::Record(a) if a.cgroup.len() == 2));
+    }
+}

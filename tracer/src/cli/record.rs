@@ -1,0 +1,218 @@
+//! `tracer record`: the node agent.
+
+use std::{process::ExitCode, sync::Arc, time::Duration};
+
+use anyhow::{Context as _, anyhow};
+use tokio::{
+    signal::unix::{SignalKind, signal},
+    sync::{mpsc, oneshot},
+    task::JoinSet,
+};
+use tracer_common::maps;
+
+use super::StoreArg;
+use crate::{
+    collect::{self, ReaderStats},
+    correlate::engine::{Engine, EngineOptions},
+    model::{ProcessTable, cgroup::CgroupLayout},
+    probes::{Probes, layout::MEMCG_ITEM_NAMES},
+    store::Store,
+    time::wall_now_ns,
+};
+
+/// Options of `tracer record`.
+#[derive(Debug, clap::Args)]
+pub struct RecordArgs {
+    #[command(flatten)]
+    store: StoreArg,
+    /// Memory cgroup to sample even when it holds no process (path as in /proc/PID/cgroup). Repeatable.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Vec<String>,
+    /// Sampling period of the memory cgroups.
+    #[arg(long, default_value = "1s", value_parser = super::parse_duration)]
+    pub sample_interval: Duration,
+    /// Drop recorded data older than this.
+    #[arg(long, default_value = "7d", value_parser = super::parse_duration)]
+    pub retention: Duration,
+    /// Keep the store under this size (oldest events go first, kills last).
+    #[arg(long, default_value = "512MiB", value_parser = super::parse_size)]
+    pub max_store_size: u64,
+}
+
+/// Capacity of the reader -> engine channels.
+const CHANNEL: usize = 16384;
+
+/// Keeps the recorder itself out of the OOM killer's reach.
+fn protect_from_oom_killer() {
+    if let Err(e) = std::fs::write("/proc/self/oom_score_adj", "-1000") {
+        tracing::warn!(
+            "could not set oom_score_adj to -1000: {e}; the OOM killer may pick the recorder"
+        );
+    }
+}
+
+fn uname_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// Runs the recorder until SIGINT or SIGTERM.
+pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
+    if args.sample_interval < Duration::from_millis(100) {
+        return Err(anyhow!("--sample-interval must be at least 100ms"));
+    }
+    let store = Store::open_rw(&args.store.path)?;
+    let mut probes = Probes::load().context("cannot record")?;
+    protect_from_oom_killer();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
+    rt.block_on(record(args, store, &mut probes))
+}
+
+async fn record(args: RecordArgs, store: Store, probes: &mut Probes) -> anyhow::Result<ExitCode> {
+    let stats = Arc::new(ReaderStats::default());
+    let (crit_tx, crit_rx) = mpsc::channel(CHANNEL);
+    let (data_tx, data_rx) = mpsc::channel(CHANNEL);
+    let (kmsg_tx, kmsg_rx) = mpsc::channel(256);
+    let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
+
+    // Readers first, so nothing the probes emit after attach is lost.
+    for (name, tx) in [(maps::CRITICAL_RING, crit_tx), (maps::DATA_RING, data_tx)] {
+        let ring = probes.take_ring(name)?;
+        let stats = stats.clone();
+        tasks.spawn(async move { Ok(collect::read_ring(ring, name, tx, stats).await?) });
+    }
+    {
+        let stats = stats.clone();
+        tasks.spawn(async move {
+            if let Err(e) = collect::read_kmsg(kmsg_tx, stats).await {
+                tracing::warn!(
+                    "kernel log unavailable ({e}); kills are recorded without the kernel's report"
+                );
+            }
+            std::future::pending::<()>().await;
+            Ok(())
+        });
+    }
+    if let Some(logger) = probes.logger() {
+        tasks.spawn(async move {
+            let mut fd = collect::async_fd(logger)?;
+            loop {
+                let mut guard = fd.readable_mut().await?;
+                guard.get_inner_mut().flush();
+                guard.clear_ready();
+            }
+        });
+    }
+    let drops = probes.take_drop_counters()?;
+    let memcg = probes.take_memcg_counters()?;
+    let statuses = probes.attach()?;
+    let attached = statuses.iter().filter(|s| s.error.is_none()).count();
+    let probe_json = serde_json::to_string(
+        &statuses
+            .iter()
+            .map(|s| serde_json::json!({ "hook": s.spec.hook.to_string(), "error": s.error }))
+            .collect::<Vec<_>>(),
+    )?;
+
+    let layout = CgroupLayout::detect();
+    let model = ProcessTable::new(layout, 300_000_000_000, 1 << 20);
+    let session = store.start_session(wall_now_ns(), &hostname(), &uname_release(), &probe_json)?;
+    let items = &probes.notes.memcg_items;
+    let opts = EngineOptions {
+        sample_interval: args.sample_interval,
+        retention: args.retention,
+        max_store_bytes: args.max_store_size,
+        cgroups: args.cgroup.clone(),
+        scan_items: MEMCG_ITEM_NAMES
+            .iter()
+            .filter(|n| n.starts_with("PGSCAN"))
+            .filter_map(|n| items.get(*n).copied())
+            .collect(),
+        fault_item: items.get("PGMAJFAULT").copied(),
+    };
+    let engine = Engine::new(store, model, session, opts, Some(drops), Some(memcg));
+    let (ready_tx, ready_rx) = oneshot::channel();
+    let inputs = collect_inputs(crit_rx, data_rx, kmsg_rx);
+    let (done_tx, mut done_rx) = oneshot::channel();
+    let engine_thread = std::thread::Builder::new()
+        .name("tracer-engine".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build();
+            let result = match rt {
+                Ok(rt) => rt
+                    .block_on(engine.run(inputs, ready_tx))
+                    .map_err(anyhow::Error::from),
+                Err(e) => Err(anyhow::Error::from(e).context("engine runtime")),
+            };
+            let _ = done_tx.send(());
+            result
+        })?;
+
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    tokio::select! {
+        r = ready_rx => if r.is_ok() {
+            eprintln!(
+                "tracer: recording to {} (session {session}); {attached}/{} probes attached",
+                args.store.path.display(),
+                statuses.len()
+            );
+        },
+        _ = &mut done_rx => {}
+    }
+    let failure = tokio::select! {
+        _ = sigint.recv() => None,
+        _ = sigterm.recv() => None,
+        _ = &mut done_rx => Some(anyhow!("the engine stopped")),
+        Some(r) = tasks.join_next() => Some(match r {
+            Ok(Ok(())) => anyhow!("a reader stopped"),
+            Ok(Err(e)) => e,
+            Err(e) => anyhow!("a reader panicked: {e}"),
+        }),
+    };
+    // Stopping the readers closes the channels; the engine drains and ends.
+    tasks.shutdown().await;
+    let summary = engine_thread
+        .join()
+        .map_err(|_| anyhow!("the engine thread panicked"))?;
+    let summary = match (summary, failure) {
+        (Ok(s), None) => s,
+        (Err(e), _) => return Err(e.context("recording failed")),
+        (Ok(_), Some(e)) => return Err(e.context("recording failed")),
+    };
+    eprintln!(
+        "tracer: stopped; {}",
+        serde_json::to_string(&serde_json::json!({
+            "summary": summary,
+            "read": { "critical": stats.critical.load(std::sync::atomic::Ordering::Relaxed), "data": stats.data.load(std::sync::atomic::Ordering::Relaxed) },
+            "decode_errors": stats.decode_errors.load(std::sync::atomic::Ordering::Relaxed),
+        }))?
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn collect_inputs(
+    critical: mpsc::Receiver<crate::collect::decode::Event>,
+    data: mpsc::Receiver<crate::collect::decode::Event>,
+    kmsg: mpsc::Receiver<crate::collect::kmsg::KmsgEvent>,
+) -> crate::correlate::engine::Inputs {
+    crate::correlate::engine::Inputs {
+        critical,
+        data,
+        kmsg,
+    }
+}

@@ -1,0 +1,386 @@
+//! Turns ring buffer records into typed events: length and kind checked,
+//! every unknown thing a typed error. The only place that reads wire bytes.
+
+use serde_json::{Value, json};
+use tracer_common::{
+    COMM_LEN, EventHeader, MAX_EVENT_SIZE, MemcgEvent, OomVictim, ProcExec, ProcExit, ProcFork,
+    Reap, SignalKill, kind, victim_field,
+};
+
+/// A record that is not a valid event.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Shorter than a header, or longer than any event.
+    #[error("record of {len} bytes is not an event")]
+    BadSize {
+        /// Record length.
+        len: usize,
+    },
+    /// A kind this build does not know (the object and binary disagree).
+    #[error("unknown event kind {0}")]
+    UnknownKind(u32),
+    /// The length does not match the kind's struct.
+    #[error("event kind {kind} has {len} bytes, expected {expected}")]
+    Length {
+        /// Kind.
+        kind: u32,
+        /// Record length.
+        len: usize,
+        /// The struct size.
+        expected: usize,
+    },
+}
+
+/// The kinds of events, on the user side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// The kernel OOM killer picked a victim.
+    OomVictim,
+    /// The OOM reaper started on a victim.
+    ReapStart,
+    /// The OOM reaper finished a victim.
+    ReapFinish,
+    /// A memcg OOM-kill counter moved.
+    MemcgOom,
+    /// A program was exec'd.
+    Exec,
+    /// A process was forked.
+    Fork,
+    /// A process exited.
+    Exit,
+    /// A SIGKILL was sent.
+    SignalKill,
+}
+
+impl TryFrom<u32> for EventKind {
+    type Error = DecodeError;
+    fn try_from(v: u32) -> Result<Self, DecodeError> {
+        Ok(match v {
+            kind::OOM_VICTIM => Self::OomVictim,
+            kind::REAP_START => Self::ReapStart,
+            kind::REAP_FINISH => Self::ReapFinish,
+            kind::MEMCG_OOM => Self::MemcgOom,
+            kind::PROC_EXEC => Self::Exec,
+            kind::PROC_FORK => Self::Fork,
+            kind::PROC_EXIT => Self::Exit,
+            kind::SIGNAL_KILL => Self::SignalKill,
+            other => return Err(DecodeError::UnknownKind(other)),
+        })
+    }
+}
+
+impl EventKind {
+    /// Stable name, used in the store and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::OomVictim => "oom_victim",
+            Self::ReapStart => "reap_start",
+            Self::ReapFinish => "reap_finish",
+            Self::MemcgOom => "memcg_oom",
+            Self::Exec => "exec",
+            Self::Fork => "fork",
+            Self::Exit => "exit",
+            Self::SignalKill => "signal_kill",
+        }
+    }
+}
+
+/// A decoded event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// `oom:mark_victim`.
+    OomVictim(OomVictim),
+    /// `oom:start_task_reaping` / `finish_task_reaping`.
+    Reap(Reap),
+    /// `memcg:count_memcg_events` for OOM_KILL.
+    MemcgOom(MemcgEvent),
+    /// `sched:sched_process_exec`.
+    Exec(Box<ProcExec>),
+    /// New process.
+    Fork(ProcFork),
+    /// Process exit.
+    Exit(ProcExit),
+    /// SIGKILL sent.
+    SignalKill(SignalKill),
+}
+
+/// Reads a `T` from the start of `bytes`; the caller checked the length.
+fn read<T: Copy>(bytes: &[u8]) -> T {
+    assert!(bytes.len() >= size_of::<T>());
+    // SAFETY: the length is checked above; T is a #[repr(C)] plain-old-data
+    // event struct from tracer-common for which every bit pattern is valid;
+    // read_unaligned copes with the ring's 8-byte alignment not being T's.
+    unsafe { bytes.as_ptr().cast::<T>().read_unaligned() }
+}
+
+/// Decodes one ring buffer record.
+pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
+    if bytes.len() < size_of::<EventHeader>() || bytes.len() > MAX_EVENT_SIZE {
+        return Err(DecodeError::BadSize { len: bytes.len() });
+    }
+    let header: EventHeader = read(bytes);
+    let kind = EventKind::try_from(header.kind)?;
+    let expect = |size: usize| {
+        if bytes.len() == size {
+            Ok(())
+        } else {
+            Err(DecodeError::Length {
+                kind: header.kind,
+                len: bytes.len(),
+                expected: size,
+            })
+        }
+    };
+    Ok(match kind {
+        EventKind::OomVictim => {
+            expect(size_of::<OomVictim>())?;
+            Event::OomVictim(read(bytes))
+        }
+        EventKind::ReapStart | EventKind::ReapFinish => {
+            expect(size_of::<Reap>())?;
+            Event::Reap(read(bytes))
+        }
+        EventKind::MemcgOom => {
+            expect(size_of::<MemcgEvent>())?;
+            Event::MemcgOom(read(bytes))
+        }
+        EventKind::Exec => {
+            expect(size_of::<ProcExec>())?;
+            Event::Exec(Box::new(read(bytes)))
+        }
+        EventKind::Fork => {
+            expect(size_of::<ProcFork>())?;
+            Event::Fork(read(bytes))
+        }
+        EventKind::Exit => {
+            expect(size_of::<ProcExit>())?;
+            Event::Exit(read(bytes))
+        }
+        EventKind::SignalKill => {
+            expect(size_of::<SignalKill>())?;
+            Event::SignalKill(read(bytes))
+        }
+    })
+}
+
+/// A NUL-padded C string as UTF-8 (lossy).
+pub fn c_str(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+impl Event {
+    /// The common header.
+    pub fn header(&self) -> &EventHeader {
+        match self {
+            Event::OomVictim(e) => &e.header,
+            Event::Reap(e) => &e.header,
+            Event::MemcgOom(e) => &e.header,
+            Event::Exec(e) => &e.header,
+            Event::Fork(e) => &e.header,
+            Event::Exit(e) => &e.header,
+            Event::SignalKill(e) => &e.header,
+        }
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> EventKind {
+        EventKind::try_from(self.header().kind).expect("decoded events have known kinds")
+    }
+
+    /// The process the event is about (victim, target, new process...).
+    pub fn subject_pid(&self) -> u32 {
+        match self {
+            Event::OomVictim(e) => e.victim_pid,
+            Event::Reap(e) => e.victim_pid,
+            Event::MemcgOom(e) => e.header.pid,
+            Event::Exec(e) => e.pid,
+            Event::Fork(e) => e.child_pid,
+            Event::Exit(e) => e.pid,
+            Event::SignalKill(e) => e.target_pid,
+        }
+    }
+
+    /// The kind-specific fields, for the store and JSON output.
+    pub fn details(&self) -> Value {
+        match self {
+            Event::OomVictim(e) => {
+                let has = |bit: u16| e.present & bit != 0;
+                json!({
+                    "victim_pid": e.victim_pid,
+                    "victim_comm": has(victim_field::COMM).then(|| c_str(&e.victim_comm)),
+                    "uid": has(victim_field::UID).then_some(e.uid),
+                    "total_vm_kb": has(victim_field::TOTAL_VM).then_some(e.total_vm_kb),
+                    "anon_rss_kb": has(victim_field::RSS).then_some(e.anon_rss_kb),
+                    "file_rss_kb": has(victim_field::RSS).then_some(e.file_rss_kb),
+                    "shmem_rss_kb": has(victim_field::RSS).then_some(e.shmem_rss_kb),
+                    "pgtables_kb": has(victim_field::PGTABLES).then_some(e.pgtables_kb),
+                    "oom_score_adj": has(victim_field::OOM_SCORE_ADJ).then_some(e.oom_score_adj),
+                })
+            }
+            Event::Reap(e) => json!({ "victim_pid": e.victim_pid }),
+            Event::MemcgOom(e) => json!({ "memcg_id": e.memcg_id, "item": e.item, "val": e.val }),
+            Event::Exec(e) => json!({
+                "pid": e.pid,
+                "old_pid": e.old_pid,
+                "filename": c_str(&e.filename),
+            }),
+            Event::Fork(e) => json!({ "child_pid": e.child_pid }),
+            Event::Exit(e) => json!({ "pid": e.pid }),
+            Event::SignalKill(e) => json!({
+                "target_pid": e.target_pid,
+                "target_comm": c_str(&e.target_comm),
+                "sig": e.sig,
+                "code": e.code,
+                "group": e.group,
+                "result": e.result,
+            }),
+        }
+    }
+}
+
+/// Bytes of an event struct, for tests and fixtures.
+pub fn as_bytes<T: Copy>(v: &T) -> Vec<u8> {
+    // SAFETY: T is a #[repr(C)] event struct without implicit padding (the
+    // size assertions in tracer-common prove it), so every byte is initialised.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
+}
+
+/// A NUL-padded name from a string, for tests and fixtures.
+pub fn comm(s: &str) -> [u8; COMM_LEN] {
+    let mut out = [0u8; COMM_LEN];
+    let n = s.len().min(COMM_LEN - 1);
+    out[..n].copy_from_slice(&s.as_bytes()[..n]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(kind: u32) -> EventHeader {
+        EventHeader {
+            kind,
+            cpu: 1,
+            ts_boot_ns: 42,
+            pid: 10,
+            tid: 11,
+            comm: comm("python3"),
+        }
+    }
+
+    #[test]
+    fn decodes_a_victim() {
+        let v = OomVictim {
+            header: header(kind::OOM_VICTIM),
+            victim_pid: 3129,
+            anon_rss_kb: 65152,
+            present: victim_field::RSS | victim_field::COMM,
+            victim_comm: comm("python3"),
+            ..Default::default()
+        };
+        let ev = decode(&as_bytes(&v)).unwrap();
+        assert_eq!(ev, Event::OomVictim(v));
+        assert_eq!(ev.kind(), EventKind::OomVictim);
+        assert_eq!(ev.subject_pid(), 3129);
+        let d = ev.details();
+        assert_eq!(d["anon_rss_kb"], 65152);
+        assert_eq!(d["victim_comm"], "python3");
+        // Fields the kernel did not provide are null, never a made-up zero.
+        assert!(d["pgtables_kb"].is_null());
+        assert!(d["uid"].is_null());
+    }
+
+    #[test]
+    fn decodes_every_kind_at_its_size() {
+        let records: Vec<(Vec<u8>, EventKind)> = vec![
+            (
+                as_bytes(&Reap {
+                    header: header(kind::REAP_START),
+                    ..Default::default()
+                }),
+                EventKind::ReapStart,
+            ),
+            (
+                as_bytes(&Reap {
+                    header: header(kind::REAP_FINISH),
+                    ..Default::default()
+                }),
+                EventKind::ReapFinish,
+            ),
+            (
+                as_bytes(&MemcgEvent {
+                    header: header(kind::MEMCG_OOM),
+                    ..Default::default()
+                }),
+                EventKind::MemcgOom,
+            ),
+            (
+                as_bytes(&ProcExec {
+                    header: header(kind::PROC_EXEC),
+                    pid: 5,
+                    old_pid: 5,
+                    filename: [0; tracer_common::FILENAME_LEN],
+                }),
+                EventKind::Exec,
+            ),
+            (
+                as_bytes(&ProcFork {
+                    header: header(kind::PROC_FORK),
+                    ..Default::default()
+                }),
+                EventKind::Fork,
+            ),
+            (
+                as_bytes(&ProcExit {
+                    header: header(kind::PROC_EXIT),
+                    ..Default::default()
+                }),
+                EventKind::Exit,
+            ),
+            (
+                as_bytes(&SignalKill {
+                    header: header(kind::SIGNAL_KILL),
+                    ..Default::default()
+                }),
+                EventKind::SignalKill,
+            ),
+        ];
+        for (bytes, kind) in records {
+            assert_eq!(decode(&bytes).unwrap().kind(), kind);
+        }
+    }
+
+    #[test]
+    fn rejects_bad_records() {
+        assert_eq!(decode(&[0u8; 8]), Err(DecodeError::BadSize { len: 8 }));
+        assert_eq!(
+            decode(&[0u8; 4096]),
+            Err(DecodeError::BadSize { len: 4096 })
+        );
+        let mut unknown = as_bytes(&ProcExit {
+            header: header(99),
+            ..Default::default()
+        });
+        assert_eq!(decode(&unknown), Err(DecodeError::UnknownKind(99)));
+        unknown = as_bytes(&ProcExit {
+            header: header(kind::OOM_VICTIM),
+            ..Default::default()
+        });
+        assert_eq!(
+            decode(&unknown),
+            Err(DecodeError::Length {
+                kind: kind::OOM_VICTIM,
+                len: 48,
+                expected: 112
+            })
+        );
+    }
+
+    #[test]
+    fn c_strings() {
+        assert_eq!(c_str(b"abc\0\0\0"), "abc");
+        assert_eq!(c_str(b"abcd"), "abcd");
+        assert_eq!(c_str(&comm("a-very-long-process-name")), "a-very-long-pro");
+    }
+}

@@ -1,0 +1,792 @@
+//! The kernel's own OOM report, from /dev/kmsg: the `invoked oom-killer`
+//! header, the memcg usage/limit/failcnt lines, the memcg stats, the
+//! `Tasks state` table, the `oom-kill:` summary and the `Killed process`
+//! line, assembled into one [`OomReport`] per kill. This is also what lets
+//! `explain` work for kills the recorder did not witness.
+//!
+//! Formats: mm/oom_kill.c (`dump_header`, `dump_tasks`, `dump_oom_summary`,
+//! `__oom_kill_process`), mm/memcontrol.c and mm/memcontrol-v1.c
+//! (`mem_cgroup_print_oom_meminfo`), across 4.19 to 6.18.
+
+use std::{
+    collections::BTreeMap,
+    fs::File,
+    io::{self, Read},
+    os::unix::fs::OpenOptionsExt,
+};
+
+use serde::{Deserialize, Serialize};
+
+/// Where the kernel log is read from.
+pub const KMSG: &str = "/dev/kmsg";
+
+/// Errors reading /dev/kmsg.
+#[derive(Debug, thiserror::Error)]
+pub enum KmsgError {
+    /// /dev/kmsg could not be opened.
+    #[error(
+        "cannot read the kernel log ({KMSG}): {source}; reading it needs root \
+         (or CAP_SYSLOG with kernel.dmesg_restrict=1)"
+    )]
+    Open {
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+    /// A read failed.
+    #[error("reading {KMSG}: {source}")]
+    Read {
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// A record that is not in the /dev/kmsg format.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("not a kernel log record: {0:?}")]
+pub struct RecordParseError(pub String);
+
+/// One /dev/kmsg record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KmsgRecord {
+    /// Sequence number.
+    pub seq: u64,
+    /// Monotonic time of the message, microseconds.
+    pub ts_us: u64,
+    /// Log level (0 = emerg .. 7 = debug).
+    pub level: u8,
+    /// The message, without continuation (dictionary) lines.
+    pub text: String,
+}
+
+/// Parses `prio,seq,ts_us,flags[,...];message\n[ KEY=value\n...]`.
+pub fn parse_record(raw: &str) -> Result<KmsgRecord, RecordParseError> {
+    let bad = || RecordParseError(raw.chars().take(80).collect());
+    let (prefix, rest) = raw.split_once(';').ok_or_else(bad)?;
+    let mut f = prefix.split(',');
+    let prio: u32 = f.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+    let seq = f.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+    let ts_us = f.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+    let text = rest.split('\n').next().unwrap_or("").to_string();
+    Ok(KmsgRecord {
+        seq,
+        ts_us,
+        level: (prio & 7) as u8,
+        text,
+    })
+}
+
+/// Memory figures the kernel printed for the victim (kB).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KilledProcess {
+    /// Victim pid.
+    pub pid: u32,
+    /// Victim name.
+    pub comm: String,
+    /// `total-vm`, kB.
+    pub total_vm_kb: Option<u64>,
+    /// `anon-rss`, kB.
+    pub anon_rss_kb: Option<u64>,
+    /// `file-rss`, kB.
+    pub file_rss_kb: Option<u64>,
+    /// `shmem-rss`, kB.
+    pub shmem_rss_kb: Option<u64>,
+    /// `UID`.
+    pub uid: Option<u32>,
+    /// `pgtables`, kB.
+    pub pgtables_kb: Option<u64>,
+    /// `oom_score_adj`.
+    pub oom_score_adj: Option<i32>,
+    /// The line said `Memory cgroup out of memory` (vs. `Out of memory`).
+    pub memcg: bool,
+}
+
+/// The `oom-kill:` summary line.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OomSummary {
+    /// `CONSTRAINT_MEMCG`, `CONSTRAINT_NONE`, `CONSTRAINT_CPUSET`, `CONSTRAINT_MEMORY_POLICY`.
+    pub constraint: String,
+    /// The memcg that hit its limit (memcg OOMs).
+    pub oom_memcg: Option<String>,
+    /// The victim's memcg.
+    pub task_memcg: Option<String>,
+    /// Victim name.
+    pub task: String,
+    /// Victim pid.
+    pub pid: u32,
+    /// Victim uid.
+    pub uid: Option<u32>,
+}
+
+/// A usage/limit/failcnt line (`memory:`, `memory+swap:`, `swap:`, `kmem:`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemcgCounter {
+    /// Usage, kB.
+    pub usage_kb: u64,
+    /// Limit, kB (a huge number means no limit).
+    pub limit_kb: u64,
+    /// Times the limit was hit.
+    pub failcnt: u64,
+}
+
+/// One row of the `Tasks state` table, values as printed (pages, bytes).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskRow {
+    /// Pid.
+    pub pid: u32,
+    /// Uid.
+    pub uid: u32,
+    /// Tgid.
+    pub tgid: u32,
+    /// total_vm, pages.
+    pub total_vm_pages: u64,
+    /// rss, pages.
+    pub rss_pages: u64,
+    /// rss_anon, pages (6.x).
+    pub rss_anon_pages: Option<u64>,
+    /// rss_file, pages (6.x).
+    pub rss_file_pages: Option<u64>,
+    /// rss_shmem, pages (6.x).
+    pub rss_shmem_pages: Option<u64>,
+    /// Page tables, bytes.
+    pub pgtables_bytes: Option<u64>,
+    /// Swap entries.
+    pub swapents: Option<u64>,
+    /// oom_score_adj.
+    pub oom_score_adj: i32,
+    /// Name.
+    pub name: String,
+}
+
+/// Everything the kernel printed about one OOM kill.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OomReport {
+    /// Monotonic time of the `Killed process` line, µs.
+    pub ts_us: u64,
+    /// Name of the task whose allocation invoked the OOM killer.
+    pub trigger_comm: Option<String>,
+    /// Its pid (from the stack dump's `CPU: ... PID:` line).
+    pub trigger_pid: Option<u32>,
+    /// The allocation's gfp mask, as printed.
+    pub gfp_mask: Option<String>,
+    /// The allocation order.
+    pub order: Option<u32>,
+    /// The summary line (absent when the kernel rate-limited the header).
+    pub summary: Option<OomSummary>,
+    /// `memory:` line of the memcg.
+    pub memory: Option<MemcgCounter>,
+    /// `memory+swap:` (v1) or `swap:` (v2) line.
+    pub swap: Option<MemcgCounter>,
+    /// `kmem:` line (v1).
+    pub kmem: Option<MemcgCounter>,
+    /// The cgroup the stats were printed for.
+    pub stats_for: Option<String>,
+    /// The memcg stats (bytes or counts, as printed).
+    pub memcg_stats: BTreeMap<String, u64>,
+    /// The `Tasks state` table.
+    pub tasks: Vec<TaskRow>,
+    /// The `Killed process` line.
+    pub killed: KilledProcess,
+}
+
+impl OomReport {
+    /// The constraint, from the summary or, without one, from the kill line.
+    pub fn constraint(&self) -> &str {
+        match &self.summary {
+            Some(s) => &s.constraint,
+            None if self.killed.memcg => "CONSTRAINT_MEMCG",
+            None => "CONSTRAINT_NONE",
+        }
+    }
+}
+
+/// The OOM reaper's `reaped process` line.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reaped {
+    /// Monotonic time, µs.
+    pub ts_us: u64,
+    /// Victim pid.
+    pub pid: u32,
+    /// Victim name.
+    pub comm: String,
+    /// Anonymous RSS left after reaping, kB.
+    pub anon_rss_kb: Option<u64>,
+}
+
+/// What the assembler produces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KmsgEvent {
+    /// A complete (or as complete as the kernel printed) report.
+    Report(Box<OomReport>),
+    /// The reaper finished a victim.
+    Reaped(Reaped),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Section {
+    None,
+    Stats,
+    Tasks,
+}
+
+/// Assembles reports from consecutive records.
+#[derive(Debug)]
+pub struct Assembler {
+    current: OomReport,
+    started_us: Option<u64>,
+    section: Section,
+    columns: Vec<String>,
+}
+
+impl Default for Assembler {
+    fn default() -> Self {
+        Self {
+            current: OomReport::default(),
+            started_us: None,
+            section: Section::None,
+            columns: Vec::new(),
+        }
+    }
+}
+
+/// A header older than this is not part of the kill that follows it.
+const MAX_REPORT_SPAN_US: u64 = 10_000_000;
+
+impl Assembler {
+    /// Feeds one record; returns a report when its `Killed process` line arrives.
+    pub fn push(&mut self, rec: &KmsgRecord) -> Option<KmsgEvent> {
+        let text = rec.text.trim_end();
+        if let Some(r) = parse_reaped(text) {
+            return Some(KmsgEvent::Reaped(Reaped {
+                ts_us: rec.ts_us,
+                ..r
+            }));
+        }
+        if let Some((comm, rest)) = text.split_once(" invoked oom-killer: ") {
+            *self = Self::default();
+            self.started_us = Some(rec.ts_us);
+            self.current.trigger_comm = Some(comm.to_string());
+            for (k, v) in rest.split(", ").filter_map(|kv| kv.split_once('=')) {
+                match k {
+                    "gfp_mask" => self.current.gfp_mask = Some(v.to_string()),
+                    "order" => self.current.order = v.parse().ok(),
+                    _ => {}
+                }
+            }
+            return None;
+        }
+        if let Some(k) = parse_killed(text) {
+            let mut report = std::mem::take(&mut self.current);
+            let fresh = self
+                .started_us
+                .is_some_and(|s| rec.ts_us.saturating_sub(s) <= MAX_REPORT_SPAN_US);
+            let same = report.summary.as_ref().is_none_or(|s| s.pid == k.pid);
+            if !(fresh && same) {
+                report = OomReport::default();
+            }
+            report.ts_us = rec.ts_us;
+            report.killed = k;
+            *self = Self::default();
+            return Some(KmsgEvent::Report(Box::new(report)));
+        }
+        if self.started_us.is_none() {
+            return None;
+        }
+        if let Some(s) = text.strip_prefix("oom-kill:") {
+            self.current.summary = parse_summary(s);
+            self.section = Section::None;
+        } else if text.starts_with("CPU: ") && self.current.trigger_pid.is_none() {
+            self.current.trigger_pid = word_after(text, "PID: ").and_then(|v| v.parse().ok());
+        } else if let Some(c) = text.strip_prefix("memory: ") {
+            self.current.memory = parse_counter(c);
+        } else if let Some(c) = text
+            .strip_prefix("memory+swap: ")
+            .or_else(|| text.strip_prefix("swap: "))
+        {
+            self.current.swap = parse_counter(c);
+        } else if let Some(c) = text.strip_prefix("kmem: ") {
+            self.current.kmem = parse_counter(c);
+        } else if let Some(p) = text.strip_prefix("Memory cgroup stats for ") {
+            self.current.stats_for = Some(p.trim_end_matches(':').to_string());
+            self.section = Section::Stats;
+        } else if text.starts_with("Tasks state") {
+            self.section = Section::Tasks;
+            self.columns.clear();
+        } else if self.section == Section::Tasks
+            && (text.starts_with("[  pid  ]") || text.starts_with("[ pid ]"))
+        {
+            self.columns = text
+                .split(']')
+                .nth(1)
+                .unwrap_or("")
+                .split_whitespace()
+                .map(String::from)
+                .collect();
+        } else if self.section == Section::Tasks && text.starts_with('[') {
+            if let Some(row) = parse_task_row(text, &self.columns) {
+                self.current.tasks.push(row);
+            }
+        } else if self.section == Section::Stats {
+            match text.split_once(' ') {
+                Some((k, v)) if !k.is_empty() && v.trim().parse::<u64>().is_ok() => {
+                    self.current
+                        .memcg_stats
+                        .insert(k.to_string(), v.trim().parse().unwrap_or(0));
+                }
+                _ => self.section = Section::None,
+            }
+        }
+        None
+    }
+}
+
+fn word_after<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    let i = text.find(key)? + key.len();
+    text[i..].split_whitespace().next()
+}
+
+/// `usage 65536kB, limit 65536kB, failcnt 3543`
+fn parse_counter(s: &str) -> Option<MemcgCounter> {
+    let mut c = MemcgCounter::default();
+    for part in s.split(", ") {
+        let (k, v) = part.trim().split_once(' ')?;
+        let n: u64 = v.trim_end_matches("kB").parse().ok()?;
+        match k {
+            "usage" => c.usage_kb = n,
+            "limit" => c.limit_kb = n,
+            "failcnt" => c.failcnt = n,
+            _ => {}
+        }
+    }
+    Some(c)
+}
+
+/// `constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,
+/// oom_memcg=/x,task_memcg=/x,task=python3,pid=3129,uid=0`. Parsed from
+/// both ends, since `mems_allowed` and a task name may contain commas.
+fn parse_summary(s: &str) -> Option<OomSummary> {
+    let (rest, uid) = match s.rsplit_once(",uid=") {
+        Some((r, u)) => (r, u.parse().ok()),
+        None => (s, None),
+    };
+    let (rest, pid) = rest.rsplit_once(",pid=")?;
+    let (rest, task) = rest.rsplit_once(",task=")?;
+    let (rest, task_memcg) = match rest.rsplit_once(",task_memcg=") {
+        Some((r, m)) => (r, Some(m.to_string())),
+        None => (rest, None),
+    };
+    let oom_memcg = rest.rsplit_once(",oom_memcg=").map(|(_, m)| m.to_string());
+    let constraint = rest
+        .strip_prefix("constraint=")?
+        .split(',')
+        .next()?
+        .to_string();
+    Some(OomSummary {
+        constraint,
+        oom_memcg,
+        task_memcg,
+        task: task.to_string(),
+        pid: pid.parse().ok()?,
+        uid,
+    })
+}
+
+/// `[Memory cgroup out of memory: |Out of memory: ]Killed process 3129
+/// (python3) total-vm:75160kB, anon-rss:65152kB, file-rss:2648kB,
+/// shmem-rss:0kB, UID:0 pgtables:188kB oom_score_adj:0`
+fn parse_killed(text: &str) -> Option<KilledProcess> {
+    let at = text.find("Killed process ")?;
+    let rest = &text[at + "Killed process ".len()..];
+    let (pid, rest) = rest.split_once(' ')?;
+    let rest = rest.strip_prefix('(')?;
+    let close = rest.rfind(") total-vm").or_else(|| rest.rfind(')'))?;
+    let mut k = KilledProcess {
+        pid: pid.parse().ok()?,
+        comm: rest[..close].to_string(),
+        memcg: text[..at].contains("Memory cgroup"),
+        ..Default::default()
+    };
+    for kv in rest[close + 1..]
+        .split([',', ' '])
+        .filter(|s| !s.is_empty())
+    {
+        let Some((key, v)) = kv.split_once(':') else {
+            continue;
+        };
+        let kb = || v.trim_end_matches("kB").parse::<u64>().ok();
+        match key {
+            "total-vm" => k.total_vm_kb = kb(),
+            "anon-rss" => k.anon_rss_kb = kb(),
+            "file-rss" => k.file_rss_kb = kb(),
+            "shmem-rss" => k.shmem_rss_kb = kb(),
+            "UID" => k.uid = v.parse().ok(),
+            "pgtables" => k.pgtables_kb = kb(),
+            "oom_score_adj" => k.oom_score_adj = v.parse().ok(),
+            _ => {}
+        }
+    }
+    Some(k)
+}
+
+/// `oom_reaper: reaped process 3129 (python3), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB`
+fn parse_reaped(text: &str) -> Option<Reaped> {
+    let rest = text.strip_prefix("oom_reaper: reaped process ")?;
+    let (pid, rest) = rest.split_once(' ')?;
+    let rest = rest.strip_prefix('(')?;
+    let close = rest.rfind("), now").or_else(|| rest.rfind(')'))?;
+    let anon = rest[close..]
+        .split_once("anon-rss:")
+        .and_then(|(_, v)| v.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok());
+    Some(Reaped {
+        ts_us: 0,
+        pid: pid.parse().ok()?,
+        comm: rest[..close].to_string(),
+        anon_rss_kb: anon,
+    })
+}
+
+/// A `Tasks state` row, columns named by the table header of this kernel.
+fn parse_task_row(text: &str, columns: &[String]) -> Option<TaskRow> {
+    let (pid, rest) = text.strip_prefix('[')?.split_once(']')?;
+    let mut row = TaskRow {
+        pid: pid.trim().parse().ok()?,
+        ..Default::default()
+    };
+    let default_columns;
+    let columns = if columns.is_empty() {
+        default_columns = [
+            "uid",
+            "tgid",
+            "total_vm",
+            "rss",
+            "pgtables_bytes",
+            "swapents",
+            "oom_score_adj",
+            "name",
+        ]
+        .map(String::from)
+        .to_vec();
+        &default_columns
+    } else {
+        columns
+    };
+    let mut words = rest.split_whitespace();
+    for col in columns {
+        if col == "name" {
+            row.name = words.by_ref().collect::<Vec<_>>().join(" ");
+            break;
+        }
+        let w = words.next()?;
+        let n = || w.parse::<u64>().ok();
+        match col.as_str() {
+            "uid" => row.uid = w.parse().ok()?,
+            "tgid" => row.tgid = w.parse().ok()?,
+            "total_vm" => row.total_vm_pages = n()?,
+            "rss" => row.rss_pages = n()?,
+            "rss_anon" => row.rss_anon_pages = n(),
+            "rss_file" => row.rss_file_pages = n(),
+            "rss_shmem" => row.rss_shmem_pages = n(),
+            "pgtables_bytes" => row.pgtables_bytes = n(),
+            "swapents" => row.swapents = n(),
+            "oom_score_adj" => row.oom_score_adj = w.parse().ok()?,
+            _ => {}
+        }
+    }
+    Some(row)
+}
+
+/// Opens /dev/kmsg for non-blocking reads from the oldest record kept.
+pub fn open() -> Result<File, KmsgError> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(KMSG)
+        .map_err(|source| KmsgError::Open { source })
+}
+
+/// Reads the next record. `Ok(None)`: nothing more for now. Records the
+/// kernel overwrote before we read them (EPIPE) are skipped and counted.
+pub fn read_record(
+    f: &mut File,
+    buf: &mut [u8],
+    lost: &mut u64,
+) -> Result<Option<KmsgRecord>, KmsgError> {
+    loop {
+        match f.read(buf) {
+            Ok(0) => return Ok(None),
+            Ok(n) => {
+                let raw = String::from_utf8_lossy(&buf[..n]);
+                match parse_record(&raw) {
+                    Ok(r) => return Ok(Some(r)),
+                    Err(e) => {
+                        tracing::debug!("{e}");
+                        continue;
+                    }
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => {
+                *lost += 1;
+                continue;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(source) => return Err(KmsgError::Read { source }),
+        }
+    }
+}
+
+/// Every OOM report still in the kernel log buffer (for `explain --kmsg`).
+pub fn read_all_reports() -> Result<Vec<OomReport>, KmsgError> {
+    let mut f = open()?;
+    let mut buf = vec![0u8; 8192];
+    let mut lost = 0;
+    let mut asm = Assembler::default();
+    let mut out = Vec::new();
+    while let Some(rec) = read_record(&mut f, &mut buf, &mut lost)? {
+        if let Some(KmsgEvent::Report(r)) = asm.push(&rec) {
+            out.push(*r);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed(lines: &[&str]) -> Vec<KmsgEvent> {
+        let mut asm = Assembler::default();
+        lines
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| {
+                let rec = KmsgRecord {
+                    seq: i as u64,
+                    ts_us: 134_488_421 + i as u64 * 10,
+                    level: 4,
+                    text: l.to_string(),
+                };
+                asm.push(&rec)
+            })
+            .collect()
+    }
+
+    fn one_report(lines: &[&str]) -> OomReport {
+        let evs = feed(lines);
+        let reports: Vec<_> = evs
+            .into_iter()
+            .filter_map(|e| match e {
+                KmsgEvent::Report(r) => Some(*r),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(reports.len(), 1, "exactly one report");
+        reports.into_iter().next().unwrap()
+    }
+
+    /// A memcg OOM on cgroup v1, as this project's CI kernel (6.18) prints it.
+    const V1_MEMCG_6_18: &[&str] = &[
+        "python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0",
+        "CPU: 0 UID: 0 PID: 3129 Comm: python3 Not tainted 6.18.44-fc-v1098 #1 PREEMPT(none) ",
+        "Call Trace:",
+        " <TASK>",
+        " dump_stack_lvl+0x59/0x90",
+        " </TASK>",
+        "memory: usage 65536kB, limit 65536kB, failcnt 3543",
+        "memory+swap: usage 65536kB, limit 9007199254740988kB, failcnt 0",
+        "kmem: usage 260kB, limit 9007199254740988kB, failcnt 0",
+        "Memory cgroup stats for /tracer-probe-1127:",
+        "cache 106496",
+        "rss 66736128",
+        "shmem 0",
+        "pgfault 23940",
+        "total_rss 66736128",
+        "Tasks state (memory values in pages):",
+        "[  pid  ]   uid  tgid total_vm      rss rss_anon rss_file rss_shmem pgtables_bytes swapents oom_score_adj name",
+        "[   3129]     0  3129    18790    16950    16288      662         0   192512        0             0 python3",
+        "[   3130]  1000  3130     5000     1200     1100      100         0    65536        0           500 side car",
+        "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/tracer-probe-1127,task_memcg=/tracer-probe-1127,task=python3,pid=3129,uid=0",
+        "Memory cgroup out of memory: Killed process 3129 (python3) total-vm:75160kB, anon-rss:65152kB, file-rss:2648kB, shmem-rss:0kB, UID:0 pgtables:188kB oom_score_adj:0",
+        "oom_reaper: reaped process 3129 (python3), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB",
+    ];
+
+    #[test]
+    fn memcg_v1_report_on_6_18() {
+        let r = one_report(V1_MEMCG_6_18);
+        assert_eq!(r.trigger_comm.as_deref(), Some("python3"));
+        assert_eq!(r.trigger_pid, Some(3129));
+        assert_eq!(r.gfp_mask.as_deref(), Some("0xcc0(GFP_KERNEL)"));
+        assert_eq!(r.order, Some(0));
+        assert_eq!(
+            r.memory,
+            Some(MemcgCounter {
+                usage_kb: 65536,
+                limit_kb: 65536,
+                failcnt: 3543
+            })
+        );
+        assert_eq!(r.swap.as_ref().unwrap().limit_kb, 9007199254740988);
+        assert_eq!(r.kmem.as_ref().unwrap().usage_kb, 260);
+        assert_eq!(r.stats_for.as_deref(), Some("/tracer-probe-1127"));
+        assert_eq!(r.memcg_stats["rss"], 66736128);
+        assert_eq!(r.memcg_stats["cache"], 106496);
+        assert_eq!(r.tasks.len(), 2);
+        assert_eq!(r.tasks[0].rss_anon_pages, Some(16288));
+        assert_eq!(r.tasks[0].pgtables_bytes, Some(192512));
+        assert_eq!(r.tasks[1].name, "side car");
+        assert_eq!(r.tasks[1].oom_score_adj, 500);
+        let s = r.summary.as_ref().unwrap();
+        assert_eq!(s.constraint, "CONSTRAINT_MEMCG");
+        assert_eq!(s.oom_memcg.as_deref(), Some("/tracer-probe-1127"));
+        assert_eq!(s.task_memcg.as_deref(), Some("/tracer-probe-1127"));
+        assert_eq!((s.task.as_str(), s.pid, s.uid), ("python3", 3129, Some(0)));
+        assert_eq!(r.killed.pid, 3129);
+        assert_eq!(r.killed.anon_rss_kb, Some(65152));
+        assert_eq!(r.killed.file_rss_kb, Some(2648));
+        assert_eq!(r.killed.pgtables_kb, Some(188));
+        assert_eq!(r.killed.oom_score_adj, Some(0));
+        assert!(r.killed.memcg);
+        assert_eq!(r.constraint(), "CONSTRAINT_MEMCG");
+    }
+
+    #[test]
+    fn memcg_v2_report_on_6_1() {
+        let r = one_report(&[
+            "stress invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0",
+            "CPU: 3 PID: 4205 Comm: stress Not tainted 6.1.0-18-amd64 #1  Debian 6.1.76-1",
+            "memory: usage 102400kB, limit 102400kB, failcnt 27",
+            "swap: usage 0kB, limit 0kB, failcnt 0",
+            "Memory cgroup stats for /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c.slice/cri-containerd-ab12.scope:",
+            "anon 103825408",
+            "file 0",
+            "shmem 0",
+            "Tasks state (memory values in pages):",
+            "[  pid  ]   uid  tgid total_vm      rss pgtables_bytes swapents oom_score_adj name",
+            "[   4205]     0  4205    26973    25412   253952        0           985 stress",
+            "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=cri-containerd-ab12.scope,mems_allowed=0-1,oom_memcg=/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c.slice/cri-containerd-ab12.scope,task_memcg=/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c.slice/cri-containerd-ab12.scope,task=stress,pid=4205,uid=0",
+            "Memory cgroup out of memory: Killed process 4205 (stress) total-vm:107892kB, anon-rss:101420kB, file-rss:228kB, shmem-rss:0kB, UID:0 pgtables:248kB oom_score_adj:985",
+        ]);
+        assert_eq!(r.trigger_pid, Some(4205));
+        assert_eq!(r.swap.as_ref().unwrap().limit_kb, 0);
+        assert_eq!(r.memcg_stats["anon"], 103825408);
+        assert_eq!(r.tasks[0].rss_pages, 25412);
+        assert_eq!(r.tasks[0].rss_anon_pages, None);
+        assert_eq!(r.tasks[0].oom_score_adj, 985);
+        assert!(
+            r.summary
+                .as_ref()
+                .unwrap()
+                .oom_memcg
+                .as_deref()
+                .unwrap()
+                .ends_with("cri-containerd-ab12.scope")
+        );
+        assert_eq!(r.killed.oom_score_adj, Some(985));
+    }
+
+    #[test]
+    fn global_oom_on_5_15() {
+        let r = one_report(&[
+            "java invoked oom-killer: gfp_mask=0x1100cca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0",
+            "CPU: 1 PID: 812 Comm: java Not tainted 5.15.0-91-generic #101-Ubuntu",
+            "Mem-Info:",
+            "active_anon:1200 inactive_anon:900000 isolated_anon:0",
+            "Tasks state (memory values in pages):",
+            "[  pid  ]   uid  tgid total_vm      rss pgtables_bytes swapents oom_score_adj name",
+            "[    812]  1000   812  2000000   950000  8000000        0             0 java",
+            "oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/user.slice/user-1000.slice/session-3.scope,task=java,pid=812,uid=1000",
+            "Out of memory: Killed process 812 (java) total-vm:8000000kB, anon-rss:3800000kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:7812kB oom_score_adj:0",
+        ]);
+        let s = r.summary.as_ref().unwrap();
+        assert_eq!(s.constraint, "CONSTRAINT_NONE");
+        assert_eq!(s.oom_memcg, None);
+        assert_eq!(
+            s.task_memcg.as_deref(),
+            Some("/user.slice/user-1000.slice/session-3.scope")
+        );
+        assert_eq!(s.uid, Some(1000));
+        assert!(r.memory.is_none());
+        assert!(!r.killed.memcg);
+        assert_eq!(r.constraint(), "CONSTRAINT_NONE");
+    }
+
+    #[test]
+    fn old_kernel_kill_line_and_cpuset_with_commas() {
+        let r = one_report(&[
+            "a.out invoked oom-killer: gfp_mask=0x14200ca(GFP_HIGHUSER_MOVABLE), nodemask=(null), order=0, oom_score_adj=0",
+            "CPU: 0 PID: 77 Comm: a.out Not tainted 4.19.0-25-amd64 #1 Debian 4.19.289-2",
+            "Tasks state (memory values in pages):",
+            "[  pid  ]   uid  tgid total_vm      rss pgtables_bytes swapents oom_score_adj name",
+            "[     77]     0    77   300000   250000  2000000        0             0 a.out",
+            "oom-kill:constraint=CONSTRAINT_CPUSET,nodemask=(null),cpuset=job,mems_allowed=0-1,3,task_memcg=/,task=a.out,pid=77,uid=0",
+            "Killed process 77 (a.out) total-vm:1200000kB, anon-rss:999000kB, file-rss:4kB, shmem-rss:0kB",
+        ]);
+        assert_eq!(r.summary.as_ref().unwrap().constraint, "CONSTRAINT_CPUSET");
+        assert_eq!(r.killed.anon_rss_kb, Some(999000));
+        assert_eq!(r.killed.uid, None);
+        assert_eq!(r.killed.pgtables_kb, None);
+        assert_eq!(r.order, Some(0));
+    }
+
+    #[test]
+    fn rate_limited_header_gives_a_kill_line_only_report() {
+        // The kernel rate-limits dump_header; the kill line always comes.
+        let r = one_report(&[
+            "Memory cgroup out of memory: Killed process 9 (x) total-vm:1kB, anon-rss:2kB, file-rss:3kB, shmem-rss:4kB, UID:0 pgtables:5kB oom_score_adj:0",
+        ]);
+        assert!(r.summary.is_none() && r.tasks.is_empty() && r.memory.is_none());
+        assert_eq!(r.killed.shmem_rss_kb, Some(4));
+        assert_eq!(r.constraint(), "CONSTRAINT_MEMCG");
+    }
+
+    #[test]
+    fn a_header_for_another_pid_is_not_joined() {
+        let mut lines = V1_MEMCG_6_18[..20].to_vec();
+        lines.push("Memory cgroup out of memory: Killed process 999 (other) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:0kB oom_score_adj:0");
+        let r = one_report(&lines);
+        assert_eq!(r.killed.pid, 999);
+        assert!(r.summary.is_none() && r.tasks.is_empty());
+    }
+
+    #[test]
+    fn reaper_line() {
+        let evs = feed(&[
+            "oom_reaper: reaped process 3129 (python3), now anon-rss:12kB, file-rss:0kB, shmem-rss:0kB",
+        ]);
+        assert!(
+            matches!(&evs[0], KmsgEvent::Reaped(r) if r.pid == 3129 && r.anon_rss_kb == Some(12) && r.comm == "python3")
+        );
+    }
+
+    #[test]
+    fn garbage_is_ignored_without_panic() {
+        let garbage = [
+            "",
+            "Killed process",
+            "Killed process abc (x)",
+            "oom-kill:",
+            "oom-kill:constraint=",
+            "x invoked oom-killer: ",
+            "memory: usage lots",
+            "[  12] not a row",
+            "Memory cgroup out of memory: Killed process 12 (unterminated",
+            "\u{0}\u{1}\u{2}",
+        ];
+        let evs = feed(&garbage);
+        assert!(evs.is_empty(), "{evs:?}");
+    }
+
+    #[test]
+    fn records() {
+        let r =
+            parse_record("6,1234,134499307,-;Memory cgroup out of memory: Killed\n SUBSYSTEM=x\n")
+                .unwrap();
+        assert_eq!((r.level, r.seq, r.ts_us), (6, 1234, 134499307));
+        assert_eq!(r.text, "Memory cgroup out of memory: Killed");
+        assert_eq!(parse_record("12,7,99,c,extra;hi").unwrap().level, 4);
+        for bad in ["", "no semicolon", "x,1,2,-;msg", "6,1;msg"] {
+            assert!(parse_record(bad).is_err(), "{bad}");
+        }
+    }
+}

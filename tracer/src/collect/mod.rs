@@ -1,0 +1,145 @@
+//! Collecting: ring buffer readers (one task per ring, each in an
+//! `AsyncFd`), the /dev/kmsg reader, and the decoder they share. Readers
+//! only read, decode and hand on; everything slow happens downstream.
+
+pub mod decode;
+pub mod kmsg;
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
+};
+
+use aya::maps::{MapData, RingBuf};
+use tokio::{
+    io::{Interest, unix::AsyncFd},
+    sync::mpsc,
+};
+
+use decode::{Event, decode};
+use kmsg::{Assembler, KmsgEvent};
+
+/// Reader failures (each ends the recorder with this message).
+#[derive(Debug, thiserror::Error)]
+pub enum CollectError {
+    /// The ring buffer fd could not be polled.
+    #[error("polling ring buffer {ring}: {source}")]
+    Poll {
+        /// Ring name.
+        ring: &'static str,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// /dev/kmsg failed.
+    #[error(transparent)]
+    Kmsg(#[from] kmsg::KmsgError),
+    /// /dev/kmsg could not be polled.
+    #[error("polling {}: {source}", kmsg::KMSG)]
+    KmsgPoll {
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Registers an fd-owning value with the tokio reactor for reads.
+pub fn async_fd<T: std::os::fd::AsRawFd>(inner: T) -> std::io::Result<AsyncFd<T>> {
+    // SAFETY: every T passed here (aya's RingBuf and EbpfLogger, std's File)
+    // owns its descriptor and keeps it open, unchanged, until dropped, and
+    // the AsyncFd owns the value for its whole life.
+    Ok(unsafe { AsyncFd::register_with_interest(inner, Interest::READABLE) }?)
+}
+
+/// Counters the readers keep.
+#[derive(Debug, Default)]
+pub struct ReaderStats {
+    /// Events read from the critical ring.
+    pub critical: AtomicU64,
+    /// Events read from the data ring.
+    pub data: AtomicU64,
+    /// Records that failed to decode.
+    pub decode_errors: AtomicU64,
+    /// kmsg records the kernel overwrote before we read them.
+    pub kmsg_lost: AtomicU64,
+}
+
+/// Reads one ring until the receiver goes away.
+pub async fn read_ring(
+    ring: RingBuf<MapData>,
+    name: &'static str,
+    tx: mpsc::Sender<Event>,
+    stats: Arc<ReaderStats>,
+) -> Result<(), CollectError> {
+    let mut fd = async_fd(ring).map_err(|source| CollectError::Poll { ring: name, source })?;
+    let counter = if name == tracer_common::maps::CRITICAL_RING {
+        &stats.critical
+    } else {
+        &stats.data
+    };
+    let mut batch = Vec::with_capacity(256);
+    loop {
+        let mut guard = fd
+            .readable_mut()
+            .await
+            .map_err(|source| CollectError::Poll { ring: name, source })?;
+        let rb = guard.get_inner_mut();
+        // Bounded batches keep memory flat while the consumer catches up.
+        while batch.len() < 4096
+            && let Some(item) = rb.next()
+        {
+            match decode(&item) {
+                Ok(ev) => batch.push(ev),
+                Err(e) => {
+                    if stats.decode_errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                        tracing::warn!("ring {name}: {e} (further decode errors are only counted)");
+                    }
+                }
+            }
+        }
+        if batch.len() < 4096 {
+            guard.clear_ready();
+        }
+        drop(guard);
+        counter.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        for ev in batch.drain(..) {
+            if tx.send(ev).await.is_err() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Reads /dev/kmsg (from the oldest record the kernel still holds) and
+/// hands on OOM reports as they complete.
+pub async fn read_kmsg(
+    tx: mpsc::Sender<KmsgEvent>,
+    stats: Arc<ReaderStats>,
+) -> Result<(), CollectError> {
+    let file = kmsg::open()?;
+    let mut fd = async_fd(file).map_err(|source| CollectError::KmsgPoll { source })?;
+    let mut asm = Assembler::default();
+    let mut buf = vec![0u8; 8192];
+    loop {
+        let mut guard = fd
+            .readable_mut()
+            .await
+            .map_err(|source| CollectError::KmsgPoll { source })?;
+        let mut out = Vec::new();
+        let mut lost = 0;
+        while let Some(rec) = kmsg::read_record(guard.get_inner_mut(), &mut buf, &mut lost)? {
+            out.extend(asm.push(&rec));
+        }
+        guard.clear_ready();
+        drop(guard);
+        if lost > 0 {
+            stats.kmsg_lost.fetch_add(lost, Ordering::Relaxed);
+            tracing::warn!("{lost} kernel log records were overwritten before tracer read them");
+        }
+        for ev in out {
+            if tx.send(ev).await.is_err() {
+                return Ok(());
+            }
+        }
+    }
+}

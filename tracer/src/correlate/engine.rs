@@ -1,0 +1,419 @@
+//! The recorder's engine: one thread that owns the process model, the
+//! cgroup sampler, the correlation of kills and the store. It consumes the
+//! readers' channels (critical first) and a once-a-second tick.
+
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::{
+    Context, kill_from_report, kill_from_signal, kill_from_victim, merge_report,
+    record::{KillRecord, Reaping},
+};
+use crate::{
+    collect::{
+        decode::{Event, c_str},
+        kmsg::{KmsgEvent, OomReport},
+    },
+    model::{ProcessTable, sampler::Sampler},
+    probes::{DropCounters, Drops, MemcgCounters},
+    store::{DropRow, EventRow, Store, StoreError},
+    time::{Clock, wall_now_ns},
+};
+
+/// How long a kill waits for its kernel report and reaper events.
+const PENDING_NS: i64 = 30_000_000_000;
+/// How long a kernel report waits for its tracepoint event.
+const UNMATCHED_NS: i64 = 2_000_000_000;
+/// Tracepoint and kernel-log times of one kill are this close.
+const JOIN_WINDOW_NS: i64 = 10_000_000_000;
+/// Events buffered before a write.
+const EVENT_BUFFER: usize = 4096;
+
+/// Settings of the engine.
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    /// Sampling period.
+    pub sample_interval: Duration,
+    /// Oldest data kept.
+    pub retention: Duration,
+    /// Largest store.
+    pub max_store_bytes: u64,
+    /// Memory cgroups always sampled.
+    pub cgroups: Vec<String>,
+    /// `enum vm_event_item` values of the reclaim scan items.
+    pub scan_items: Vec<i32>,
+    /// `enum vm_event_item` value of PGMAJFAULT.
+    pub fault_item: Option<i32>,
+}
+
+/// What the engine saw, printed when the recorder stops.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct EngineSummary {
+    /// Session id.
+    pub session_id: i64,
+    /// Events handled.
+    pub events: u64,
+    /// Kills recorded.
+    pub kills: u64,
+    /// Kills found in the kernel log only.
+    pub kmsg_only_kills: u64,
+    /// Drops by ring.
+    pub drops: Drops,
+    /// Model counters.
+    pub model: crate::model::ModelStats,
+    /// Processes in the model at the end.
+    pub model_entries: usize,
+    /// Live processes in the model at the end.
+    pub model_live: usize,
+}
+
+/// The channels the engine reads.
+pub struct Inputs {
+    /// Critical ring events.
+    pub critical: mpsc::Receiver<Event>,
+    /// Data ring events.
+    pub data: mpsc::Receiver<Event>,
+    /// Kernel log reports.
+    pub kmsg: mpsc::Receiver<KmsgEvent>,
+}
+
+struct Pending {
+    id: i64,
+    record: KillRecord,
+}
+
+/// The engine.
+pub struct Engine {
+    store: Store,
+    model: ProcessTable,
+    sampler: Sampler,
+    clock: Clock,
+    session_id: i64,
+    opts: EngineOptions,
+    drops: Option<DropCounters>,
+    memcg: Option<MemcgCounters>,
+    last_drops: Drops,
+    last_drops_ns: i64,
+    pending: Vec<Pending>,
+    unmatched: Vec<(OomReport, i64)>,
+    buffer: Vec<EventRow>,
+    summary: EngineSummary,
+    ticks: u64,
+}
+
+impl Engine {
+    /// A new engine writing to `store` in session `session_id`.
+    pub fn new(
+        store: Store,
+        model: ProcessTable,
+        session_id: i64,
+        opts: EngineOptions,
+        drops: Option<DropCounters>,
+        memcg: Option<MemcgCounters>,
+    ) -> Self {
+        let sampler = Sampler::new(
+            model.layout().clone(),
+            super::LEADUP_NS + 5_000_000_000,
+            opts.scan_items.clone(),
+            opts.fault_item,
+        );
+        Self {
+            store,
+            model,
+            sampler,
+            clock: Clock::now(),
+            session_id,
+            opts,
+            drops,
+            memcg,
+            last_drops: Drops::default(),
+            last_drops_ns: wall_now_ns(),
+            pending: Vec::new(),
+            unmatched: Vec::new(),
+            buffer: Vec::new(),
+            summary: EngineSummary {
+                session_id,
+                ..Default::default()
+            },
+            ticks: 0,
+        }
+    }
+
+    /// Runs until every input closes; `ready` fires once the model is seeded
+    /// and the first sample taken.
+    pub async fn run(
+        mut self,
+        mut inputs: Inputs,
+        ready: oneshot::Sender<()>,
+    ) -> Result<EngineSummary, StoreError> {
+        self.model.seed();
+        self.tick()?;
+        let _ = ready.send(());
+        let mut tick = tokio::time::interval(self.opts.sample_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let (mut crit_open, mut data_open, mut kmsg_open) = (true, true, true);
+        while crit_open || data_open || kmsg_open {
+            tokio::select! {
+                biased;
+                ev = inputs.critical.recv(), if crit_open => match ev {
+                    Some(ev) => self.on_event(ev)?,
+                    None => crit_open = false,
+                },
+                ev = inputs.kmsg.recv(), if kmsg_open => match ev {
+                    Some(ev) => self.on_kmsg(ev)?,
+                    None => kmsg_open = false,
+                },
+                ev = inputs.data.recv(), if data_open => match ev {
+                    Some(ev) => self.on_event(ev)?,
+                    None => data_open = false,
+                },
+                _ = tick.tick() => self.tick()?,
+            }
+        }
+        self.finish()
+    }
+
+    fn ctx(&self) -> Context<'_> {
+        Context {
+            clock: &self.clock,
+            model: &self.model,
+            sampler: &self.sampler,
+            session_id: Some(self.session_id),
+            now_ns: wall_now_ns(),
+        }
+    }
+
+    fn row(&self, ev: &Event) -> EventRow {
+        let h = ev.header();
+        EventRow {
+            ts_ns: self.clock.boot_to_wall(h.ts_boot_ns),
+            kind: ev.kind().name().into(),
+            pid: h.pid,
+            tid: h.tid,
+            comm: c_str(&h.comm),
+            data: ev.details(),
+        }
+    }
+
+    fn on_event(&mut self, ev: Event) -> Result<(), StoreError> {
+        self.summary.events += 1;
+        let row = self.row(&ev);
+        match &ev {
+            Event::OomVictim(v) => {
+                let mut rec = kill_from_victim(&self.ctx(), v);
+                if let Some(i) = self
+                    .unmatched
+                    .iter()
+                    .position(|(r, _)| joins(&rec, r, &self.clock))
+                {
+                    let (report, _) = self.unmatched.swap_remove(i);
+                    merge_report(&mut rec, &report, Some(&self.sampler));
+                }
+                self.buffer.push(row);
+                self.commit_kill(rec)?;
+                return Ok(());
+            }
+            Event::SignalKill(s) => {
+                self.model.get_or_read(s.header.pid);
+                if let Some(rec) = kill_from_signal(&self.ctx(), s) {
+                    self.buffer.push(row);
+                    self.commit_kill(rec)?;
+                    return Ok(());
+                }
+            }
+            Event::Reap(r) => {
+                let ts = row.ts_ns;
+                let start = r.header.kind == tracer_common::kind::REAP_START;
+                if let Some(p) = self
+                    .pending
+                    .iter_mut()
+                    .rev()
+                    .find(|p| p.record.victim.pid == r.victim_pid)
+                {
+                    let reaping = p.record.reaping.get_or_insert_with(Reaping::default);
+                    if start {
+                        reaping.start_ns = Some(ts)
+                    } else {
+                        reaping.finish_ns = Some(ts)
+                    }
+                    self.store.update_kill(p.id, &p.record)?;
+                }
+            }
+            Event::Exec(e) => {
+                self.model
+                    .on_exec(e.pid, &c_str(&e.header.comm), &c_str(&e.filename))
+            }
+            Event::Fork(f) => self
+                .model
+                .on_fork(f.header.pid, f.child_pid, &c_str(&f.header.comm)),
+            Event::Exit(x) => self.model.on_exit(x.pid, row.ts_ns),
+            Event::MemcgOom(_) => {}
+        }
+        self.buffer.push(row);
+        if self.buffer.len() >= EVENT_BUFFER {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn commit_kill(&mut self, rec: KillRecord) -> Result<(), StoreError> {
+        let events = std::mem::take(&mut self.buffer);
+        let id = self.store.insert_kill(&rec, &events, wall_now_ns())?;
+        self.summary.kills += 1;
+        tracing::info!(
+            "kill recorded: {} (pid {}) by {} [{}]",
+            rec.victim.comm,
+            rec.victim.pid,
+            rec.killer
+                .sender
+                .as_ref()
+                .map(|s| s.comm.as_str())
+                .unwrap_or("the kernel OOM killer"),
+            rec.source
+        );
+        self.pending.push(Pending { id, record: rec });
+        Ok(())
+    }
+
+    fn on_kmsg(&mut self, ev: KmsgEvent) -> Result<(), StoreError> {
+        let KmsgEvent::Report(report) = ev else {
+            return Ok(());
+        };
+        let clock = self.clock;
+        if let Some(p) = self
+            .pending
+            .iter_mut()
+            .rev()
+            .find(|p| p.record.kmsg.is_none() && joins(&p.record, &report, &clock))
+        {
+            merge_report(&mut p.record, &report, Some(&self.sampler));
+            self.store.update_kill(p.id, &p.record)?;
+            return Ok(());
+        }
+        self.unmatched.push((*report, wall_now_ns()));
+        Ok(())
+    }
+
+    /// Reports nobody claimed: kills from before the recorder started (or
+    /// whose tracepoint event was lost) become kernel-log-only records,
+    /// unless the store has them already.
+    fn settle_unmatched(&mut self, now_ns: i64, all: bool) -> Result<(), StoreError> {
+        let (due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.unmatched)
+            .into_iter()
+            .partition(|(_, seen)| all || now_ns - seen >= UNMATCHED_NS);
+        self.unmatched = keep;
+        for (report, _) in due {
+            let ts = self.clock.kmsg_to_wall(report.ts_us);
+            match self
+                .store
+                .find_kill(report.killed.pid, ts, JOIN_WINDOW_NS)?
+            {
+                Some(_) => {}
+                None => {
+                    let rec = kill_from_report(&report, &self.clock, Some(&self.model));
+                    self.store.insert_kill(&rec, &[], now_ns)?;
+                    self.summary.kmsg_only_kills += 1;
+                    tracing::info!(
+                        "kill found in the kernel log: {} (pid {})",
+                        rec.victim.comm,
+                        rec.victim.pid
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), StoreError> {
+        let events = std::mem::take(&mut self.buffer);
+        self.store.insert_events(Some(self.session_id), &events)
+    }
+
+    fn tick(&mut self) -> Result<(), StoreError> {
+        self.ticks += 1;
+        let now = wall_now_ns();
+        let per_min = (60.0 / self.opts.sample_interval.as_secs_f64())
+            .ceil()
+            .max(1.0) as u64;
+        if self.ticks % per_min == 0 {
+            self.clock = Clock::now();
+        }
+        let counters = self.memcg.as_ref().map(|m| m.read()).unwrap_or_default();
+        let mut paths = self.model.memcgs_in_use();
+        paths.extend(self.opts.cgroups.iter().cloned());
+        self.sampler
+            .sample(paths.iter().map(String::as_str), &counters, now);
+        self.read_drops(now)?;
+        self.flush()?;
+        self.pending.retain(|p| now - p.record.ts_ns < PENDING_NS);
+        self.settle_unmatched(now, false)?;
+        self.model.prune(now);
+        if self.ticks % 10 == 1 {
+            self.store.heartbeat(self.session_id, now)?;
+        }
+        if self.ticks % per_min == 1 {
+            let n = self.store.enforce_retention(
+                now,
+                self.opts.retention.as_nanos() as i64,
+                self.opts.max_store_bytes,
+            )?;
+            if n > 0 {
+                tracing::debug!("retention removed {n} rows");
+            }
+        }
+        Ok(())
+    }
+
+    fn read_drops(&mut self, now: i64) -> Result<(), StoreError> {
+        let Some(d) = &self.drops else { return Ok(()) };
+        let cur = match d.read() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("reading drop counters: {e}");
+                return Ok(());
+            }
+        };
+        for (ring, before, after) in [
+            ("critical", self.last_drops.critical, cur.critical),
+            ("data", self.last_drops.data, cur.data),
+        ] {
+            if after > before {
+                let row = DropRow {
+                    ring: ring.into(),
+                    count: after - before,
+                    from_ns: self.last_drops_ns,
+                    to_ns: now,
+                };
+                tracing::warn!(
+                    "{} events lost on the {ring} ring (ring buffer full)",
+                    row.count
+                );
+                self.store.insert_drops(self.session_id, &row)?;
+            }
+        }
+        self.last_drops = cur;
+        self.last_drops_ns = now;
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<EngineSummary, StoreError> {
+        let now = wall_now_ns();
+        self.read_drops(now)?;
+        self.flush()?;
+        self.settle_unmatched(now, true)?;
+        self.store.end_session(self.session_id, wall_now_ns())?;
+        self.summary.drops = self.last_drops;
+        self.summary.model = self.model.stats;
+        self.summary.model_entries = self.model.len();
+        self.summary.model_live = self.model.live().count();
+        Ok(self.summary)
+    }
+}
+
+/// Whether a kernel report is about the kill in `rec`.
+fn joins(rec: &KillRecord, report: &OomReport, clock: &Clock) -> bool {
+    rec.killer.kind == "kernel_oom"
+        && rec.victim.pid == report.killed.pid
+        && (rec.ts_ns - clock.kmsg_to_wall(report.ts_us)).abs() < JOIN_WINDOW_NS
+}

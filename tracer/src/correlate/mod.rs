@@ -1,0 +1,437 @@
+//! Joins what the probes saw with the process model, the cgroup sampler and
+//! the kernel's own OOM report into one [`KillRecord`] per kill.
+
+pub mod engine;
+pub mod record;
+
+use tracer_common::{OomVictim, SignalKill, victim_field};
+
+use crate::{
+    collect::{decode::c_str, kmsg::OomReport},
+    model::{Process, ProcessTable, proc, sampler::Sampler},
+    time::Clock,
+};
+use record::{KillRecord, Killer, MemcgAtKill, ProcRef, TaskAtKill, Trigger, Victim, VictimMemory};
+
+/// How far back the lead-up goes.
+pub const LEADUP_NS: i64 = 60_000_000_000;
+
+/// `si_code` of a signal the kernel itself sent (the OOM killer's SIGKILL).
+pub const SI_KERNEL: i32 = 0x80;
+
+/// What the correlator reads.
+pub struct Context<'a> {
+    /// Clock offsets.
+    pub clock: &'a Clock,
+    /// The process model.
+    pub model: &'a ProcessTable,
+    /// The cgroup sampler.
+    pub sampler: &'a Sampler,
+    /// The recording session.
+    pub session_id: Option<i64>,
+    /// Now, wall ns.
+    pub now_ns: i64,
+}
+
+fn proc_ref(pid: u32, comm: String, p: Option<&Process>) -> ProcRef {
+    ProcRef {
+        pid,
+        comm,
+        cmdline: p.map(|p| p.info.cmdline.clone()).filter(|c| !c.is_empty()),
+        memcg: p.and_then(|p| p.memcg.clone()),
+        owner: p.map(|p| p.owner.clone()).filter(|o| !o.is_empty()),
+    }
+}
+
+fn victim_from(pid: u32, comm: String, p: Option<&Process>) -> Victim {
+    Victim {
+        pid,
+        comm: if comm.is_empty() {
+            p.map(|p| p.info.comm.clone()).unwrap_or_default()
+        } else {
+            comm
+        },
+        cmdline: p.map(|p| p.info.cmdline.clone()).filter(|c| !c.is_empty()),
+        exe: p.and_then(|p| p.info.exe.clone()),
+        uid: p.map(|p| p.info.uid),
+        memcg: p.and_then(|p| p.memcg.clone()),
+        owner: p.map(|p| p.owner.clone()).filter(|o| !o.is_empty()),
+        ..Default::default()
+    }
+}
+
+/// Maps the kernel's constraint names to ours.
+pub fn constraint_name(kernel: &str) -> &'static str {
+    match kernel {
+        "CONSTRAINT_MEMCG" => "memcg",
+        "CONSTRAINT_CPUSET" => "cpuset",
+        "CONSTRAINT_MEMORY_POLICY" => "mempolicy",
+        _ => "global",
+    }
+}
+
+/// The memcg most likely to have hit its limit: the victim's, or the
+/// nearest ancestor whose last sample was at (or within 2 MiB of) its limit.
+fn limited_memcg(ctx: &Context<'_>, memcg: &str) -> Option<String> {
+    let mut path = memcg;
+    loop {
+        if let Some(s) = ctx.sampler.window(path, ctx.now_ns - LEADUP_NS).last()
+            && let Some(limit) = s.limit_bytes
+            && s.usage_bytes + (2 << 20) >= limit
+        {
+            return Some(path.to_string());
+        }
+        match path.rfind('/') {
+            Some(0) | None => return None,
+            Some(i) => path = &path[..i],
+        }
+    }
+}
+
+/// The memcg figures from the sampler's last reading of `path`.
+fn sampled_memcg(
+    ctx: &Context<'_>,
+    path: &str,
+    at_ns: i64,
+) -> (
+    Option<MemcgAtKill>,
+    Vec<crate::model::sampler::CgroupSample>,
+) {
+    let leadup = ctx.sampler.window(path, at_ns - LEADUP_NS);
+    let last = leadup
+        .iter()
+        .rev()
+        .find(|s| s.ts_ns <= at_ns)
+        .or(leadup.last());
+    let memcg = MemcgAtKill {
+        path: path.to_string(),
+        limit_bytes: last.and_then(|s| s.limit_bytes),
+        usage_bytes: last.map(|s| s.usage_bytes),
+        failcnt: last.and_then(|s| s.failcnt),
+        source: "sample".into(),
+        age_ms: last.map(|s| (at_ns - s.ts_ns) / 1_000_000),
+    };
+    (Some(memcg), leadup)
+}
+
+/// Tasks of the memcg from the model, with RSS read from /proc now.
+fn tasks_from_model(
+    ctx: &Context<'_>,
+    path: &str,
+    victim_pid: u32,
+    victim_mem: &VictimMemory,
+) -> Vec<TaskAtKill> {
+    let mut out: Vec<TaskAtKill> = ctx
+        .model
+        .in_memcg(path, ctx.now_ns - 5_000_000_000)
+        .filter_map(|p| {
+            let pid = p.info.pid;
+            if pid == victim_pid {
+                return Some(TaskAtKill {
+                    pid,
+                    comm: p.info.comm.clone(),
+                    rss_kb: victim_mem.rss_kb().unwrap_or(0),
+                    anon_kb: victim_mem.anon_rss_kb,
+                    file_kb: victim_mem.file_rss_kb,
+                    shmem_kb: victim_mem.shmem_rss_kb,
+                    oom_score_adj: None,
+                    victim: true,
+                });
+            }
+            let m = proc::read_status_mem(pid)?;
+            Some(TaskAtKill {
+                pid,
+                comm: p.info.comm.clone(),
+                rss_kb: m.rss_kb,
+                anon_kb: Some(m.anon_kb),
+                file_kb: Some(m.file_kb),
+                shmem_kb: Some(m.shmem_kb),
+                oom_score_adj: None,
+                victim: false,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| b.rss_kb.cmp(&a.rss_kb));
+    out
+}
+
+/// A kill from `oom:mark_victim`, before the kernel's report is joined.
+pub fn kill_from_victim(ctx: &Context<'_>, ev: &OomVictim) -> KillRecord {
+    let ts_ns = ctx.clock.boot_to_wall(ev.header.ts_boot_ns);
+    let has = |bit: u16| ev.present & bit != 0;
+    let p = ctx.model.get(ev.victim_pid);
+    let comm = if has(victim_field::COMM) {
+        c_str(&ev.victim_comm)
+    } else {
+        String::new()
+    };
+    let mut victim = victim_from(ev.victim_pid, comm, p);
+    if has(victim_field::UID) {
+        victim.uid = Some(ev.uid);
+    }
+    if has(victim_field::OOM_SCORE_ADJ) {
+        victim.oom_score_adj = Some(i32::from(ev.oom_score_adj));
+    }
+    victim.memory = VictimMemory {
+        anon_rss_kb: has(victim_field::RSS).then_some(ev.anon_rss_kb),
+        file_rss_kb: has(victim_field::RSS).then_some(ev.file_rss_kb),
+        shmem_rss_kb: has(victim_field::RSS).then_some(ev.shmem_rss_kb),
+        total_vm_kb: has(victim_field::TOTAL_VM).then_some(ev.total_vm_kb),
+        pgtables_kb: has(victim_field::PGTABLES).then_some(ev.pgtables_kb),
+        source: has(victim_field::RSS).then(|| "tracepoint".into()),
+    };
+    let trig_pid = ev.header.pid;
+    let trigger = Trigger {
+        task: proc_ref(trig_pid, c_str(&ev.header.comm), ctx.model.get(trig_pid)),
+        gfp_mask: None,
+        order: None,
+    };
+    let mut gaps = Vec::new();
+    let (constraint, memcg, leadup, tasks) = match victim.memcg.clone() {
+        Some(vm) => {
+            let limited = limited_memcg(ctx, &vm);
+            let path = limited.clone().unwrap_or(vm);
+            let (m, leadup) = sampled_memcg(ctx, &path, ts_ns);
+            let tasks = tasks_from_model(ctx, &path, victim.pid, &victim.memory);
+            (
+                if limited.is_some() { "memcg" } else { "global" },
+                m,
+                leadup,
+                tasks,
+            )
+        }
+        None => {
+            gaps.push("the victim's cgroup is unknown (it was not in the process model)".into());
+            ("global", None, Vec::new(), Vec::new())
+        }
+    };
+    gaps.push("waiting for the kernel's OOM report; constraint and memcg figures are inferred from samples".into());
+    KillRecord {
+        ts_ns,
+        source: "tracepoint".into(),
+        killer: Killer {
+            kind: "kernel_oom".into(),
+            constraint: Some(constraint.into()),
+            sender: None,
+            signal_code: None,
+        },
+        victim,
+        trigger: Some(trigger),
+        memcg,
+        tasks,
+        leadup,
+        reaping: None,
+        kmsg: None,
+        session_id: ctx.session_id,
+        tracepoint_ns: Some(ts_ns),
+        gaps,
+    }
+}
+
+/// A kill by a SIGKILL from userspace; `None` for the kernel's own
+/// SIGKILLs (the OOM killer's are recorded from `mark_victim`) and for
+/// signals that were not delivered.
+pub fn kill_from_signal(ctx: &Context<'_>, ev: &SignalKill) -> Option<KillRecord> {
+    if ev.code == SI_KERNEL || ev.result != 0 {
+        return None;
+    }
+    let ts_ns = ctx.clock.boot_to_wall(ev.header.ts_boot_ns);
+    let sender_pid = ev.header.pid;
+    let sender = proc_ref(
+        sender_pid,
+        c_str(&ev.header.comm),
+        ctx.model.get(sender_pid),
+    );
+    let p = ctx.model.get(ev.target_pid);
+    let mut victim = victim_from(ev.target_pid, c_str(&ev.target_comm), p);
+    let mut gaps = Vec::new();
+    match proc::read_status_mem(ev.target_pid) {
+        Some(m) => {
+            victim.memory = VictimMemory {
+                anon_rss_kb: Some(m.anon_kb),
+                file_rss_kb: Some(m.file_kb),
+                shmem_rss_kb: Some(m.shmem_kb),
+                source: Some("proc".into()),
+                ..Default::default()
+            }
+        }
+        None => gaps
+            .push("the victim's memory is unknown: it was gone before /proc could be read".into()),
+    }
+    let (memcg, leadup, tasks) = match victim.memcg.clone() {
+        Some(path) => {
+            let (m, leadup) = sampled_memcg(ctx, &path, ts_ns);
+            let tasks = tasks_from_model(ctx, &path, victim.pid, &victim.memory);
+            (m, leadup, tasks)
+        }
+        None => (None, Vec::new(), Vec::new()),
+    };
+    Some(KillRecord {
+        ts_ns,
+        source: "signal".into(),
+        killer: Killer {
+            kind: "userspace".into(),
+            constraint: None,
+            sender: Some(sender),
+            signal_code: Some(ev.code),
+        },
+        victim,
+        trigger: None,
+        memcg,
+        tasks,
+        leadup,
+        reaping: None,
+        kmsg: None,
+        session_id: ctx.session_id,
+        tracepoint_ns: Some(ts_ns),
+        gaps,
+    })
+}
+
+/// The system page size.
+pub fn page_kb() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    (if size > 0 { size as u64 } else { 4096 }) / 1024
+}
+
+/// Joins the kernel's report into a kill record: constraint, the memcg at
+/// the kill, the task table, the trigger's allocation, and the victim's
+/// figures where the tracepoint lacked them.
+pub fn merge_report(rec: &mut KillRecord, report: &OomReport, sampler: Option<&Sampler>) {
+    let page_kb = page_kb();
+    if !rec.source.contains("kmsg") {
+        rec.source = if rec.source.is_empty() {
+            "kmsg".into()
+        } else {
+            format!("{}+kmsg", rec.source)
+        };
+    }
+    rec.gaps
+        .retain(|g| !g.starts_with("waiting for the kernel's OOM report"));
+    rec.killer.kind = "kernel_oom".into();
+    rec.killer.constraint = Some(constraint_name(report.constraint()).into());
+    let k = &report.killed;
+    let v = &mut rec.victim;
+    if v.comm.is_empty() {
+        v.comm = k.comm.clone();
+    }
+    v.uid = v.uid.or(k.uid);
+    v.oom_score_adj = v.oom_score_adj.or(k.oom_score_adj);
+    if v.memory.source.is_none() && k.anon_rss_kb.is_some() {
+        v.memory = VictimMemory {
+            anon_rss_kb: k.anon_rss_kb,
+            file_rss_kb: k.file_rss_kb,
+            shmem_rss_kb: k.shmem_rss_kb,
+            total_vm_kb: k.total_vm_kb,
+            pgtables_kb: k.pgtables_kb,
+            source: Some("kmsg".into()),
+        };
+    }
+    if let Some(s) = &report.summary {
+        if v.memcg.is_none() {
+            v.memcg = s.task_memcg.clone();
+        }
+        if v.owner.is_none()
+            && let Some(m) = &s.task_memcg
+        {
+            let o = crate::model::cgroup::owner_of(m);
+            v.owner = (!o.is_empty()).then_some(o);
+        }
+    }
+    let trigger = rec.trigger.get_or_insert_with(Trigger::default);
+    if let Some(c) = &report.trigger_comm
+        && trigger.task.comm.is_empty()
+    {
+        trigger.task.comm = c.clone();
+    }
+    if let Some(pid) = report.trigger_pid
+        && trigger.task.pid == 0
+    {
+        trigger.task.pid = pid;
+    }
+    trigger.gfp_mask = report.gfp_mask.clone();
+    trigger.order = report.order;
+
+    let memcg_path = report
+        .summary
+        .as_ref()
+        .and_then(|s| s.oom_memcg.clone())
+        .or_else(|| report.stats_for.clone());
+    if let (Some(path), Some(m)) = (&memcg_path, &report.memory) {
+        rec.memcg = Some(MemcgAtKill {
+            path: path.clone(),
+            limit_bytes: Some(m.limit_kb * 1024).filter(|&l| l < (1 << 62)),
+            usage_bytes: Some(m.usage_kb * 1024),
+            failcnt: Some(m.failcnt),
+            source: "kmsg".into(),
+            age_ms: None,
+        });
+        if let Some(sampler) = sampler {
+            let lead = sampler.window(path, rec.ts_ns - LEADUP_NS);
+            if !lead.is_empty() {
+                rec.leadup = lead
+                    .into_iter()
+                    .filter(|s| s.ts_ns <= rec.ts_ns + 1_000_000_000)
+                    .collect();
+            }
+        }
+    } else if report
+        .summary
+        .as_ref()
+        .is_some_and(|s| s.constraint != "CONSTRAINT_MEMCG")
+    {
+        // A global OOM: the memcg figures we inferred do not apply.
+        rec.memcg = None;
+    }
+    if !report.tasks.is_empty() {
+        let mut tasks: Vec<TaskAtKill> = report
+            .tasks
+            .iter()
+            .map(|t| TaskAtKill {
+                pid: t.tgid,
+                comm: t.name.clone(),
+                rss_kb: t.rss_pages * page_kb,
+                anon_kb: t.rss_anon_pages.map(|p| p * page_kb),
+                file_kb: t.rss_file_pages.map(|p| p * page_kb),
+                shmem_kb: t.rss_shmem_pages.map(|p| p * page_kb),
+                oom_score_adj: Some(t.oom_score_adj),
+                victim: t.tgid == k.pid,
+            })
+            .collect();
+        tasks.sort_by(|a, b| b.rss_kb.cmp(&a.rss_kb));
+        tasks.dedup_by_key(|t| t.pid);
+        rec.tasks = tasks;
+    }
+    rec.kmsg = Some(report.clone());
+}
+
+/// A kill known only from the kernel log.
+pub fn kill_from_report(
+    report: &OomReport,
+    clock: &Clock,
+    model: Option<&ProcessTable>,
+) -> KillRecord {
+    let ts_ns = clock.kmsg_to_wall(report.ts_us);
+    let p = model.and_then(|m| m.get(report.killed.pid));
+    let mut rec = KillRecord {
+        ts_ns,
+        source: String::new(),
+        victim: victim_from(report.killed.pid, report.killed.comm.clone(), p),
+        ..Default::default()
+    };
+    rec.trigger = report.trigger_comm.as_ref().map(|c| Trigger {
+        task: ProcRef {
+            pid: report.trigger_pid.unwrap_or(0),
+            comm: c.clone(),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    merge_report(&mut rec, report, None);
+    rec.gaps.push("found in the kernel log only: no lead-up samples, process details from the kernel's report".into());
+    if report.summary.is_none() {
+        rec.gaps.push("the kernel printed no OOM header for this kill (rate-limited): no memcg figures or task table".into());
+    }
+    rec
+}

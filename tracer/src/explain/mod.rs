@@ -1,0 +1,560 @@
+//! `explain`: turns a recorded kill into a report a person can act on, in
+//! text or JSON, with a short verdict and everything that is not known.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::{
+    correlate::record::{KillRecord, TaskAtKill},
+    store::{DropRow, Session},
+    time::format_wall,
+};
+
+/// The short answer: why it died.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    /// `own_growth`, `neighbour`, `node_pressure`, `page_cache_shmem`,
+    /// `userspace_kill`, or `unknown`.
+    pub cause: &'static str,
+    /// One or two sentences.
+    pub summary: String,
+}
+
+/// A kill with everything `explain` prints about it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Explanation {
+    /// Store id (none for `--kmsg`).
+    pub id: Option<i64>,
+    /// The record.
+    pub kill: KillRecord,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Events the probes lost around the kill.
+    pub drops: Vec<DropRow>,
+    /// Whether a recorder was running at the time.
+    pub recorder_running: Option<bool>,
+}
+
+/// Human-readable bytes.
+pub fn bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn kb(v: Option<u64>) -> String {
+    v.map(|k| bytes(k * 1024)).unwrap_or_else(|| "?".into())
+}
+
+/// Growth of the memcg over the lead-up: (first, last, bytes per second).
+pub fn growth(k: &KillRecord) -> Option<(u64, u64, f64)> {
+    let first = k.leadup.first()?;
+    let last = k.leadup.last()?;
+    let dt = (last.ts_ns - first.ts_ns) as f64 / 1e9;
+    (dt > 0.0).then(|| {
+        (
+            first.usage_bytes,
+            last.usage_bytes,
+            (last.usage_bytes as f64 - first.usage_bytes as f64) / dt,
+        )
+    })
+}
+
+/// Decides the verdict from what was recorded.
+pub fn verdict(k: &KillRecord) -> Verdict {
+    if k.killer.kind == "userspace" {
+        let s = k.killer.sender.as_ref();
+        let who = s
+            .map(|s| format!("{} (pid {})", s.comm, s.pid))
+            .unwrap_or_else(|| "an unknown process".into());
+        return Verdict {
+            cause: "userspace_kill",
+            summary: format!("killed by {who} with SIGKILL, not by the kernel OOM killer"),
+        };
+    }
+    let victim_kb = k
+        .victim
+        .memory
+        .rss_kb()
+        .or_else(|| k.tasks.iter().find(|t| t.victim).map(|t| t.rss_kb));
+    let constraint = k.killer.constraint.as_deref().unwrap_or("global");
+    if constraint == "global" {
+        let held = victim_kb
+            .map(|v| format!("; the victim held {} of RSS", bytes(v * 1024)))
+            .unwrap_or_default();
+        return Verdict {
+            cause: "node_pressure",
+            summary: format!("the whole node ran out of memory{held}"),
+        };
+    }
+    if constraint != "memcg" {
+        return Verdict {
+            cause: "node_pressure",
+            summary: format!(
+                "allocation failed under a {constraint} constraint (restricted NUMA nodes)"
+            ),
+        };
+    }
+    let usage_kb = k
+        .memcg
+        .as_ref()
+        .and_then(|m| m.usage_bytes)
+        .map(|b| b / 1024);
+    let mem = &k.victim.memory;
+    if let (Some(shmem), Some(anon)) = (mem.shmem_rss_kb, mem.anon_rss_kb)
+        && shmem > anon
+    {
+        return Verdict {
+            cause: "page_cache_shmem",
+            summary: format!(
+                "shared memory: the victim's shmem RSS ({}) exceeds its anonymous memory ({})",
+                kb(Some(shmem)),
+                kb(Some(anon))
+            ),
+        };
+    }
+    let tasks_kb: u64 = k.tasks.iter().map(|t| t.rss_kb).sum();
+    if let Some(usage) = usage_kb
+        && usage > 0
+        && tasks_kb * 2 < usage
+    {
+        return Verdict {
+            cause: "page_cache_shmem",
+            summary: format!(
+                "page cache or shared memory: the tasks' RSS ({}) is under half of the cgroup's usage ({})",
+                kb(Some(tasks_kb)),
+                kb(Some(usage))
+            ),
+        };
+    }
+    let neighbours: Vec<&TaskAtKill> = k
+        .tasks
+        .iter()
+        .filter(|t| !t.victim && t.pid != k.victim.pid)
+        .collect();
+    let neighbour_kb: u64 = neighbours.iter().map(|t| t.rss_kb).sum();
+    let Some(victim_kb) = victim_kb else {
+        return Verdict {
+            cause: "unknown",
+            summary: "the victim's memory at the kill is unknown".into(),
+        };
+    };
+    let share = usage_kb
+        .filter(|&u| u > 0)
+        .map(|u| {
+            // RSS counts shared file pages the cgroup may not be charged
+            // for: past 100% show the two figures instead of a share.
+            let pct = victim_kb as f64 * 100.0 / u as f64;
+            if pct <= 100.0 {
+                format!(" ({pct:.0}% of the cgroup's usage)")
+            } else {
+                format!(" (the cgroup was charged {})", bytes(u * 1024))
+            }
+        })
+        .unwrap_or_default();
+    let grew = growth(k)
+        .filter(|(a, b, _)| b > a)
+        .map(|(a, b, rate)| {
+            format!(
+                "; the cgroup grew from {} to {} at {}/s before the kill",
+                bytes(a),
+                bytes(b),
+                bytes(rate as u64)
+            )
+        })
+        .unwrap_or_default();
+    if victim_kb >= neighbour_kb {
+        Verdict {
+            cause: "own_growth",
+            summary: format!(
+                "the victim's own growth: it held {}{share}, more than the rest of its cgroup together{grew}",
+                bytes(victim_kb * 1024)
+            ),
+        }
+    } else {
+        let big = neighbours
+            .iter()
+            .max_by_key(|t| t.rss_kb)
+            .expect("neighbour_kb > 0 means one exists");
+        Verdict {
+            cause: "neighbour",
+            summary: format!(
+                "a neighbour in the same cgroup: {} (pid {}) held {}, the victim only {}{grew}",
+                big.comm,
+                big.pid,
+                bytes(big.rss_kb * 1024),
+                bytes(victim_kb * 1024)
+            ),
+        }
+    }
+}
+
+/// Whether any session covered `ts_ns` (a session that died without a
+/// clean end is taken to have run until 15 s after its last heartbeat).
+pub fn recorder_running(sessions: &[Session], ts_ns: i64) -> bool {
+    sessions.iter().any(|s| {
+        s.started_ns <= ts_ns && ts_ns <= s.ended_ns.unwrap_or(s.last_seen_ns + 15_000_000_000)
+    })
+}
+
+/// Builds the explanation of a kill.
+pub fn explain(
+    id: Option<i64>,
+    kill: KillRecord,
+    drops: Vec<DropRow>,
+    recorder_running: Option<bool>,
+) -> Explanation {
+    let verdict = verdict(&kill);
+    Explanation {
+        id,
+        kill,
+        verdict,
+        drops,
+        recorder_running,
+    }
+}
+
+/// A command line on one line (newlines shown as `\n`), cut at `max` chars.
+fn one_line(s: &str, max: usize) -> String {
+    let flat = s.trim().replace('\n', "\\n");
+    if flat.chars().count() > max {
+        format!("{}...", flat.chars().take(max).collect::<String>())
+    } else {
+        flat
+    }
+}
+
+fn killer_line(k: &KillRecord) -> String {
+    match k.killer.kind.as_str() {
+        "userspace" => {
+            let s = k.killer.sender.as_ref();
+            let name = s
+                .map(|s| format!("{} (pid {})", s.comm, s.pid))
+                .unwrap_or_else(|| "?".into());
+            let cmd = s
+                .and_then(|s| s.cmdline.as_deref())
+                .map(|c| format!(": {}", one_line(c, 120)))
+                .unwrap_or_default();
+            format!("{name} sent SIGKILL{cmd}")
+        }
+        _ => format!(
+            "kernel OOM killer, constraint {}",
+            k.killer.constraint.as_deref().unwrap_or("?")
+        ),
+    }
+}
+
+/// Renders one explanation as text.
+pub fn render_text(e: &Explanation) -> String {
+    let k = &e.kill;
+    let v = &k.victim;
+    let mut o = String::new();
+    let by = if k.killer.kind == "userspace" {
+        "killed with SIGKILL"
+    } else {
+        "killed by the kernel OOM killer"
+    };
+    let _ = writeln!(
+        o,
+        "{} {} (pid {}) {by}",
+        format_wall(k.ts_ns),
+        v.comm,
+        v.pid
+    );
+    let _ = writeln!(o);
+    let uid = v.uid.map(|u| format!(", uid {u}")).unwrap_or_default();
+    let _ = writeln!(o, "  victim     {} (pid {}{uid})", v.comm, v.pid);
+    if let Some(c) = &v.cmdline {
+        let _ = writeln!(o, "  command    {}", one_line(c, 200));
+    }
+    if let Some(m) = &v.memcg {
+        let owner = v
+            .owner
+            .as_ref()
+            .and_then(|o| o.short())
+            .map(|s| format!("  [{s}]"))
+            .unwrap_or_default();
+        let _ = writeln!(o, "  cgroup     {m}{owner}");
+    }
+    let mem = &v.memory;
+    let adj = v
+        .oom_score_adj
+        .map(|a| format!(", oom_score_adj {a}"))
+        .unwrap_or_default();
+    let src = mem
+        .source
+        .as_deref()
+        .map(|s| format!(" (from {s})"))
+        .unwrap_or_default();
+    let _ = writeln!(
+        o,
+        "  memory     RSS {} = anon {} + file {} + shmem {}; page tables {}{adj}{src}",
+        kb(mem.rss_kb()),
+        kb(mem.anon_rss_kb),
+        kb(mem.file_rss_kb),
+        kb(mem.shmem_rss_kb),
+        kb(mem.pgtables_kb)
+    );
+    let _ = writeln!(o, "  killed by  {}", killer_line(k));
+    if let Some(t) = &k.trigger {
+        let alloc = match (&t.gfp_mask, t.order) {
+            (Some(g), Some(ord)) => format!(", allocating gfp_mask={g} order={ord}"),
+            _ => String::new(),
+        };
+        let who = if t.task.pid == v.pid {
+            " (the victim itself)"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            o,
+            "  trigger    {} (pid {}){who}{alloc}",
+            t.task.comm, t.task.pid
+        );
+    }
+    if let Some(m) = &k.memcg {
+        let limit = m
+            .limit_bytes
+            .map(bytes)
+            .unwrap_or_else(|| "no limit".into());
+        let usage = m.usage_bytes.map(bytes).unwrap_or_else(|| "?".into());
+        let fail = m
+            .failcnt
+            .map(|f| format!(", failcnt {f}"))
+            .unwrap_or_default();
+        let src = match (m.source.as_str(), m.age_ms) {
+            ("kmsg", _) => "kernel report at the kill".to_string(),
+            (_, Some(age)) => format!("last sample, {age} ms before the kill"),
+            _ => "last sample".to_string(),
+        };
+        let _ = writeln!(
+            o,
+            "  memcg      {}: usage {usage} of limit {limit}{fail} ({src})",
+            m.path
+        );
+    }
+    if !k.tasks.is_empty() {
+        let _ = writeln!(o);
+        let _ = writeln!(o, "  tasks in the cgroup at the kill:");
+        let _ = writeln!(
+            o,
+            "  {:>8}  {:>10}  {:>10}  {:>10}  {:>10}  {:>5}  NAME",
+            "PID", "RSS", "ANON", "FILE", "SHMEM", "ADJ"
+        );
+        for t in &k.tasks {
+            let adj = t
+                .oom_score_adj
+                .map(|a| a.to_string())
+                .unwrap_or_else(|| "?".into());
+            let mark = if t.victim || t.pid == v.pid {
+                "  <- victim"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                o,
+                "  {:>8}  {:>10}  {:>10}  {:>10}  {:>10}  {:>5}  {}{mark}",
+                t.pid,
+                kb(Some(t.rss_kb)),
+                kb(t.anon_kb),
+                kb(t.file_kb),
+                kb(t.shmem_kb),
+                adj,
+                t.comm
+            );
+        }
+    }
+    if !k.leadup.is_empty() {
+        let _ = writeln!(o);
+        let secs = (k.ts_ns - k.leadup[0].ts_ns) / 1_000_000_000;
+        let _ = writeln!(o, "  lead-up (last {secs} s of cgroup usage):");
+        let step = (k.leadup.len() / 8).max(1);
+        let mut line = String::from("   ");
+        for (i, s) in k.leadup.iter().enumerate() {
+            if i % step == 0 || i + 1 == k.leadup.len() {
+                let _ = write!(
+                    line,
+                    " {:+.0}s {}",
+                    (s.ts_ns - k.ts_ns) as f64 / 1e9,
+                    bytes(s.usage_bytes)
+                );
+            }
+        }
+        let _ = writeln!(o, "{line}");
+        if let Some((a, b, rate)) = growth(k) {
+            let sign = if b >= a { "+" } else { "-" };
+            let _ = writeln!(o, "    growth {sign}{}/s", bytes(rate.abs() as u64));
+        }
+        let first_scan = k.leadup.first().and_then(|s| s.reclaim_scanned);
+        let last_scan = k.leadup.last().and_then(|s| s.reclaim_scanned);
+        if let (Some(a), Some(b)) = (first_scan, last_scan)
+            && b > a
+        {
+            let _ = writeln!(
+                o,
+                "    reclaim scanned {} pages in the cgroup over the lead-up",
+                b - a
+            );
+        }
+    }
+    if let Some(r) = &k.reaping
+        && let (Some(s), Some(f)) = (r.start_ns, r.finish_ns)
+    {
+        let _ = writeln!(
+            o,
+            "  reaping    the oom_reaper freed the victim's memory in {:.1} ms",
+            (f - s) as f64 / 1e6
+        );
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(o, "  verdict    {}", e.verdict.summary);
+    let mut unknown = k.gaps.clone();
+    for d in &e.drops {
+        unknown.push(format!(
+            "{} events lost on the {} ring between {} and {}",
+            d.count,
+            d.ring,
+            format_wall(d.from_ns),
+            format_wall(d.to_ns)
+        ));
+    }
+    if e.recorder_running == Some(false) {
+        unknown.push("tracer was not recording at that time".into());
+    }
+    for g in unknown {
+        let _ = writeln!(o, "  not known  {g}");
+    }
+    let _ = writeln!(o, "  source     {}", k.source);
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::correlate::record::{Killer, MemcgAtKill, Victim, VictimMemory};
+
+    fn task(pid: u32, rss_kb: u64, victim: bool) -> TaskAtKill {
+        TaskAtKill {
+            pid,
+            comm: format!("t{pid}"),
+            rss_kb,
+            victim,
+            ..Default::default()
+        }
+    }
+
+    fn memcg_kill(victim_kb: u64, tasks: Vec<TaskAtKill>, usage_kb: u64) -> KillRecord {
+        KillRecord {
+            killer: Killer {
+                kind: "kernel_oom".into(),
+                constraint: Some("memcg".into()),
+                ..Default::default()
+            },
+            victim: Victim {
+                pid: 1,
+                comm: "big".into(),
+                memory: VictimMemory {
+                    anon_rss_kb: Some(victim_kb),
+                    file_rss_kb: Some(0),
+                    shmem_rss_kb: Some(0),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            memcg: Some(MemcgAtKill {
+                path: "/x".into(),
+                usage_bytes: Some(usage_kb * 1024),
+                source: "kmsg".into(),
+                ..Default::default()
+            }),
+            tasks,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn verdicts() {
+        let own = memcg_kill(
+            50_000,
+            vec![task(1, 50_000, true), task(2, 10_000, false)],
+            62_000,
+        );
+        assert_eq!(verdict(&own).cause, "own_growth");
+        let neighbour = memcg_kill(
+            5_000,
+            vec![task(1, 5_000, true), task(2, 55_000, false)],
+            62_000,
+        );
+        let v = verdict(&neighbour);
+        assert_eq!(v.cause, "neighbour");
+        assert!(v.summary.contains("t2 (pid 2)"), "{}", v.summary);
+        let cache = memcg_kill(5_000, vec![task(1, 5_000, true)], 60_000);
+        assert_eq!(verdict(&cache).cause, "page_cache_shmem");
+        let mut global = own.clone();
+        global.killer.constraint = Some("global".into());
+        assert_eq!(verdict(&global).cause, "node_pressure");
+        let mut shm = own.clone();
+        shm.victim.memory.shmem_rss_kb = Some(80_000);
+        assert_eq!(verdict(&shm).cause, "page_cache_shmem");
+        let mut user = own;
+        user.killer = Killer {
+            kind: "userspace".into(),
+            ..Default::default()
+        };
+        assert_eq!(verdict(&user).cause, "userspace_kill");
+    }
+
+    #[test]
+    fn recorder_coverage() {
+        let s = [Session {
+            id: 1,
+            started_ns: 100,
+            last_seen_ns: 200,
+            ended_ns: None,
+        }];
+        assert!(recorder_running(&s, 150));
+        assert!(
+            recorder_running(&s, 200 + 14_000_000_000),
+            "grace after the last heartbeat"
+        );
+        assert!(!recorder_running(&s, 50));
+        let ended = [Session {
+            id: 1,
+            started_ns: 100,
+            last_seen_ns: 200,
+            ended_ns: Some(200),
+        }];
+        assert!(!recorder_running(&ended, 300));
+    }
+
+    #[test]
+    fn text_never_shows_capacity_as_size_and_lists_tasks() {
+        let k = memcg_kill(
+            50_000,
+            vec![task(1, 50_000, true), task(2, 10_000, false)],
+            62_000,
+        );
+        let text = render_text(&explain(Some(1), k, vec![], Some(true)));
+        assert!(text.contains("RSS 48.8 MiB"), "{text}");
+        assert!(text.contains("<- victim"));
+        assert!(text.contains("t2"));
+        assert!(text.contains("verdict    the victim's own growth"));
+    }
+
+    #[test]
+    fn byte_units() {
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(64 << 20), "64.0 MiB");
+    }
+}

@@ -1,0 +1,408 @@
+//! Cgroups: where the hierarchies are mounted (v1, v2, hybrid), which
+//! memory cgroup a process is in, and who owns a cgroup (container runtime
+//! and id, Kubernetes pod and QoS class, systemd unit), from the path alone.
+
+use std::{
+    fs,
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+};
+
+use serde::{Deserialize, Serialize};
+
+/// How cgroups are laid out on this host.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CgroupLayout {
+    /// Mount point of the v1 memory controller, if any.
+    pub memory_v1: Option<PathBuf>,
+    /// Mount point of the v2 (unified) hierarchy, if any.
+    pub unified: Option<PathBuf>,
+    /// The unified hierarchy has the memory controller.
+    pub unified_has_memory: bool,
+}
+
+impl CgroupLayout {
+    /// Reads the layout from /proc/self/mountinfo.
+    pub fn detect() -> Self {
+        let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mut layout = Self::from_mountinfo(&text);
+        if let Some(u) = &layout.unified {
+            let controllers = fs::read_to_string(u.join("cgroup.controllers")).unwrap_or_default();
+            layout.unified_has_memory = controllers.split_whitespace().any(|c| c == "memory");
+        }
+        layout
+    }
+
+    /// Parses mountinfo text (the controllers file is not read).
+    pub fn from_mountinfo(text: &str) -> Self {
+        let mut layout = Self::default();
+        for line in text.lines() {
+            let Some((left, right)) = line.split_once(" - ") else {
+                continue;
+            };
+            let mount_point = left.split_whitespace().nth(4).map(PathBuf::from);
+            let mut r = right.split_whitespace();
+            let (fstype, _source, options) = (r.next(), r.next(), r.next().unwrap_or(""));
+            match fstype {
+                Some("cgroup2") if layout.unified.is_none() => layout.unified = mount_point,
+                Some("cgroup") if options.split(',').any(|o| o == "memory") => {
+                    layout.memory_v1 = mount_point;
+                }
+                _ => {}
+            }
+        }
+        layout
+    }
+
+    /// "v1", "v2", "hybrid" or "none", by where the memory controller is.
+    pub fn kind(&self) -> &'static str {
+        match (&self.memory_v1, &self.unified, self.unified_has_memory) {
+            (Some(_), Some(_), _) => "hybrid",
+            (Some(_), None, _) => "v1",
+            (None, Some(_), true) => "v2",
+            (None, Some(_), false) => "v2 (no memory controller)",
+            (None, None, _) => "none",
+        }
+    }
+
+    /// The directory of a memory cgroup path (as /proc/PID/cgroup names it).
+    pub fn memcg_dir(&self, path: &str) -> Option<PathBuf> {
+        let root = match (&self.memory_v1, &self.unified) {
+            (Some(v1), _) => v1,
+            (None, Some(u)) if self.unified_has_memory => u,
+            _ => return None,
+        };
+        Some(root.join(path.trim_start_matches('/')))
+    }
+
+    /// Whether the memory controller is v1 (else v2).
+    pub fn memory_is_v1(&self) -> bool {
+        self.memory_v1.is_some()
+    }
+
+    /// Finds the memory cgroup whose directory inode is `id` (the cgroup id
+    /// that memcg tracepoints report), searching from the memory root.
+    pub fn memcg_path_by_id(&self, id: u64) -> Option<String> {
+        let root = self.memcg_dir("/")?;
+        let mut stack = vec![root.clone()];
+        while let Some(dir) = stack.pop() {
+            if fs::metadata(&dir).is_ok_and(|m| m.ino() == id) {
+                let rel = dir.strip_prefix(&root).ok()?;
+                return Some(format!("/{}", rel.display()));
+            }
+            if let Ok(rd) = fs::read_dir(&dir) {
+                stack.extend(
+                    rd.flatten()
+                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                        .map(|e| e.path()),
+                );
+            }
+        }
+        None
+    }
+}
+
+/// The cgroups of one process, from /proc/PID/cgroup.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcCgroups {
+    /// Path in the v1 memory hierarchy.
+    pub memory_v1: Option<String>,
+    /// Path in the v2 hierarchy (`0::/path`).
+    pub unified: Option<String>,
+}
+
+impl ProcCgroups {
+    /// Parses /proc/PID/cgroup text.
+    pub fn parse(text: &str) -> Self {
+        let mut out = Self::default();
+        for line in text.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (Some(id), Some(controllers), Some(path)) =
+                (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            if id == "0" && controllers.is_empty() {
+                out.unified = Some(path.to_string());
+            } else if controllers.split(',').any(|c| c == "memory") {
+                out.memory_v1 = Some(path.to_string());
+            }
+        }
+        out
+    }
+
+    /// The path that holds the process's memory accounting.
+    pub fn memory_path(&self, layout: &CgroupLayout) -> Option<&str> {
+        if layout.memory_is_v1() {
+            self.memory_v1.as_deref()
+        } else {
+            self.unified.as_deref()
+        }
+    }
+}
+
+/// Who a cgroup belongs to.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    /// Container runtime: docker, containerd, cri-o, podman, nerdctl.
+    pub runtime: Option<String>,
+    /// Container id (full).
+    pub container_id: Option<String>,
+    /// Kubernetes pod UID (with dashes).
+    pub pod_uid: Option<String>,
+    /// Kubernetes QoS class: Guaranteed, Burstable, BestEffort.
+    pub qos: Option<String>,
+    /// systemd unit (service, scope or slice) that holds it, outside containers.
+    pub unit: Option<String>,
+}
+
+impl Owner {
+    /// Whether nothing was recognised.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// `docker ab12cd34ef56`, `pod 1b2c… (Burstable)`, `nginx.service`.
+    pub fn short(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if let (Some(rt), Some(id)) = (&self.runtime, &self.container_id) {
+            parts.push(format!("{rt} {}", &id[..id.len().min(12)]));
+        }
+        if let Some(pod) = &self.pod_uid {
+            let qos = self
+                .qos
+                .as_deref()
+                .map(|q| format!(" ({q})"))
+                .unwrap_or_default();
+            parts.push(format!("pod {pod}{qos}"));
+        }
+        if parts.is_empty()
+            && let Some(u) = &self.unit
+        {
+            parts.push(u.clone());
+        }
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
+}
+
+fn is_container_id(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Recognises the owner of a cgroup path, for the cgroupfs and systemd
+/// drivers of docker, containerd (CRI and nerdctl), CRI-O and podman, and
+/// Kubernetes pods of every QoS class.
+pub fn owner_of(path: &str) -> Owner {
+    let mut o = Owner::default();
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let mut in_kube = false;
+    for (i, seg) in segments.iter().enumerate() {
+        let name = seg
+            .strip_suffix(".scope")
+            .or_else(|| seg.strip_suffix(".slice"))
+            .unwrap_or(seg);
+        // Kubernetes: kubepods[.slice], QoS level, pod level.
+        if name == "kubepods" {
+            in_kube = true;
+            o.qos = Some("Guaranteed".into());
+            continue;
+        }
+        if in_kube {
+            if name == "burstable" || name.ends_with("-burstable") {
+                o.qos = Some("Burstable".into());
+                continue;
+            }
+            if name == "besteffort" || name.ends_with("-besteffort") {
+                o.qos = Some("BestEffort".into());
+                continue;
+            }
+            // cgroupfs: `pod<uid>`; systemd: `kubepods-<qos>-pod<uid_with_underscores>`.
+            let uid = name.strip_prefix("pod").or_else(|| name.rsplit_once("-pod").map(|(_, u)| u));
+            if let Some(uid) = uid {
+                o.pod_uid = Some(uid.replace('_', "-"));
+                continue;
+            }
+        }
+        // Containers: <prefix>-<id>.scope (systemd driver), <prefix>-<id> or <id> (cgroupfs).
+        if let Some((prefix, id)) = name.rsplit_once('-')
+            && is_container_id(id)
+        {
+            let runtime = match prefix {
+                "docker" => "docker",
+                "cri-containerd" => "containerd",
+                "crio" | "crio-conmon" => "cri-o",
+                "libpod" | "libpod-conmon" => "podman",
+                "nerdctl" => "nerdctl",
+                other => other,
+            };
+            o.runtime = Some(runtime.into());
+            o.container_id = Some(id.into());
+            continue;
+        }
+        if is_container_id(name) {
+            let parent = i.checked_sub(1).map(|p| segments[p]).unwrap_or("");
+            let runtime = if parent == "docker" {
+                "docker"
+            } else if in_kube {
+                "containerd"
+            } else {
+                "unknown"
+            };
+            o.runtime = Some(runtime.into());
+            o.container_id = Some(name.into());
+            continue;
+        }
+        if seg.ends_with(".service") || seg.ends_with(".scope") {
+            o.unit = Some((*seg).into());
+        }
+    }
+    if !in_kube {
+        o.qos = None;
+    }
+    o
+}
+
+/// Reads a cgroup directory's inode (its cgroup id).
+pub fn dir_id(dir: &Path) -> Option<u64> {
+    fs::metadata(dir).ok().map(|m| m.ino())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "8f3c5d9e0b1a2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5";
+
+    #[test]
+    fn owners_of_each_runtime_and_driver() {
+        let pod = "1b2c3d4e-5f6a-7b8c-9d0e-1f2a3b4c5d6e";
+        let pod_sd = pod.replace('-', "_");
+        let cases: Vec<(String, Owner)> = vec![
+            (
+                format!("/docker/{ID}"),
+                own(Some("docker"), None, None, None),
+            ),
+            (
+                format!("/system.slice/docker-{ID}.scope"),
+                own(Some("docker"), None, None, None),
+            ),
+            (
+                format!(
+                    "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{pod_sd}.slice/cri-containerd-{ID}.scope"
+                ),
+                own(Some("containerd"), Some(pod), Some("Burstable"), None),
+            ),
+            (
+                format!("/kubepods/burstable/pod{pod}/{ID}"),
+                own(Some("containerd"), Some(pod), Some("Burstable"), None),
+            ),
+            (
+                format!("/kubepods.slice/kubepods-pod{pod_sd}.slice/crio-{ID}.scope"),
+                own(Some("cri-o"), Some(pod), Some("Guaranteed"), None),
+            ),
+            (
+                format!("/kubepods/besteffort/pod{pod}/crio-{ID}"),
+                own(Some("cri-o"), Some(pod), Some("BestEffort"), None),
+            ),
+            (
+                format!("/machine.slice/libpod-{ID}.scope"),
+                own(Some("podman"), None, None, None),
+            ),
+            (
+                format!(
+                    "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope/container"
+                ),
+                own(Some("podman"), None, None, None),
+            ),
+            (
+                format!("/system.slice/nerdctl-{ID}.scope"),
+                own(Some("nerdctl"), None, None, None),
+            ),
+            (
+                "/system.slice/nginx.service".into(),
+                own(None, None, None, Some("nginx.service")),
+            ),
+            (
+                "/user.slice/user-1000.slice/session-3.scope".into(),
+                own(None, None, None, Some("session-3.scope")),
+            ),
+            ("/".into(), Owner::default()),
+            ("/tracer-test-1234".into(), Owner::default()),
+        ];
+        for (path, expect) in cases {
+            let mut got = owner_of(&path);
+            if expect.unit.is_none() {
+                got.unit = None;
+            }
+            assert_eq!(got, expect, "{path}");
+        }
+    }
+
+    fn own(rt: Option<&str>, pod: Option<&str>, qos: Option<&str>, unit: Option<&str>) -> Owner {
+        Owner {
+            runtime: rt.map(String::from),
+            container_id: rt.map(|_| ID.to_string()),
+            pod_uid: pod.map(String::from),
+            qos: qos.map(String::from),
+            unit: unit.map(String::from),
+        }
+    }
+
+    #[test]
+    fn short_names() {
+        let o = owner_of(&format!("/kubepods/burstable/pod1b2c/{ID}"));
+        assert_eq!(
+            o.short().unwrap(),
+            "containerd 8f3c5d9e0b1a, pod 1b2c (Burstable)"
+        );
+        assert_eq!(owner_of("/x").short(), None);
+    }
+
+    #[test]
+    fn proc_cgroup_files() {
+        let hybrid =
+            "12:memory:/tracer-test\n11:cpu:/\n1:name=systemd:/init.scope\n0::/init.scope\n";
+        let c = ProcCgroups::parse(hybrid);
+        assert_eq!(c.memory_v1.as_deref(), Some("/tracer-test"));
+        assert_eq!(c.unified.as_deref(), Some("/init.scope"));
+        let v2 = ProcCgroups::parse("0::/system.slice/a.service\n");
+        assert_eq!(
+            (v2.memory_v1, v2.unified.as_deref()),
+            (None, Some("/system.slice/a.service"))
+        );
+        let both = ProcCgroups::parse("4:memory,cpu:/a:b\n");
+        assert_eq!(both.memory_v1.as_deref(), Some("/a:b"));
+    }
+
+    #[test]
+    fn layouts_from_mountinfo() {
+        let hybrid = "\
+35 25 0:30 / /sys/fs/cgroup/unified rw,relatime shared:11 - cgroup2 cgroup2 rw
+38 25 0:33 / /sys/fs/cgroup/memory rw,relatime shared:14 - cgroup cgroup rw,memory
+39 25 0:34 / /sys/fs/cgroup/cpu rw,relatime shared:15 - cgroup cgroup rw,cpu
+";
+        let l = CgroupLayout::from_mountinfo(hybrid);
+        assert_eq!(
+            l.memory_v1.as_deref(),
+            Some(Path::new("/sys/fs/cgroup/memory"))
+        );
+        assert_eq!(
+            l.unified.as_deref(),
+            Some(Path::new("/sys/fs/cgroup/unified"))
+        );
+        assert_eq!(l.kind(), "hybrid");
+        assert_eq!(
+            l.memcg_dir("/a/b").unwrap(),
+            Path::new("/sys/fs/cgroup/memory/a/b")
+        );
+        let v2 = "30 25 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n";
+        let mut l = CgroupLayout::from_mountinfo(v2);
+        l.unified_has_memory = true;
+        assert_eq!(l.kind(), "v2");
+        assert_eq!(
+            l.memcg_dir("/kubepods.slice").unwrap(),
+            Path::new("/sys/fs/cgroup/kubepods.slice")
+        );
+        assert_eq!(CgroupLayout::from_mountinfo("").kind(), "none");
+    }
+}

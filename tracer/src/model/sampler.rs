@@ -1,0 +1,277 @@
+//! The cgroup sampler: usage, limit, failcnt, OOM counters and pressure of
+//! the memory cgroups that matter, once a second, in a rolling window, so a
+//! kill can be shown with the minute that led to it.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    fs,
+    path::Path,
+};
+
+use serde::{Deserialize, Serialize};
+
+use super::cgroup::{CgroupLayout, dir_id};
+
+/// One sample of one memory cgroup.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CgroupSample {
+    /// Wall time, ns.
+    pub ts_ns: i64,
+    /// Memory charged, bytes.
+    pub usage_bytes: u64,
+    /// Limit, bytes (`None`: unlimited).
+    pub limit_bytes: Option<u64>,
+    /// Times the limit was hit (v1 `memory.failcnt`, v2 `memory.events` max).
+    pub failcnt: Option<u64>,
+    /// OOM kills in this cgroup so far.
+    pub oom_kills: Option<u64>,
+    /// PSI `some avg10` (v2 only), percent.
+    pub psi_some_avg10: Option<f64>,
+    /// PSI `full avg10` (v2 only), percent.
+    pub psi_full_avg10: Option<f64>,
+    /// Pages scanned by reclaim in this cgroup so far (from the memcg probe).
+    pub reclaim_scanned: Option<u64>,
+    /// Major faults so far (from the memcg probe).
+    pub major_faults: Option<u64>,
+}
+
+/// Limits at or above this are "no limit" (v1 prints PAGE_COUNTER_MAX pages).
+const UNLIMITED: u64 = 1 << 62;
+
+/// Reads one memory cgroup directory.
+pub fn read_cgroup(dir: &Path, v1: bool, ts_ns: i64) -> Option<CgroupSample> {
+    let num =
+        |f: &str| -> Option<u64> { fs::read_to_string(dir.join(f)).ok()?.trim().parse().ok() };
+    let mut s = CgroupSample {
+        ts_ns,
+        ..Default::default()
+    };
+    if v1 {
+        s.usage_bytes = num("memory.usage_in_bytes")?;
+        s.limit_bytes = num("memory.limit_in_bytes").filter(|&l| l < UNLIMITED);
+        s.failcnt = num("memory.failcnt");
+        let oc = fs::read_to_string(dir.join("memory.oom_control")).unwrap_or_default();
+        s.oom_kills = keyed(&oc, "oom_kill");
+    } else {
+        s.usage_bytes = num("memory.current")?;
+        s.limit_bytes = num("memory.max").filter(|&l| l < UNLIMITED);
+        let ev = fs::read_to_string(dir.join("memory.events")).unwrap_or_default();
+        s.failcnt = keyed(&ev, "max");
+        s.oom_kills = keyed(&ev, "oom_kill");
+        let psi = fs::read_to_string(dir.join("memory.pressure")).unwrap_or_default();
+        (s.psi_some_avg10, s.psi_full_avg10) = parse_psi(&psi);
+    }
+    Some(s)
+}
+
+/// `key value` lines (memory.events, memory.oom_control).
+fn keyed(text: &str, key: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// `some avg10=1.23 avg60=... total=...` / `full avg10=...`
+fn parse_psi(text: &str) -> (Option<f64>, Option<f64>) {
+    let avg10 = |prefix: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix))?
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix("avg10="))?
+            .parse()
+            .ok()
+    };
+    (avg10("some "), avg10("full "))
+}
+
+struct Window {
+    id: Option<u64>,
+    samples: VecDeque<CgroupSample>,
+    seen_ns: i64,
+}
+
+/// Rolling windows of samples per memory cgroup path.
+pub struct Sampler {
+    layout: CgroupLayout,
+    windows: HashMap<String, Window>,
+    keep_ns: i64,
+    /// `enum vm_event_item` values of the scan and major-fault items.
+    scan_items: Vec<i32>,
+    fault_item: Option<i32>,
+}
+
+impl Sampler {
+    /// A sampler keeping `keep_ns` of history per cgroup. `scan_items` and
+    /// `fault_item` say which memcg counters mean reclaim scans and major faults.
+    pub fn new(
+        layout: CgroupLayout,
+        keep_ns: i64,
+        scan_items: Vec<i32>,
+        fault_item: Option<i32>,
+    ) -> Self {
+        Self {
+            layout,
+            windows: HashMap::new(),
+            keep_ns,
+            scan_items,
+            fault_item,
+        }
+    }
+
+    /// Samples every path in `paths` now; forgets cgroups not sampled for
+    /// longer than the window. `counters` are the memcg probe's totals.
+    pub fn sample<'a>(
+        &mut self,
+        paths: impl IntoIterator<Item = &'a str>,
+        counters: &HashMap<(u64, i32), u64>,
+        now_ns: i64,
+    ) {
+        let v1 = self.layout.memory_is_v1();
+        for path in paths {
+            let Some(dir) = self.layout.memcg_dir(path) else {
+                continue;
+            };
+            let w = self
+                .windows
+                .entry(path.to_string())
+                .or_insert_with(|| Window {
+                    id: dir_id(&dir),
+                    samples: VecDeque::new(),
+                    seen_ns: now_ns,
+                });
+            w.seen_ns = now_ns;
+            let Some(mut s) = read_cgroup(&dir, v1, now_ns) else {
+                continue;
+            };
+            if let Some(id) = w.id {
+                let sum = |items: &[i32]| -> Option<u64> {
+                    let v: Vec<u64> = items
+                        .iter()
+                        .filter_map(|i| counters.get(&(id, *i)).copied())
+                        .collect();
+                    (!v.is_empty()).then(|| v.iter().sum())
+                };
+                s.reclaim_scanned = sum(&self.scan_items);
+                s.major_faults = self
+                    .fault_item
+                    .and_then(|i| counters.get(&(id, i)).copied());
+            }
+            w.samples.push_back(s);
+            while w
+                .samples
+                .front()
+                .is_some_and(|f| now_ns - f.ts_ns > self.keep_ns)
+            {
+                w.samples.pop_front();
+            }
+        }
+        let keep = self.keep_ns;
+        self.windows.retain(|_, w| now_ns - w.seen_ns <= keep);
+    }
+
+    /// The samples of `path` from `since_ns` on.
+    pub fn window(&self, path: &str, since_ns: i64) -> Vec<CgroupSample> {
+        self.windows
+            .get(path)
+            .map(|w| {
+                w.samples
+                    .iter()
+                    .filter(|s| s.ts_ns >= since_ns)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Reads `path` right now (not stored in the window).
+    pub fn read_now(&self, path: &str, now_ns: i64) -> Option<CgroupSample> {
+        read_cgroup(
+            &self.layout.memcg_dir(path)?,
+            self.layout.memory_is_v1(),
+            now_ns,
+        )
+    }
+
+    /// Number of cgroups with a window.
+    pub fn len(&self) -> usize {
+        self.windows.len()
+    }
+
+    /// Whether no cgroup has a window.
+    pub fn is_empty(&self) -> bool {
+        self.windows.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v1_and_v2_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = |f: &str, v: &str| fs::write(dir.path().join(f), v).unwrap();
+        w("memory.usage_in_bytes", "67108864\n");
+        w("memory.limit_in_bytes", "67108864\n");
+        w("memory.failcnt", "3543\n");
+        w(
+            "memory.oom_control",
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
+        );
+        let s = read_cgroup(dir.path(), true, 7).unwrap();
+        assert_eq!(
+            (s.usage_bytes, s.limit_bytes, s.failcnt, s.oom_kills),
+            (67108864, Some(67108864), Some(3543), Some(1))
+        );
+        w("memory.limit_in_bytes", "9223372036854771712\n");
+        assert_eq!(
+            read_cgroup(dir.path(), true, 7).unwrap().limit_bytes,
+            None,
+            "v1 'unlimited'"
+        );
+
+        w("memory.current", "1048576\n");
+        w("memory.max", "max\n");
+        w(
+            "memory.events",
+            "low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 0\n",
+        );
+        w(
+            "memory.pressure",
+            "some avg10=1.50 avg60=0.20 avg300=0.00 total=123\nfull avg10=0.75 avg60=0.00 avg300=0.00 total=45\n",
+        );
+        let s = read_cgroup(dir.path(), false, 7).unwrap();
+        assert_eq!(
+            (s.usage_bytes, s.limit_bytes, s.failcnt, s.oom_kills),
+            (1048576, None, Some(12), Some(1))
+        );
+        assert_eq!(
+            (s.psi_some_avg10, s.psi_full_avg10),
+            (Some(1.5), Some(0.75))
+        );
+        assert!(read_cgroup(&dir.path().join("gone"), false, 0).is_none());
+    }
+
+    #[test]
+    fn window_rolls() {
+        let dir = tempfile::tempdir().unwrap();
+        let cg = dir.path().join("cg");
+        fs::create_dir(&cg).unwrap();
+        fs::write(cg.join("memory.usage_in_bytes"), "100").unwrap();
+        let layout = CgroupLayout {
+            memory_v1: Some(dir.path().into()),
+            ..Default::default()
+        };
+        let id = dir_id(&cg).unwrap();
+        let mut s = Sampler::new(layout, 10, vec![20, 21], Some(24));
+        let counters = HashMap::from([((id, 20), 5), ((id, 21), 7), ((id, 24), 3)]);
+        for t in 0..20 {
+            s.sample(["/cg"], &counters, t);
+        }
+        let w = s.window("/cg", 0);
+        assert_eq!(w.len(), 11, "keeps 10 ns of samples");
+        assert_eq!(w[0].reclaim_scanned, Some(12));
+        assert_eq!(w[0].major_faults, Some(3));
+        s.sample(std::iter::empty(), &counters, 100);
+        assert!(s.is_empty(), "forgotten when no longer sampled");
+    }
+}

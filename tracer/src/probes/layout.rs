@@ -1,0 +1,308 @@
+//! Builds the programs' [`ProbeConfig`] for the running kernel: tracepoint
+//! field offsets from tracefs format files, and kernel constants from BTF.
+
+use std::{collections::HashMap, path::Path};
+
+use tracer_common::{FIELD_ABSENT, MEMCG_COUNTED_ITEMS, ProbeConfig, field};
+
+use super::{
+    btf::{BtfError, KernelBtf},
+    tracefs::{Format, TracefsError},
+};
+
+/// How a field must look to be usable: the type the program reads it as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Want {
+    /// An integer of exactly this many bytes.
+    Int(u16),
+    /// A `__data_loc char[]` string.
+    DataLoc,
+    /// A fixed `char[N]` of this many bytes.
+    Chars(u16),
+}
+
+/// Every field the programs read: (index, category, tracepoint, field, shape).
+const FIELDS: &[(usize, &str, &str, &str, Want)] = &[
+    (field::MV_PID, "oom", "mark_victim", "pid", Want::Int(4)),
+    (field::MV_COMM, "oom", "mark_victim", "comm", Want::DataLoc),
+    (
+        field::MV_TOTAL_VM,
+        "oom",
+        "mark_victim",
+        "total_vm",
+        Want::Int(8),
+    ),
+    (
+        field::MV_ANON_RSS,
+        "oom",
+        "mark_victim",
+        "anon_rss",
+        Want::Int(8),
+    ),
+    (
+        field::MV_FILE_RSS,
+        "oom",
+        "mark_victim",
+        "file_rss",
+        Want::Int(8),
+    ),
+    (
+        field::MV_SHMEM_RSS,
+        "oom",
+        "mark_victim",
+        "shmem_rss",
+        Want::Int(8),
+    ),
+    (field::MV_UID, "oom", "mark_victim", "uid", Want::Int(4)),
+    (
+        field::MV_PGTABLES,
+        "oom",
+        "mark_victim",
+        "pgtables",
+        Want::Int(8),
+    ),
+    (
+        field::MV_OOM_SCORE_ADJ,
+        "oom",
+        "mark_victim",
+        "oom_score_adj",
+        Want::Int(2),
+    ),
+    (
+        field::REAP_PID,
+        "oom",
+        "start_task_reaping",
+        "pid",
+        Want::Int(4),
+    ),
+    (
+        field::MEMCG_ID,
+        "memcg",
+        "count_memcg_events",
+        "id",
+        Want::Int(8),
+    ),
+    (
+        field::MEMCG_ITEM,
+        "memcg",
+        "count_memcg_events",
+        "item",
+        Want::Int(4),
+    ),
+    (
+        field::MEMCG_VAL,
+        "memcg",
+        "count_memcg_events",
+        "val",
+        Want::Int(8),
+    ),
+    (
+        field::EXEC_FILENAME,
+        "sched",
+        "sched_process_exec",
+        "filename",
+        Want::DataLoc,
+    ),
+    (
+        field::EXEC_PID,
+        "sched",
+        "sched_process_exec",
+        "pid",
+        Want::Int(4),
+    ),
+    (
+        field::EXEC_OLD_PID,
+        "sched",
+        "sched_process_exec",
+        "old_pid",
+        Want::Int(4),
+    ),
+    (
+        field::EXIT_PID,
+        "sched",
+        "sched_process_exit",
+        "pid",
+        Want::Int(4),
+    ),
+    (
+        field::EXIT_GROUP_DEAD,
+        "sched",
+        "sched_process_exit",
+        "group_dead",
+        Want::Int(1),
+    ),
+    (
+        field::SIG_SIG,
+        "signal",
+        "signal_generate",
+        "sig",
+        Want::Int(4),
+    ),
+    (
+        field::SIG_CODE,
+        "signal",
+        "signal_generate",
+        "code",
+        Want::Int(4),
+    ),
+    (
+        field::SIG_COMM,
+        "signal",
+        "signal_generate",
+        "comm",
+        Want::Chars(16),
+    ),
+    (
+        field::SIG_PID,
+        "signal",
+        "signal_generate",
+        "pid",
+        Want::Int(4),
+    ),
+    (
+        field::SIG_GROUP,
+        "signal",
+        "signal_generate",
+        "group",
+        Want::Int(4),
+    ),
+    (
+        field::SIG_RESULT,
+        "signal",
+        "signal_generate",
+        "result",
+        Want::Int(4),
+    ),
+];
+
+/// `enum vm_event_item` members aggregated per memcg, in `CONFIG` order:
+/// direct reclaim and kswapd work (the memcg under pressure before a kill),
+/// major faults (thrashing), and OOM kills where counted this way.
+pub const MEMCG_ITEM_NAMES: [&str; MEMCG_COUNTED_ITEMS] = [
+    "PGSCAN_DIRECT",
+    "PGSTEAL_DIRECT",
+    "PGSCAN_KSWAPD",
+    "PGSTEAL_KSWAPD",
+    "PGMAJFAULT",
+    "OOM_KILL",
+];
+
+/// What the layout step found that limits what can be recorded.
+#[derive(Debug, Default)]
+pub struct LayoutNotes {
+    /// Fields missing on this kernel, as `category:name.field`.
+    pub missing_fields: Vec<String>,
+    /// Tracepoints whose format could not be read, with why.
+    pub missing_tracepoints: Vec<(String, String)>,
+    /// `enum vm_event_item` values, by name, of the items in [`MEMCG_ITEM_NAMES`] found.
+    pub memcg_items: HashMap<String, i32>,
+}
+
+/// The configuration for this kernel, and what is missing.
+pub fn build(tracefs: &Path, btf: &KernelBtf) -> Result<(ProbeConfig, LayoutNotes), BtfError> {
+    let mut cfg = ProbeConfig::empty();
+    let mut notes = LayoutNotes::default();
+    let mut formats: HashMap<(&str, &str), Option<Format>> = HashMap::new();
+    for &(idx, category, name, fname, want) in FIELDS {
+        let format = formats.entry((category, name)).or_insert_with(|| {
+            match Format::read(tracefs, category, name) {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    let reason = match e {
+                        TracefsError::MissingTracepoint { .. } => "not on this kernel".to_string(),
+                        other => other.to_string(),
+                    };
+                    notes
+                        .missing_tracepoints
+                        .push((format!("{category}:{name}"), reason));
+                    None
+                }
+            }
+        });
+        let Some(format) = format else { continue };
+        match offset_of(format, fname, want) {
+            Some(off) => cfg.fields[idx] = off,
+            None => notes
+                .missing_fields
+                .push(format!("{category}:{name}.{fname}")),
+        }
+    }
+    cfg.task_tgid_off = btf.member_offset("task_struct", "tgid")?;
+    let items = btf.enum_values("vm_event_item")?;
+    for (slot, name) in MEMCG_ITEM_NAMES.iter().enumerate() {
+        if let Some(&v) = items.get(*name) {
+            let v = v as i32;
+            cfg.memcg_counted_items[slot] = v;
+            notes.memcg_items.insert(name.to_string(), v);
+            if *name == "OOM_KILL" {
+                cfg.memcg_oom_kill_item = v;
+            }
+        }
+    }
+    Ok((cfg, notes))
+}
+
+/// The offset of `name` when it has the shape the program reads.
+fn offset_of(format: &Format, name: &str, want: Want) -> Option<u16> {
+    let f = format.field(name)?;
+    let ok = match want {
+        Want::Int(size) => f.size == size && !f.ty.contains('['),
+        Want::DataLoc => f.ty.starts_with("__data_loc") && f.size == 4,
+        Want::Chars(size) => f.ty.starts_with("char[") && f.size == size,
+    };
+    (ok && f.offset != FIELD_ABSENT).then_some(f.offset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MARK_VICTIM_6_18: &str = "\
+\tfield:int pid;\toffset:8;\tsize:4;\tsigned:1;
+\tfield:__data_loc char[] comm;\toffset:12;\tsize:4;\tsigned:0;
+\tfield:unsigned long total_vm;\toffset:16;\tsize:8;\tsigned:0;
+\tfield:unsigned long anon_rss;\toffset:24;\tsize:8;\tsigned:0;
+\tfield:unsigned long file_rss;\toffset:32;\tsize:8;\tsigned:0;
+\tfield:unsigned long shmem_rss;\toffset:40;\tsize:8;\tsigned:0;
+\tfield:uid_t uid;\toffset:48;\tsize:4;\tsigned:0;
+\tfield:unsigned long pgtables;\toffset:56;\tsize:8;\tsigned:0;
+\tfield:short oom_score_adj;\toffset:64;\tsize:2;\tsigned:1;
+";
+    /// Before 6.8 the tracepoint carried the pid only.
+    const MARK_VICTIM_5_15: &str = "\tfield:int pid;\toffset:8;\tsize:4;\tsigned:1;\n";
+
+    const EXIT_6_18: &str = "\
+\tfield:char comm[16];\toffset:8;\tsize:16;\tsigned:0;
+\tfield:pid_t pid;\toffset:24;\tsize:4;\tsigned:1;
+\tfield:int prio;\toffset:28;\tsize:4;\tsigned:1;
+\tfield:bool group_dead;\toffset:32;\tsize:1;\tsigned:0;
+";
+    const EXIT_5_15: &str = "\
+\tfield:char comm[16];\toffset:8;\tsize:16;\tsigned:0;
+\tfield:pid_t pid;\toffset:24;\tsize:4;\tsigned:1;
+\tfield:int prio;\toffset:28;\tsize:4;\tsigned:1;
+";
+
+    #[test]
+    fn field_offsets_follow_the_kernel_format() {
+        let cases: &[(&str, &str, Want, Option<u16>)] = &[
+            (MARK_VICTIM_6_18, "pid", Want::Int(4), Some(8)),
+            (MARK_VICTIM_6_18, "comm", Want::DataLoc, Some(12)),
+            (MARK_VICTIM_6_18, "pgtables", Want::Int(8), Some(56)),
+            (MARK_VICTIM_6_18, "oom_score_adj", Want::Int(2), Some(64)),
+            (MARK_VICTIM_5_15, "pid", Want::Int(4), Some(8)),
+            (MARK_VICTIM_5_15, "anon_rss", Want::Int(8), None),
+            (MARK_VICTIM_5_15, "comm", Want::DataLoc, None),
+            (EXIT_6_18, "group_dead", Want::Int(1), Some(32)),
+            (EXIT_5_15, "group_dead", Want::Int(1), None),
+            // A field whose shape changed is treated as missing, not misread.
+            (EXIT_6_18, "comm", Want::DataLoc, None),
+            (EXIT_6_18, "comm", Want::Chars(16), Some(8)),
+            (MARK_VICTIM_6_18, "total_vm", Want::Int(4), None),
+        ];
+        for &(text, name, want, expect) in cases {
+            let got = offset_of(&Format::parse(text), name, want);
+            assert_eq!(got, expect, "{name} as {want:?}");
+        }
+    }
+}

@@ -1,0 +1,440 @@
+//! Loading the eBPF object, configuring it for this kernel, attaching the
+//! probes, and reading the maps the collector polls (drop counters, memcg
+//! counters). Feature detection lives here too: a missing optional hook
+//! becomes one clear line, and the rest keeps working.
+
+pub mod btf;
+pub mod caps;
+pub mod layout;
+pub mod tracefs;
+
+use std::{collections::HashMap, path::PathBuf};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    programs::{ProgramError, RawTracePoint, TracePoint},
+};
+use tracer_common::{MemcgCountKey, ProbeConfig, maps, programs, ring};
+
+pub use layout::LayoutNotes;
+
+/// The eBPF object built by build.rs from tracer-ebpf.
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
+
+/// Errors loading or attaching the probes.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// Not enough privilege to load BPF programs.
+    #[error(transparent)]
+    Privilege(#[from] caps::PrivilegeError),
+    /// tracefs could not be found or mounted.
+    #[error(transparent)]
+    Tracefs(#[from] tracefs::TracefsError),
+    /// Kernel BTF is missing or unreadable.
+    #[error(transparent)]
+    Btf(#[from] btf::BtfError),
+    /// The object could not be loaded (the kernel refused a map or program).
+    #[error("loading the eBPF object: {source}")]
+    Load {
+        /// aya's error.
+        #[source]
+        source: aya::EbpfError,
+    },
+    /// A program was refused by the verifier or could not be attached.
+    #[error("probe {program} ({hook}): {source}")]
+    Program {
+        /// Program name.
+        program: &'static str,
+        /// The hook, as `tracepoint/oom/mark_victim`.
+        hook: String,
+        /// aya's error, with the verifier log when the load failed.
+        #[source]
+        source: ProgramError,
+    },
+    /// A program or map is not in the object (a build mismatch).
+    #[error("the eBPF object has no {what} called {name}; rebuild tracer")]
+    Missing {
+        /// "program" or "map".
+        what: &'static str,
+        /// Its name.
+        name: &'static str,
+    },
+    /// A map could not be opened with the expected type.
+    #[error("map {name}: {source}")]
+    Map {
+        /// Map name.
+        name: &'static str,
+        /// aya's error.
+        #[source]
+        source: aya::maps::MapError,
+    },
+    /// A probe recording cannot work without is unavailable on this kernel.
+    #[error("{hook} is unavailable ({why}); tracer cannot record {purpose} without it")]
+    RequiredHook {
+        /// The hook.
+        hook: String,
+        /// Why.
+        why: String,
+        /// What it records.
+        purpose: &'static str,
+    },
+    /// Every required probe is present but the layout is unusable.
+    #[error("tracepoint oom:mark_victim has no usable pid field on this kernel")]
+    NoVictimPid,
+}
+
+/// Where a program attaches.
+#[derive(Clone, Copy, Debug)]
+pub enum Hook {
+    /// A tracefs tracepoint.
+    TracePoint {
+        /// Category (`oom`).
+        category: &'static str,
+        /// Name (`mark_victim`).
+        name: &'static str,
+    },
+    /// A raw tracepoint (no tracefs needed; raw arguments).
+    RawTracePoint {
+        /// Name (`sched_process_fork`).
+        name: &'static str,
+    },
+}
+
+impl std::fmt::Display for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Hook::TracePoint { category, name } => write!(f, "tracepoint/{category}/{name}"),
+            Hook::RawTracePoint { name } => write!(f, "raw_tracepoint/{name}"),
+        }
+    }
+}
+
+/// One probe: its program, its hook, whether recording can work without it.
+#[derive(Clone, Copy, Debug)]
+pub struct ProbeSpec {
+    /// Program name in the object.
+    pub program: &'static str,
+    /// Where it attaches.
+    pub hook: Hook,
+    /// Recording fails without it.
+    pub required: bool,
+    /// What is lost without it, for users.
+    pub purpose: &'static str,
+}
+
+/// Every probe tracer attaches.
+pub const PROBES: &[ProbeSpec] = &[
+    ProbeSpec {
+        program: programs::OOM_MARK_VICTIM,
+        hook: Hook::TracePoint {
+            category: "oom",
+            name: "mark_victim",
+        },
+        required: true,
+        purpose: "kernel OOM kills",
+    },
+    ProbeSpec {
+        program: programs::OOM_START_TASK_REAPING,
+        hook: Hook::TracePoint {
+            category: "oom",
+            name: "start_task_reaping",
+        },
+        required: false,
+        purpose: "OOM reaper timing",
+    },
+    ProbeSpec {
+        program: programs::OOM_FINISH_TASK_REAPING,
+        hook: Hook::TracePoint {
+            category: "oom",
+            name: "finish_task_reaping",
+        },
+        required: false,
+        purpose: "OOM reaper timing",
+    },
+    ProbeSpec {
+        program: programs::MEMCG_COUNT_EVENTS,
+        hook: Hook::TracePoint {
+            category: "memcg",
+            name: "count_memcg_events",
+        },
+        required: false,
+        purpose: "per-cgroup reclaim pressure before a kill",
+    },
+    ProbeSpec {
+        program: programs::SCHED_PROCESS_EXEC,
+        hook: Hook::TracePoint {
+            category: "sched",
+            name: "sched_process_exec",
+        },
+        required: false,
+        purpose: "process names and command lines of new programs",
+    },
+    ProbeSpec {
+        program: programs::SCHED_PROCESS_FORK,
+        hook: Hook::RawTracePoint {
+            name: "sched_process_fork",
+        },
+        required: false,
+        purpose: "processes forked after start",
+    },
+    ProbeSpec {
+        program: programs::SCHED_PROCESS_EXIT,
+        hook: Hook::TracePoint {
+            category: "sched",
+            name: "sched_process_exit",
+        },
+        required: false,
+        purpose: "process exits",
+    },
+    ProbeSpec {
+        program: programs::SIGNAL_GENERATE,
+        hook: Hook::TracePoint {
+            category: "signal",
+            name: "signal_generate",
+        },
+        required: false,
+        purpose: "SIGKILLs from userspace killers",
+    },
+];
+
+/// What happened to one probe.
+#[derive(Clone, Debug)]
+pub struct ProbeStatus {
+    /// The probe.
+    pub spec: ProbeSpec,
+    /// `None` when attached; why not otherwise.
+    pub error: Option<String>,
+}
+
+/// The loaded object, configured for this kernel.
+pub struct Probes {
+    ebpf: Ebpf,
+    /// What the layout step found missing.
+    pub notes: LayoutNotes,
+    /// The tracefs root in use.
+    pub tracefs: PathBuf,
+    /// The configuration the programs run with.
+    pub config: ProbeConfig,
+}
+
+impl Probes {
+    /// Checks privilege, finds tracefs and BTF, builds the configuration and
+    /// loads maps and programs into the kernel (nothing attached yet).
+    pub fn load() -> Result<Self, ProbeError> {
+        caps::require_bpf()?;
+        let tracefs = tracefs::find_or_mount()?;
+        let kbtf = btf::KernelBtf::open(std::path::Path::new(btf::VMLINUX_BTF))?;
+        let (config, notes) = layout::build(&tracefs, &kbtf)?;
+        drop(kbtf);
+        if config.fields[tracer_common::field::MV_PID] == tracer_common::FIELD_ABSENT
+            && !notes
+                .missing_tracepoints
+                .iter()
+                .any(|(tp, _)| tp == "oom:mark_victim")
+        {
+            return Err(ProbeError::NoVictimPid);
+        }
+        let ebpf = EbpfLoader::new()
+            // Our programs use no CO-RE relocations: skip parsing kernel BTF again.
+            .btf(None)
+            .override_global(maps::CONFIG, &config, true)
+            .load(EBPF_OBJECT)
+            .map_err(|source| ProbeError::Load { source })?;
+        Ok(Self {
+            ebpf,
+            notes,
+            tracefs,
+            config,
+        })
+    }
+
+    /// Takes a ring buffer out of the object, for a reader task.
+    pub fn take_ring(&mut self, name: &'static str) -> Result<RingBuf<MapData>, ProbeError> {
+        let map = self
+            .ebpf
+            .take_map(name)
+            .ok_or(ProbeError::Missing { what: "map", name })?;
+        RingBuf::try_from(map).map_err(|source| ProbeError::Map { name, source })
+    }
+
+    /// Takes the per-ring drop counters out of the object.
+    pub fn take_drop_counters(&mut self) -> Result<DropCounters, ProbeError> {
+        let name = maps::RING_DROPS;
+        let map = self
+            .ebpf
+            .take_map(name)
+            .ok_or(ProbeError::Missing { what: "map", name })?;
+        let map = PerCpuArray::try_from(map).map_err(|source| ProbeError::Map { name, source })?;
+        Ok(DropCounters { map })
+    }
+
+    /// Takes the per-memcg event counters out of the object.
+    pub fn take_memcg_counters(&mut self) -> Result<MemcgCounters, ProbeError> {
+        let name = maps::MEMCG_COUNTS;
+        let map = self
+            .ebpf
+            .take_map(name)
+            .ok_or(ProbeError::Missing { what: "map", name })?;
+        let map =
+            PerCpuHashMap::try_from(map).map_err(|source| ProbeError::Map { name, source })?;
+        Ok(MemcgCounters { map })
+    }
+
+    /// Starts forwarding eBPF-side log records (aya-log) into `tracing`.
+    /// The returned logger must be kept alive and polled.
+    pub fn logger(&mut self) -> Option<aya_log::EbpfLogger<&'static dyn log::Log>> {
+        match aya_log::EbpfLogger::init(&mut self.ebpf) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                tracing::warn!("eBPF log forwarding unavailable: {e}");
+                None
+            }
+        }
+    }
+
+    /// Loads and attaches every probe. A required probe that fails is an
+    /// error; an optional one is reported in the returned list.
+    pub fn attach(&mut self) -> Result<Vec<ProbeStatus>, ProbeError> {
+        let missing: HashMap<String, String> =
+            self.notes.missing_tracepoints.iter().cloned().collect();
+        let mut out = Vec::with_capacity(PROBES.len());
+        for spec in PROBES {
+            let result = match spec.hook {
+                Hook::TracePoint { category, name } => {
+                    match missing.get(&format!("{category}:{name}")) {
+                        Some(why) => Err(Unavailable::Hook(why.clone())),
+                        None => self.attach_tracepoint(spec.program, category, name),
+                    }
+                }
+                Hook::RawTracePoint { name } => self.attach_raw(spec.program, name),
+            };
+            match result {
+                Ok(()) => out.push(ProbeStatus {
+                    spec: *spec,
+                    error: None,
+                }),
+                Err(Unavailable::Program(source)) if spec.required => {
+                    return Err(ProbeError::Program {
+                        program: spec.program,
+                        hook: spec.hook.to_string(),
+                        source,
+                    });
+                }
+                Err(Unavailable::Hook(why)) if spec.required => {
+                    return Err(ProbeError::RequiredHook {
+                        hook: spec.hook.to_string(),
+                        why,
+                        purpose: spec.purpose,
+                    });
+                }
+                Err(Unavailable::Missing(name)) => {
+                    return Err(ProbeError::Missing {
+                        what: "program",
+                        name,
+                    });
+                }
+                Err(e) => {
+                    let why = e.to_string();
+                    tracing::warn!(
+                        "probe {} unavailable ({why}): no {} will be recorded",
+                        spec.hook,
+                        spec.purpose
+                    );
+                    out.push(ProbeStatus {
+                        spec: *spec,
+                        error: Some(why),
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn attach_tracepoint(
+        &mut self,
+        program: &'static str,
+        category: &str,
+        name: &str,
+    ) -> Result<(), Unavailable> {
+        let prog: &mut TracePoint = self
+            .ebpf
+            .program_mut(program)
+            .ok_or(Unavailable::Missing(program))?
+            .try_into()
+            .map_err(Unavailable::Program)?;
+        prog.load().map_err(Unavailable::Program)?;
+        prog.attach(category, name).map_err(Unavailable::Program)?;
+        Ok(())
+    }
+
+    fn attach_raw(&mut self, program: &'static str, name: &str) -> Result<(), Unavailable> {
+        if self.config.task_tgid_off == 0 {
+            return Err(Unavailable::Hook(
+                "task_struct.tgid not found in BTF".into(),
+            ));
+        }
+        let prog: &mut RawTracePoint = self
+            .ebpf
+            .program_mut(program)
+            .ok_or(Unavailable::Missing(program))?
+            .try_into()
+            .map_err(Unavailable::Program)?;
+        prog.load().map_err(Unavailable::Program)?;
+        prog.attach(name).map_err(Unavailable::Program)?;
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum Unavailable {
+    #[error("{0}")]
+    Hook(String),
+    #[error("{0}")]
+    Program(#[source] ProgramError),
+    #[error("no program {0} in the object")]
+    Missing(&'static str),
+}
+
+/// Per-ring counts of events the kernel side could not queue.
+pub struct DropCounters {
+    map: PerCpuArray<MapData, u64>,
+}
+
+/// Drop totals since load, per ring.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Drops {
+    /// Events lost on the critical ring.
+    pub critical: u64,
+    /// Events lost on the data ring.
+    pub data: u64,
+}
+
+impl DropCounters {
+    /// Sums the per-CPU counters.
+    pub fn read(&self) -> Result<Drops, aya::maps::MapError> {
+        let sum =
+            |i: u32| -> Result<u64, aya::maps::MapError> { Ok(self.map.get(&i, 0)?.iter().sum()) };
+        Ok(Drops {
+            critical: sum(ring::CRITICAL)?,
+            data: sum(ring::DATA)?,
+        })
+    }
+}
+
+/// Per memcg counters of reclaim and fault items.
+pub struct MemcgCounters {
+    map: PerCpuHashMap<MapData, MemcgCountKey, u64>,
+}
+
+impl MemcgCounters {
+    /// Totals per (memcg id, vm_event_item).
+    pub fn read(&self) -> HashMap<(u64, i32), u64> {
+        let mut out = HashMap::new();
+        for entry in self.map.iter().flatten() {
+            let (key, values) = entry;
+            out.insert((key.memcg_id, key.item), values.iter().sum());
+        }
+        out
+    }
+}

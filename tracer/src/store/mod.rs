@@ -1,0 +1,783 @@
+//! The flight recorder: SQLite (WAL), schema versioned with migrations,
+//! bounded by age and size. A kill is committed as soon as it is seen.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use serde::Serialize;
+
+use crate::correlate::record::KillRecord;
+
+/// Default location of the store.
+pub const DEFAULT_PATH: &str = "/var/lib/tracer/tracer.db";
+
+/// Current schema version (`PRAGMA user_version`).
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Store errors.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No store at the path.
+    #[error(
+        "no store at {path}: nothing has been recorded there; start `tracer record` (or pass --store)"
+    )]
+    NotFound {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The directory or file cannot be written.
+    #[error("store {path} is not writable: {source}; pick another path with --store")]
+    NotWritable {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a SQLite database, or is damaged.
+    #[error(
+        "store {path} is corrupt or not a tracer store ({detail}); it was left untouched: \
+         move it away to start a new one, or open it with sqlite3 to recover it"
+    )]
+    Corrupt {
+        /// The path.
+        path: PathBuf,
+        /// What SQLite said.
+        detail: String,
+    },
+    /// Written by a newer tracer.
+    #[error(
+        "store {path} has schema version {found}, newer than this tracer ({SCHEMA_VERSION}); upgrade tracer"
+    )]
+    TooNew {
+        /// The path.
+        path: PathBuf,
+        /// Its version.
+        found: i64,
+    },
+    /// A statement failed.
+    #[error("store {op}: {source}")]
+    Sql {
+        /// What was being done.
+        op: &'static str,
+        /// SQLite's error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// A stored record could not be read back.
+    #[error("store record {id} is unreadable: {source}")]
+    Record {
+        /// Row id.
+        id: i64,
+        /// The JSON error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+fn sql(op: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
+    move |source| StoreError::Sql { op, source }
+}
+
+/// A raw event as stored.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EventRow {
+    /// Wall time, ns.
+    pub ts_ns: i64,
+    /// Kind name.
+    pub kind: String,
+    /// Process of `current` when the hook ran.
+    pub pid: u32,
+    /// Thread of `current`.
+    pub tid: u32,
+    /// Name of `current`.
+    pub comm: String,
+    /// Kind-specific fields.
+    pub data: serde_json::Value,
+}
+
+/// A recording session.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Session {
+    /// Id.
+    pub id: i64,
+    /// Start, wall ns.
+    pub started_ns: i64,
+    /// Last heartbeat, wall ns.
+    pub last_seen_ns: i64,
+    /// Clean end, wall ns (`None`: it did not end cleanly, or is running).
+    pub ended_ns: Option<i64>,
+}
+
+/// Drops counted by the probes in one interval.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DropRow {
+    /// Ring: `critical` or `data`.
+    pub ring: String,
+    /// Events lost.
+    pub count: u64,
+    /// Interval start, wall ns.
+    pub from_ns: i64,
+    /// Interval end, wall ns.
+    pub to_ns: i64,
+}
+
+/// The store.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+const MIGRATIONS: &[&str] = &[
+    // 0 -> 1
+    "CREATE TABLE sessions (
+        id INTEGER PRIMARY KEY,
+        started_ns INTEGER NOT NULL,
+        last_seen_ns INTEGER NOT NULL,
+        ended_ns INTEGER,
+        host TEXT, kernel TEXT, version TEXT, probes TEXT
+     );
+     CREATE TABLE events (
+        id INTEGER PRIMARY KEY,
+        ts_ns INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        tid INTEGER NOT NULL,
+        comm TEXT NOT NULL,
+        session_id INTEGER,
+        data TEXT NOT NULL
+     );
+     CREATE INDEX events_ts ON events(ts_ns);
+     CREATE TABLE kills (
+        id INTEGER PRIMARY KEY,
+        ts_ns INTEGER NOT NULL,
+        pid INTEGER NOT NULL,
+        comm TEXT NOT NULL,
+        killer TEXT NOT NULL,
+        session_id INTEGER,
+        committed_ns INTEGER NOT NULL,
+        record TEXT NOT NULL
+     );
+     CREATE INDEX kills_ts ON kills(ts_ns);
+     CREATE INDEX kills_pid ON kills(pid);
+     CREATE TABLE drops (
+        id INTEGER PRIMARY KEY,
+        session_id INTEGER,
+        ring TEXT NOT NULL,
+        count INTEGER NOT NULL,
+        from_ns INTEGER NOT NULL,
+        to_ns INTEGER NOT NULL
+     );
+     CREATE INDEX drops_to ON drops(to_ns);",
+];
+
+fn classify(path: &Path, e: rusqlite::Error, op: &'static str) -> StoreError {
+    use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
+    match e.sqlite_error_code() {
+        Some(NotADatabase | DatabaseCorrupt) => StoreError::Corrupt {
+            path: path.into(),
+            detail: e.to_string(),
+        },
+        Some(
+            rusqlite::ErrorCode::CannotOpen
+            | rusqlite::ErrorCode::ReadOnly
+            | rusqlite::ErrorCode::PermissionDenied,
+        ) => StoreError::NotWritable {
+            path: path.into(),
+            source: std::io::Error::other(e.to_string()),
+        },
+        _ => StoreError::Sql { op, source: e },
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the store for recording.
+    pub fn open_rw(path: &Path) -> Result<Self, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::NotWritable {
+                path: path.into(),
+                source,
+            })?;
+        }
+        let conn = Connection::open(path).map_err(|e| classify(path, e, "open"))?;
+        let store = Self {
+            conn,
+            path: path.into(),
+        };
+        store.configure(true)?;
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// Opens an existing store for reading.
+    pub fn open_ro(path: &Path) -> Result<Self, StoreError> {
+        if !path.exists() {
+            return Err(StoreError::NotFound { path: path.into() });
+        }
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| classify(path, e, "open"))?;
+        let store = Self {
+            conn,
+            path: path.into(),
+        };
+        store.configure(false)?;
+        let v = store.version()?;
+        if v > SCHEMA_VERSION {
+            return Err(StoreError::TooNew {
+                path: path.into(),
+                found: v,
+            });
+        }
+        if v < 1 {
+            return Err(StoreError::Corrupt {
+                path: path.into(),
+                detail: "no tracer schema".into(),
+            });
+        }
+        Ok(store)
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn configure(&self, rw: bool) -> Result<(), StoreError> {
+        let p = &self.path;
+        self.conn
+            .busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(|e| classify(p, e, "busy_timeout"))?;
+        // The first real read: a file that is not a database fails here.
+        let check: String = self
+            .conn
+            .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))
+            .map_err(|e| classify(p, e, "check"))?;
+        if check != "ok" {
+            return Err(StoreError::Corrupt {
+                path: p.clone(),
+                detail: check,
+            });
+        }
+        if rw {
+            // auto_vacuum only takes effect on a new, empty database.
+            self.conn
+                .pragma_update(None, "auto_vacuum", "INCREMENTAL")
+                .map_err(|e| classify(p, e, "auto_vacuum"))?;
+            let mode: String = self
+                .conn
+                .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+                .map_err(|e| classify(p, e, "journal_mode"))?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                tracing::warn!("store {} is in {mode} mode, not WAL", p.display());
+            }
+            // FULL: a committed kill survives power loss, not just a crash.
+            self.conn
+                .pragma_update(None, "synchronous", "FULL")
+                .map_err(|e| classify(p, e, "synchronous"))?;
+        }
+        Ok(())
+    }
+
+    fn version(&self) -> Result<i64, StoreError> {
+        self.conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| classify(&self.path, e, "version"))
+    }
+
+    fn migrate(&self) -> Result<(), StoreError> {
+        let v = self.version()?;
+        if v > SCHEMA_VERSION {
+            return Err(StoreError::TooNew {
+                path: self.path.clone(),
+                found: v,
+            });
+        }
+        if v == 0 {
+            let tables: i64 = self
+                .conn
+                .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+                .map_err(sql("migrate"))?;
+            if tables > 0 {
+                return Err(StoreError::Corrupt {
+                    path: self.path.clone(),
+                    detail: "a SQLite file with other tables".into(),
+                });
+            }
+        }
+        for (i, step) in MIGRATIONS.iter().enumerate().skip(v as usize) {
+            let to = i as i64 + 1;
+            let sql_text = format!("BEGIN; {step} PRAGMA user_version = {to}; COMMIT;");
+            self.conn.execute_batch(&sql_text).map_err(sql("migrate"))?;
+            tracing::debug!("store {} migrated to schema {to}", self.path.display());
+        }
+        Ok(())
+    }
+
+    /// Starts a recording session.
+    pub fn start_session(
+        &self,
+        now_ns: i64,
+        host: &str,
+        kernel: &str,
+        probes: &str,
+    ) -> Result<i64, StoreError> {
+        self.conn
+            .execute(
+                "INSERT INTO sessions (started_ns, last_seen_ns, host, kernel, version, probes) VALUES (?1, ?1, ?2, ?3, ?4, ?5)",
+                params![now_ns, host, kernel, env!("CARGO_PKG_VERSION"), probes],
+            )
+            .map_err(sql("start session"))?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// Records that a session is still alive.
+    pub fn heartbeat(&self, session: i64, now_ns: i64) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE sessions SET last_seen_ns = ?2 WHERE id = ?1",
+                params![session, now_ns],
+            )
+            .map_err(sql("heartbeat"))?;
+        Ok(())
+    }
+
+    /// Ends a session cleanly.
+    pub fn end_session(&self, session: i64, now_ns: i64) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE sessions SET last_seen_ns = ?2, ended_ns = ?2 WHERE id = ?1",
+                params![session, now_ns],
+            )
+            .map_err(sql("end session"))?;
+        Ok(())
+    }
+
+    /// Every session, oldest first.
+    pub fn sessions(&self) -> Result<Vec<Session>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT id, started_ns, last_seen_ns, ended_ns FROM sessions ORDER BY started_ns",
+            )
+            .map_err(sql("sessions"))?;
+        let rows = st
+            .query_map([], |r| {
+                Ok(Session {
+                    id: r.get(0)?,
+                    started_ns: r.get(1)?,
+                    last_seen_ns: r.get(2)?,
+                    ended_ns: r.get(3)?,
+                })
+            })
+            .map_err(sql("sessions"))?;
+        rows.collect::<Result<_, _>>().map_err(sql("sessions"))
+    }
+
+    /// Appends events in one transaction.
+    pub fn insert_events(
+        &mut self,
+        session: Option<i64>,
+        events: &[EventRow],
+    ) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let tx = self.conn.transaction().map_err(sql("insert events"))?;
+        insert_events_tx(&tx, session, events)?;
+        tx.commit().map_err(sql("insert events"))
+    }
+
+    /// Commits a kill (and the events buffered with it) now; returns its id.
+    pub fn insert_kill(
+        &mut self,
+        kill: &KillRecord,
+        events: &[EventRow],
+        now_ns: i64,
+    ) -> Result<i64, StoreError> {
+        let json = serde_json::to_string(kill).expect("kill records serialize");
+        let tx = self.conn.transaction().map_err(sql("insert kill"))?;
+        insert_events_tx(&tx, kill.session_id, events)?;
+        tx.execute(
+            "INSERT INTO kills (ts_ns, pid, comm, killer, session_id, committed_ns, record) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![kill.ts_ns, kill.victim.pid, kill.victim.comm, kill.killer.kind, kill.session_id, now_ns, json],
+        )
+        .map_err(sql("insert kill"))?;
+        let id = tx.last_insert_rowid();
+        tx.commit().map_err(sql("insert kill"))?;
+        Ok(id)
+    }
+
+    /// Replaces a kill's record (a later join added to it).
+    pub fn update_kill(&self, id: i64, kill: &KillRecord) -> Result<(), StoreError> {
+        let json = serde_json::to_string(kill).expect("kill records serialize");
+        self.conn
+            .execute(
+                "UPDATE kills SET record = ?2, comm = ?3 WHERE id = ?1",
+                params![id, json, kill.victim.comm],
+            )
+            .map_err(sql("update kill"))?;
+        Ok(())
+    }
+
+    /// The kill of `pid` recorded within `window_ns` of `ts_ns`, if any.
+    pub fn find_kill(
+        &self,
+        pid: u32,
+        ts_ns: i64,
+        window_ns: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT id FROM kills WHERE pid = ?1 AND ts_ns BETWEEN ?2 AND ?3 ORDER BY abs(ts_ns - ?4) LIMIT 1",
+                params![pid, ts_ns - window_ns, ts_ns + window_ns, ts_ns],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(sql("find kill"))
+    }
+
+    /// Kills since `since_ns`, newest first, optionally of one pid.
+    pub fn kills(
+        &self,
+        since_ns: i64,
+        pid: Option<u32>,
+        limit: usize,
+    ) -> Result<Vec<(i64, KillRecord)>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT id, record, committed_ns FROM kills WHERE ts_ns >= ?1 AND (?2 IS NULL OR pid = ?2)
+                 ORDER BY ts_ns DESC, id DESC LIMIT ?3",
+            )
+            .map_err(sql("kills"))?;
+        let rows = st
+            .query_map(params![since_ns, pid, limit as i64], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(sql("kills"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, json) = row.map_err(sql("kills"))?;
+            let rec =
+                serde_json::from_str(&json).map_err(|source| StoreError::Record { id, source })?;
+            out.push((id, rec));
+        }
+        Ok(out)
+    }
+
+    /// When each kill became durable (wall ns), by kill id.
+    pub fn committed_ns(&self, id: i64) -> Result<Option<i64>, StoreError> {
+        self.conn
+            .query_row("SELECT committed_ns FROM kills WHERE id = ?1", [id], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(sql("committed_ns"))
+    }
+
+    /// Appends a drop interval.
+    pub fn insert_drops(&self, session: i64, row: &DropRow) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "INSERT INTO drops (session_id, ring, count, from_ns, to_ns) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![session, row.ring, row.count as i64, row.from_ns, row.to_ns],
+            )
+            .map_err(sql("insert drops"))?;
+        Ok(())
+    }
+
+    /// Drop intervals overlapping [from_ns, to_ns].
+    pub fn drops_between(&self, from_ns: i64, to_ns: i64) -> Result<Vec<DropRow>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare("SELECT ring, count, from_ns, to_ns FROM drops WHERE to_ns >= ?1 AND from_ns <= ?2 ORDER BY from_ns")
+            .map_err(sql("drops"))?;
+        let rows = st
+            .query_map(params![from_ns, to_ns], |r| {
+                Ok(DropRow {
+                    ring: r.get(0)?,
+                    count: r.get::<_, i64>(1)? as u64,
+                    from_ns: r.get(2)?,
+                    to_ns: r.get(3)?,
+                })
+            })
+            .map_err(sql("drops"))?;
+        rows.collect::<Result<_, _>>().map_err(sql("drops"))
+    }
+
+    /// Events since `since_ns`, oldest first, filtered by kind and pid.
+    pub fn events(
+        &self,
+        since_ns: i64,
+        kind: Option<&str>,
+        pid: Option<u32>,
+        limit: usize,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT ts_ns, kind, pid, tid, comm, data FROM events
+                 WHERE ts_ns >= ?1 AND (?2 IS NULL OR kind = ?2) AND (?3 IS NULL OR pid = ?3 OR json_extract(data, '$.victim_pid') = ?3
+                   OR json_extract(data, '$.target_pid') = ?3 OR json_extract(data, '$.child_pid') = ?3)
+                 ORDER BY ts_ns, id LIMIT ?4",
+            )
+            .map_err(sql("events"))?;
+        let rows = st
+            .query_map(params![since_ns, kind, pid, limit as i64], |r| {
+                let data: String = r.get(5)?;
+                Ok(EventRow {
+                    ts_ns: r.get(0)?,
+                    kind: r.get(1)?,
+                    pid: r.get(2)?,
+                    tid: r.get(3)?,
+                    comm: r.get(4)?,
+                    data: serde_json::from_str(&data).unwrap_or(serde_json::Value::Null),
+                })
+            })
+            .map_err(sql("events"))?;
+        rows.collect::<Result<_, _>>().map_err(sql("events"))
+    }
+
+    /// Bytes the database file uses.
+    pub fn size_bytes(&self) -> Result<u64, StoreError> {
+        let pages: i64 = self
+            .conn
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
+            .map_err(sql("size"))?;
+        let size: i64 = self
+            .conn
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .map_err(sql("size"))?;
+        Ok((pages * size) as u64)
+    }
+
+    /// Deletes what is older than `max_age_ns`, then the oldest events (and,
+    /// if still needed, the oldest kills) until the file is under `max_bytes`.
+    /// Returns the rows deleted.
+    pub fn enforce_retention(
+        &mut self,
+        now_ns: i64,
+        max_age_ns: i64,
+        max_bytes: u64,
+    ) -> Result<u64, StoreError> {
+        let cutoff = now_ns - max_age_ns;
+        let mut deleted = 0u64;
+        for table in ["events", "kills", "drops"] {
+            let col = if table == "drops" { "to_ns" } else { "ts_ns" };
+            deleted += self
+                .conn
+                .execute(&format!("DELETE FROM {table} WHERE {col} < ?1"), [cutoff])
+                .map_err(sql("retention"))? as u64;
+        }
+        self.conn
+            .execute(
+                "DELETE FROM sessions WHERE coalesce(ended_ns, last_seen_ns) < ?1",
+                [cutoff],
+            )
+            .map_err(sql("retention"))?;
+        for table in ["events", "kills"] {
+            while self.used_bytes()? > max_bytes {
+                let n = self
+                    .conn
+                    .execute(&format!("DELETE FROM {table} WHERE id IN (SELECT id FROM {table} ORDER BY ts_ns LIMIT 2000)"), [])
+                    .map_err(sql("retention"))?;
+                if n == 0 {
+                    break;
+                }
+                deleted += n as u64;
+            }
+        }
+        if deleted > 0 {
+            self.conn
+                .execute_batch("PRAGMA incremental_vacuum;")
+                .map_err(sql("vacuum"))?;
+        }
+        Ok(deleted)
+    }
+
+    /// Bytes in use (pages not on the freelist).
+    fn used_bytes(&self) -> Result<u64, StoreError> {
+        let free: i64 = self
+            .conn
+            .query_row("PRAGMA freelist_count", [], |r| r.get(0))
+            .map_err(sql("size"))?;
+        let size: i64 = self
+            .conn
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .map_err(sql("size"))?;
+        Ok(self.size_bytes()?.saturating_sub((free * size) as u64))
+    }
+}
+
+fn insert_events_tx(
+    tx: &rusqlite::Transaction<'_>,
+    session: Option<i64>,
+    events: &[EventRow],
+) -> Result<(), StoreError> {
+    let mut st = tx
+        .prepare_cached("INSERT INTO events (ts_ns, kind, pid, tid, comm, session_id, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")
+        .map_err(sql("insert events"))?;
+    for e in events {
+        st.execute(params![
+            e.ts_ns,
+            e.kind,
+            e.pid,
+            e.tid,
+            e.comm,
+            session,
+            e.data.to_string()
+        ])
+        .map_err(sql("insert events"))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::correlate::record::Victim;
+
+    fn kill(pid: u32, ts_ns: i64) -> KillRecord {
+        KillRecord {
+            ts_ns,
+            source: "tracepoint".into(),
+            victim: Victim {
+                pid,
+                comm: "python3".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn event(ts_ns: i64) -> EventRow {
+        EventRow {
+            ts_ns,
+            kind: "exec".into(),
+            pid: 1,
+            tid: 1,
+            comm: "sh".into(),
+            data: serde_json::json!({"pid": 1}),
+        }
+    }
+
+    #[test]
+    fn round_trips_kills_events_sessions_and_drops() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/t.db");
+        let mut s = Store::open_rw(&path).unwrap();
+        let sid = s.start_session(100, "h", "6.18", "[]").unwrap();
+        let id = s
+            .insert_kill(&kill(42, 1_000), &[event(900)], 1_005)
+            .unwrap();
+        assert_eq!(s.find_kill(42, 1_500, 1_000).unwrap(), Some(id));
+        assert_eq!(s.find_kill(42, 5_000, 1_000).unwrap(), None);
+        let mut k = kill(42, 1_000);
+        k.victim.comm = "renamed".into();
+        s.update_kill(id, &k).unwrap();
+        s.insert_drops(
+            sid,
+            &DropRow {
+                ring: "data".into(),
+                count: 3,
+                from_ns: 800,
+                to_ns: 1_200,
+            },
+        )
+        .unwrap();
+        s.end_session(sid, 2_000).unwrap();
+        drop(s);
+
+        let r = Store::open_ro(&path).unwrap();
+        let kills = r.kills(0, None, 10).unwrap();
+        assert_eq!(kills.len(), 1);
+        assert_eq!(kills[0].1.victim.comm, "renamed");
+        assert_eq!(r.kills(0, Some(7), 10).unwrap().len(), 0);
+        assert_eq!(r.committed_ns(id).unwrap(), Some(1_005));
+        assert_eq!(
+            r.events(0, Some("exec"), None, 10).unwrap(),
+            vec![event(900)]
+        );
+        assert_eq!(r.drops_between(1_000, 1_100).unwrap().len(), 1);
+        assert_eq!(r.sessions().unwrap()[0].ended_ns, Some(2_000));
+    }
+
+    #[test]
+    fn missing_corrupt_and_foreign_files_are_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("none.db");
+        assert!(matches!(
+            Store::open_ro(&missing),
+            Err(StoreError::NotFound { .. })
+        ));
+
+        let garbage = dir.path().join("garbage.db");
+        std::fs::write(&garbage, vec![0x5a; 8192]).unwrap();
+        let err = Store::open_rw(&garbage).err().expect("garbage refused");
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+        assert!(matches!(
+            Store::open_ro(&garbage),
+            Err(StoreError::Corrupt { .. })
+        ));
+        assert_eq!(
+            std::fs::read(&garbage).unwrap(),
+            vec![0x5a; 8192],
+            "left untouched"
+        );
+
+        let foreign = dir.path().join("foreign.db");
+        Connection::open(&foreign)
+            .unwrap()
+            .execute_batch("CREATE TABLE t(x);")
+            .unwrap();
+        assert!(matches!(
+            Store::open_rw(&foreign),
+            Err(StoreError::Corrupt { .. })
+        ));
+
+        let newer = dir.path().join("newer.db");
+        drop(Store::open_rw(&newer).unwrap());
+        Connection::open(&newer)
+            .unwrap()
+            .execute_batch("PRAGMA user_version = 99;")
+            .unwrap();
+        assert!(matches!(
+            Store::open_rw(&newer),
+            Err(StoreError::TooNew { found: 99, .. })
+        ));
+    }
+
+    #[test]
+    fn unwritable_location() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, b"x").unwrap();
+        // A path under a regular file can never be created, even as root.
+        let err = Store::open_rw(&file.join("t.db")).err().expect("refused");
+        assert!(matches!(err, StoreError::NotWritable { .. }), "{err}");
+    }
+
+    #[test]
+    fn retention_by_age_and_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open_rw(&dir.path().join("t.db")).unwrap();
+        let events: Vec<EventRow> = (0..20_000).map(event).collect();
+        s.insert_events(None, &events).unwrap();
+        s.insert_kill(&kill(1, 10), &[], 10).unwrap();
+        s.insert_kill(&kill(2, 19_999), &[], 19_999).unwrap();
+        // Age: everything before 10_000 goes, the old kill with it.
+        s.enforce_retention(20_000, 10_000, u64::MAX).unwrap();
+        assert_eq!(s.events(0, None, None, usize::MAX).unwrap().len(), 10_000);
+        assert_eq!(s.kills(0, None, 10).unwrap().len(), 1);
+        // Size: the oldest events go first, the newest kill stays.
+        let before = s.size_bytes().unwrap();
+        s.enforce_retention(20_000, i64::MAX / 2, before / 4)
+            .unwrap();
+        assert!(s.events(0, None, None, usize::MAX).unwrap().len() < 10_000);
+        assert_eq!(s.kills(0, None, 10).unwrap().len(), 1);
+        assert!(s.size_bytes().unwrap() < before, "file shrank");
+    }
+}

@@ -1,0 +1,93 @@
+//! Clocks: the probes stamp events with CLOCK_BOOTTIME
+//! (`bpf_ktime_get_boot_ns`), the kernel log with the monotonic clock; the
+//! store and every report use wall-clock nanoseconds since the epoch.
+
+/// Nanoseconds of a clock.
+fn clock_ns(id: libc::clockid_t) -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock ids used here
+    // exist on every Linux since 2.6.39.
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+/// Wall-clock now, ns since the epoch.
+pub fn wall_now_ns() -> i64 {
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
+/// CLOCK_BOOTTIME now, ns.
+pub fn boot_now_ns() -> i64 {
+    clock_ns(libc::CLOCK_BOOTTIME)
+}
+
+/// Offsets that turn kernel timestamps into wall-clock time.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    boot_to_wall: i64,
+    mono_to_wall: i64,
+}
+
+impl Clock {
+    /// Measures the offsets now (the wall clock can be stepped by NTP, so a
+    /// long-running recorder refreshes this periodically).
+    pub fn now() -> Self {
+        let offset = |id| {
+            let w1 = clock_ns(libc::CLOCK_REALTIME);
+            let k = clock_ns(id);
+            let w2 = clock_ns(libc::CLOCK_REALTIME);
+            w1 + (w2 - w1) / 2 - k
+        };
+        Self {
+            boot_to_wall: offset(libc::CLOCK_BOOTTIME),
+            mono_to_wall: offset(libc::CLOCK_MONOTONIC),
+        }
+    }
+
+    /// Wall time of a `bpf_ktime_get_boot_ns` stamp.
+    pub fn boot_to_wall(&self, boot_ns: u64) -> i64 {
+        boot_ns as i64 + self.boot_to_wall
+    }
+
+    /// Wall time of a /dev/kmsg stamp (microseconds of the monotonic clock).
+    pub fn kmsg_to_wall(&self, ts_us: u64) -> i64 {
+        ts_us as i64 * 1000 + self.mono_to_wall
+    }
+}
+
+/// Formats wall ns as RFC 3339 with milliseconds, UTC.
+pub fn format_wall(ns: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns.max(0) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// Parses a look-back window such as `10m`, `6h`, `2d`, `90s`.
+pub fn parse_window(s: &str) -> Result<std::time::Duration, humantime::DurationError> {
+    humantime::parse_duration(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boot_stamps_map_to_now() {
+        let c = Clock::now();
+        let wall = c.boot_to_wall(boot_now_ns() as u64);
+        assert!((wall - wall_now_ns()).abs() < 50_000_000, "within 50 ms");
+    }
+
+    #[test]
+    fn formats_and_parses() {
+        assert_eq!(
+            format_wall(1_700_000_000_123_000_000),
+            "2023-11-14T22:13:20.123Z"
+        );
+        assert_eq!(parse_window("6h").unwrap().as_secs(), 6 * 3600);
+        assert_eq!(parse_window("10m").unwrap().as_secs(), 600);
+        assert!(parse_window("soon").is_err());
+    }
+}
