@@ -1,1 +1,369 @@
+//! Helpers of the privileged end-to-end tests: memory cgroups, the
+//! recorder and workload processes, each an RAII guard that cleans up even
+//! when a test panics. Only what a test created is ever touched.
 
+use std::{
+    ffi::CString,
+    fs,
+    io::{BufRead, BufReader},
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU32, Ordering},
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+/// Whether privileged tests can run; in CI (`CI=true`) they must.
+pub fn privileged() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        assert!(
+            std::env::var("CI").is_err(),
+            "privileged end-to-end tests need root and BPF; CI machines have both"
+        );
+        eprintln!("skipped: not root (the end-to-end tests load eBPF programs and make cgroups)");
+    }
+    root
+}
+
+/// The tracer binary under test.
+pub fn tracer_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("TRACER_BIN") {
+        return p.into();
+    }
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/tracer");
+    assert!(
+        p.exists(),
+        "build tracer first (cargo build -p tracer) or set TRACER_BIN; looked at {}",
+        p.display()
+    );
+    p
+}
+
+/// Runs `tracer ARGS` to completion.
+pub fn tracer(args: &[&str]) -> Output {
+    Command::new(tracer_bin())
+        .args(args)
+        .output()
+        .expect("run tracer")
+}
+
+/// Runs `tracer ARGS`, asserts success, and parses stdout as JSON.
+pub fn tracer_json(args: &[&str]) -> serde_json::Value {
+    let out = tracer(args);
+    assert!(
+        out.status.success(),
+        "tracer {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "tracer {args:?}: {e}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// Polls `f` until it returns `Some` or `timeout` passes.
+pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() > end {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A memory cgroup made by a test, removed (with any process a test put in
+/// it) when dropped.
+pub struct TestCgroup {
+    dir: PathBuf,
+    /// The path as /proc/PID/cgroup and the kernel report name it.
+    pub path: String,
+    v1: bool,
+}
+
+impl TestCgroup {
+    /// Makes a memory cgroup with `limit` bytes, named after the test.
+    pub fn new(tag: &str, limit: u64) -> Self {
+        let name = format!(
+            "tracer-e2e-{tag}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let (root, v1) = memory_root();
+        let dir = root.join(&name);
+        fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+        let cg = Self {
+            dir,
+            path: format!("/{name}"),
+            v1,
+        };
+        let limit_file = if v1 {
+            "memory.limit_in_bytes"
+        } else {
+            "memory.max"
+        };
+        fs::write(cg.dir.join(limit_file), limit.to_string()).expect("set memory limit");
+        if !v1 {
+            let _ = fs::write(cg.dir.join("memory.swap.max"), "0");
+        }
+        cg
+    }
+
+    /// The cgroup directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A command that starts inside this cgroup (it joins before exec).
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let procs = CString::new(
+            self.dir
+                .join("cgroup.procs")
+                .into_os_string()
+                .into_encoded_bytes(),
+        )
+        .expect("path");
+        let mut cmd = Command::new(program);
+        // SAFETY: the closure only calls async-signal-safe libc functions
+        // (open, write, close) on memory prepared before fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let n = libc::write(fd, b"0".as_ptr().cast(), 1);
+                libc::close(fd);
+                if n != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd
+    }
+
+    /// OOM kills counted by the kernel for this cgroup.
+    pub fn oom_kills(&self) -> u64 {
+        let file = if self.v1 {
+            "memory.oom_control"
+        } else {
+            "memory.events"
+        };
+        fs::read_to_string(self.dir.join(file))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        // Only processes a test started are in here; end them, then remove.
+        for _ in 0..50 {
+            let procs = fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                // SAFETY: plain syscall; the pid is in a cgroup this test made.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            if fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("warning: could not remove {}", self.dir.display());
+    }
+}
+
+/// Where new memory cgroups go: the v1 memory hierarchy if mounted, else
+/// the v2 root (which must have the memory controller).
+pub fn memory_root() -> (PathBuf, bool) {
+    let v1 = Path::new("/sys/fs/cgroup/memory");
+    if v1.join("memory.limit_in_bytes").exists() {
+        return (v1.into(), true);
+    }
+    for v2 in ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"] {
+        let ctl =
+            fs::read_to_string(Path::new(v2).join("cgroup.subtree_control")).unwrap_or_default();
+        if ctl.split_whitespace().any(|c| c == "memory") {
+            return (v2.into(), false);
+        }
+    }
+    panic!(
+        "no memory cgroup controller on this machine (v1 /sys/fs/cgroup/memory or v2 with +memory)"
+    );
+}
+
+/// A child process a test started; killed and reaped on drop.
+pub struct Proc {
+    /// The child.
+    pub child: Child,
+}
+
+impl Proc {
+    /// Starts `cmd` with stdout piped.
+    pub fn spawn(mut cmd: Command) -> Self {
+        let child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn workload");
+        Self { child }
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Reads stdout lines until one contains `needle`.
+    pub fn wait_line(&mut self, needle: &str) {
+        let out = self.child.stdout.as_mut().expect("piped stdout");
+        let mut reader = BufReader::new(out);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = reader.read_line(&mut line).expect("read workload stdout");
+            assert!(n > 0, "workload ended before printing {needle:?}");
+            if line.contains(needle) {
+                return;
+            }
+        }
+    }
+
+    /// Waits for it to end; returns the signal that ended it, if any.
+    pub fn wait_signal(&mut self, timeout: Duration) -> Option<i32> {
+        use std::os::unix::process::ExitStatusExt;
+        let status = wait_for(timeout, || self.child.try_wait().expect("wait"))?;
+        status.signal()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A running `tracer record`, stopped with SIGINT on drop.
+pub struct Recorder {
+    child: Option<Child>,
+    stderr: Arc<Mutex<String>>,
+    /// Its store.
+    pub store: PathBuf,
+}
+
+impl Recorder {
+    /// Starts the recorder on `store` and waits until it is recording.
+    pub fn start(store: &Path) -> Self {
+        Self::start_with(store, &[])
+    }
+
+    /// Same, with extra arguments.
+    pub fn start_with(store: &Path, extra: &[&str]) -> Self {
+        let mut child = Command::new(tracer_bin())
+            .arg("record")
+            .arg("--store")
+            .arg(store)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start tracer record");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let pipe = child.stderr.take().expect("piped");
+        let sink = stderr.clone();
+        thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                eprintln!("[recorder] {line}");
+                sink.lock().expect("lock").push_str(&(line + "\n"));
+            }
+        });
+        let mut rec = Self {
+            child: Some(child),
+            stderr,
+            store: store.into(),
+        };
+        let ready = wait_for(Duration::from_secs(30), || {
+            if rec.log().contains("tracer: recording") {
+                return Some(true);
+            }
+            match rec.child.as_mut().expect("child").try_wait() {
+                Ok(Some(status)) => panic!("recorder exited ({status}): {}", rec.log()),
+                _ => None,
+            }
+        });
+        assert!(
+            ready.is_some(),
+            "recorder not ready after 30 s: {}",
+            rec.log()
+        );
+        rec
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// What it printed so far.
+    pub fn log(&self) -> String {
+        self.stderr.lock().expect("lock").clone()
+    }
+
+    /// Stops it with SIGINT and waits; returns its final log.
+    pub fn stop(mut self) -> String {
+        self.stop_inner();
+        self.log()
+    }
+
+    /// Kills it with SIGKILL, as a crash would.
+    pub fn crash(mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn stop_inner(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: plain syscall on our own child's pid.
+            unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+            if wait_for(Duration::from_secs(20), || c.try_wait().ok().flatten()).is_none() {
+                let _ = c.kill();
+                let _ = c.wait();
+                panic!("recorder did not stop on SIGINT: {}", self.log());
+            }
+            // Give the log thread a moment to drain.
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: plain syscall on our own child's pid.
+            unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+            if wait_for(Duration::from_secs(20), || c.try_wait().ok().flatten()).is_none() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}

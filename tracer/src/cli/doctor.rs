@@ -95,11 +95,11 @@ pub fn checks(store: &Path) -> Vec<Check> {
                 btf::VMLINUX_BTF,
                 tgid.as_ref()
                     .map(|o| format!("at {o}"))
-                    .unwrap_or_else(|e| e.to_string()),
+                    .unwrap_or_else(|e| super::chain(e)),
                 items
                     .as_ref()
                     .map(|m| format!("({} items)", m.len()))
-                    .unwrap_or_else(|e| e.to_string())
+                    .unwrap_or_else(|e| super::chain(e))
             );
             let ok = tgid.is_ok() && items.is_ok();
             out.push(check(
@@ -112,7 +112,7 @@ pub fn checks(store: &Path) -> Vec<Check> {
         Err(e) => out.push(check(
             "BTF",
             Status::Fail,
-            e.to_string(),
+            super::chain(&e),
             Some("use a kernel built with CONFIG_DEBUG_INFO_BTF=y"),
         )),
     }
@@ -278,7 +278,7 @@ pub fn checks(store: &Path) -> Vec<Check> {
         Err(e) => check(
             "kernel log",
             Status::Warn,
-            e.to_string(),
+            super::chain(&e),
             Some("run as root, or set kernel.dmesg_restrict=0"),
         ),
     });
@@ -340,7 +340,7 @@ fn store_check(path: &Path) -> Check {
             Err(e) => check(
                 name,
                 Status::Fail,
-                e.to_string(),
+                super::chain(&e),
                 Some("pass --store with a new path"),
             ),
         };

@@ -70,6 +70,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     if args.sample_interval < Duration::from_millis(100) {
         return Err(anyhow!("--sample-interval must be at least 100ms"));
     }
+    crate::probes::caps::require_bpf()?;
     let store = Store::open_rw(&args.store.path)?;
     let mut probes = Probes::load().context("cannot record")?;
     protect_from_oom_killer();

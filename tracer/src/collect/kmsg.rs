@@ -25,7 +25,7 @@ pub const KMSG: &str = "/dev/kmsg";
 pub enum KmsgError {
     /// /dev/kmsg could not be opened.
     #[error(
-        "cannot read the kernel log ({KMSG}): {source}; reading it needs root \
+        "cannot read the kernel log ({KMSG}); reading it needs root \
          (or CAP_SYSLOG with kernel.dmesg_restrict=1)"
     )]
     Open {
@@ -34,7 +34,7 @@ pub enum KmsgError {
         source: io::Error,
     },
     /// A read failed.
-    #[error("reading {KMSG}: {source}")]
+    #[error("reading {KMSG}")]
     Read {
         /// The error.
         #[source]

@@ -23,7 +23,7 @@ use kmsg::{Assembler, KmsgEvent};
 #[derive(Debug, thiserror::Error)]
 pub enum CollectError {
     /// The ring buffer fd could not be polled.
-    #[error("polling ring buffer {ring}: {source}")]
+    #[error("polling ring buffer {ring}")]
     Poll {
         /// Ring name.
         ring: &'static str,
@@ -35,7 +35,7 @@ pub enum CollectError {
     #[error(transparent)]
     Kmsg(#[from] kmsg::KmsgError),
     /// /dev/kmsg could not be polled.
-    #[error("polling {}: {source}", kmsg::KMSG)]
+    #[error("polling {}", kmsg::KMSG)]
     KmsgPoll {
         /// The error.
         #[source]

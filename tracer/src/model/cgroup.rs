@@ -217,7 +217,9 @@ pub fn owner_of(path: &str) -> Owner {
                 continue;
             }
             // cgroupfs: `pod<uid>`; systemd: `kubepods-<qos>-pod<uid_with_underscores>`.
-            let uid = name.strip_prefix("pod").or_else(|| name.rsplit_once("-pod").map(|(_, u)| u));
+            let uid = name
+                .strip_prefix("pod")
+                .or_else(|| name.rsplit_once("-pod").map(|(_, u)| u));
             if let Some(uid) = uid {
                 o.pod_uid = Some(uid.replace('_', "-"));
                 continue;

@@ -17,7 +17,7 @@ pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 pub enum BtfError {
     /// The BTF file could not be opened or parsed.
     #[error(
-        "cannot read kernel BTF at {path}: {source}; tracer needs a kernel built with \
+        "cannot read kernel BTF at {path}; tracer needs a kernel built with \
          CONFIG_DEBUG_INFO_BTF=y (most distribution kernels since 5.4)"
     )]
     Open {
@@ -34,7 +34,7 @@ pub enum BtfError {
         what: String,
     },
     /// A lookup failed inside the BTF data.
-    #[error("kernel BTF lookup of {what}: {source}")]
+    #[error("kernel BTF lookup of {what}")]
     Lookup {
         /// What was looked for.
         what: String,

@@ -35,14 +35,14 @@ pub enum ProbeError {
     #[error(transparent)]
     Btf(#[from] btf::BtfError),
     /// The object could not be loaded (the kernel refused a map or program).
-    #[error("loading the eBPF object: {source}")]
+    #[error("loading the eBPF object")]
     Load {
         /// aya's error.
         #[source]
         source: aya::EbpfError,
     },
     /// A program was refused by the verifier or could not be attached.
-    #[error("probe {program} ({hook}): {source}")]
+    #[error("probe {program} ({hook})")]
     Program {
         /// Program name.
         program: &'static str,
@@ -61,7 +61,7 @@ pub enum ProbeError {
         name: &'static str,
     },
     /// A map could not be opened with the expected type.
-    #[error("map {name}: {source}")]
+    #[error("map {name}")]
     Map {
         /// Map name.
         name: &'static str,

@@ -11,7 +11,7 @@ use std::{
 pub enum TracefsError {
     /// Neither mount point has tracefs, and mounting it failed.
     #[error(
-        "tracefs is not mounted and mounting it at /sys/kernel/tracing failed: {source}; \
+        "tracefs is not mounted and mounting it at /sys/kernel/tracing failed; \
          run `mount -t tracefs nodev /sys/kernel/tracing` as root"
     )]
     Mount {
@@ -30,7 +30,7 @@ pub enum TracefsError {
         path: PathBuf,
     },
     /// A format file could not be read.
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}")]
     Read {
         /// The file.
         path: PathBuf,

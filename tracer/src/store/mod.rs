@@ -26,7 +26,7 @@ pub enum StoreError {
         path: PathBuf,
     },
     /// The directory or file cannot be written.
-    #[error("store {path} is not writable: {source}; pick another path with --store")]
+    #[error("store {path} is not writable; pick another path with --store")]
     NotWritable {
         /// The path.
         path: PathBuf,
@@ -56,7 +56,7 @@ pub enum StoreError {
         found: i64,
     },
     /// A statement failed.
-    #[error("store {op}: {source}")]
+    #[error("store {op}")]
     Sql {
         /// What was being done.
         op: &'static str,
@@ -65,7 +65,7 @@ pub enum StoreError {
         source: rusqlite::Error,
     },
     /// A stored record could not be read back.
-    #[error("store record {id} is unreadable: {source}")]
+    #[error("store record {id} is unreadable")]
     Record {
         /// Row id.
         id: i64,

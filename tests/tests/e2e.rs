@@ -1,0 +1,440 @@
+//! End-to-end tests: real OOM kills in memory cgroups these tests make,
+//! recorded by the real `tracer record` with real eBPF programs.
+//! Run as root through `cargo xtask test`; in CI they fail if they cannot run.
+
+use std::{
+    fs,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use std::os::unix::process::CommandExt as _;
+
+use serde_json::Value;
+use tracer_e2e::{Proc, Recorder, TestCgroup, privileged, tracer, tracer_json, wait_for};
+
+const MIB: u64 = 1 << 20;
+
+fn memhog(cg: &TestCgroup, step_mib: u64, interval_ms: u64, max_mib: Option<u64>) -> Proc {
+    let mut cmd = cg.command(env!("CARGO_BIN_EXE_memhog"));
+    cmd.args([
+        "--step-mib",
+        &step_mib.to_string(),
+        "--interval-ms",
+        &interval_ms.to_string(),
+    ]);
+    if let Some(m) = max_mib {
+        cmd.args(["--max-mib", &m.to_string()]);
+    }
+    Proc::spawn(cmd)
+}
+
+/// `explain --pid` JSON once the kill is recorded and joined with the
+/// kernel's report (or after `timeout`, whatever is there).
+fn explain_pid(store: &std::path::Path, pid: u32, want_kmsg: bool) -> Value {
+    let store = store.to_str().expect("utf-8 path");
+    let pid_s = pid.to_string();
+    let got = wait_for(Duration::from_secs(15), || {
+        let out = tracer(&[
+            "explain", "--store", store, "--pid", &pid_s, "--format", "json",
+        ]);
+        if !out.status.success() {
+            return None;
+        }
+        let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+        let joined = v["kill"]["source"]
+            .as_str()
+            .is_some_and(|s| s.contains("kmsg"));
+        (!want_kmsg || joined).then_some(v)
+    });
+    got.unwrap_or_else(|| panic!("no recorded kill of pid {pid} in {store}"))
+}
+
+#[test]
+fn memcg_oom_kill_is_recorded_and_explained() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let cg = TestCgroup::new("oom", 64 * MIB);
+    let rec = Recorder::start(&store);
+    // Grow 4 MiB every 100 ms: about 1.6 s to the limit, so the lead-up has samples.
+    let mut hog = memhog(&cg, 4, 100, None);
+    let pid = hog.pid();
+    assert_eq!(
+        hog.wait_signal(Duration::from_secs(30)),
+        Some(libc::SIGKILL),
+        "memhog must be OOM killed"
+    );
+    assert_eq!(cg.oom_kills(), 1);
+
+    let v = explain_pid(&store, pid, true);
+    let k = &v["kill"];
+    assert_eq!(k["victim"]["pid"], pid);
+    assert_eq!(k["victim"]["comm"], "memhog");
+    assert_eq!(k["victim"]["memcg"], cg.path.as_str());
+    assert_eq!(k["killer"]["kind"], "kernel_oom");
+    assert_eq!(k["killer"]["constraint"], "memcg");
+    assert_eq!(k["memcg"]["path"], cg.path.as_str());
+    assert_eq!(k["memcg"]["limit_bytes"], 64 * MIB);
+    assert_eq!(k["memcg"]["source"], "kmsg");
+    let usage = k["memcg"]["usage_bytes"].as_u64().unwrap();
+    assert!(
+        usage > 60 * MIB && usage <= 64 * MIB,
+        "usage at the kill {usage}"
+    );
+    let anon = k["victim"]["memory"]["anon_rss_kb"].as_u64().unwrap();
+    assert!(
+        (40 * 1024..=64 * 1024).contains(&anon),
+        "victim anon RSS {anon} kB"
+    );
+    assert_eq!(k["victim"]["memory"]["source"], "tracepoint");
+    assert!(k["source"].as_str().unwrap().starts_with("tracepoint"));
+    assert!(
+        k["leadup"].as_array().unwrap().len() >= 1,
+        "lead-up samples: {}",
+        k["leadup"]
+    );
+    let tasks = k["tasks"].as_array().unwrap();
+    assert!(tasks.iter().any(|t| t["pid"] == pid && t["victim"] == true));
+    assert_eq!(v["verdict"]["cause"], "own_growth");
+    assert!(
+        k["gaps"].as_array().unwrap().is_empty(),
+        "nothing unknown: {}",
+        k["gaps"]
+    );
+
+    // The default text report names the same facts.
+    let out = tracer(&["explain", "--store", store.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        text.contains(&format!(
+            "memhog (pid {pid}) killed by the kernel OOM killer"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("usage 64.0 MiB of limit 64.0 MiB"), "{text}");
+    assert!(
+        text.contains("verdict    the victim's own growth"),
+        "{text}"
+    );
+
+    // The kill is the recorder's; the tracepoint event is in the events table.
+    let events = tracer(&[
+        "events",
+        "--store",
+        store.to_str().unwrap(),
+        "--kind",
+        "oom_victim",
+        "--pid",
+        &pid.to_string(),
+    ]);
+    let line = String::from_utf8_lossy(&events.stdout);
+    let ev: Value =
+        serde_json::from_str(line.lines().next().expect("one oom_victim event")).unwrap();
+    assert_eq!(ev["victim_pid"], pid);
+    let log = rec.stop();
+    assert!(log.contains("tracer: stopped"), "{log}");
+}
+
+#[test]
+fn noisy_neighbour_lists_both_and_blames_the_grower() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let cg = TestCgroup::new("neighbour", 96 * MIB);
+    let rec = Recorder::start(&store);
+    let mut small = memhog(&cg, 8, 10, Some(16));
+    small.wait_line("held 16 MiB");
+    let mut big = memhog(&cg, 4, 100, None);
+    assert_eq!(
+        big.wait_signal(Duration::from_secs(30)),
+        Some(libc::SIGKILL)
+    );
+    assert!(
+        small.child.try_wait().unwrap().is_none(),
+        "the small neighbour survives"
+    );
+
+    let v = explain_pid(&store, big.pid(), true);
+    let tasks = v["kill"]["tasks"].as_array().unwrap();
+    let find = |pid: u32| {
+        tasks
+            .iter()
+            .find(|t| t["pid"] == pid)
+            .unwrap_or_else(|| panic!("pid {pid} in {tasks:?}"))
+    };
+    let big_rss = find(big.pid())["rss_kb"].as_u64().unwrap();
+    let small_rss = find(small.pid())["rss_kb"].as_u64().unwrap();
+    assert!(
+        (14 * 1024..=24 * 1024).contains(&small_rss),
+        "small RSS {small_rss} kB"
+    );
+    assert!(
+        big_rss > 3 * small_rss,
+        "big {big_rss} kB vs small {small_rss} kB"
+    );
+    assert_eq!(find(big.pid())["victim"], true);
+    assert_eq!(find(small.pid())["victim"], false);
+    assert_eq!(v["verdict"]["cause"], "own_growth", "{}", v["verdict"]);
+    let text =
+        String::from_utf8_lossy(&tracer(&["explain", "--store", store.to_str().unwrap()]).stdout)
+            .to_string();
+    assert!(
+        text.contains(&small.pid().to_string()) && text.contains("<- victim"),
+        "{text}"
+    );
+    drop(rec);
+}
+
+#[test]
+fn explain_kmsg_finds_a_kill_without_any_store() {
+    if !privileged() {
+        return;
+    }
+    let cg = TestCgroup::new("kmsg", 48 * MIB);
+    let mut hog = memhog(&cg, 8, 20, None);
+    assert_eq!(
+        hog.wait_signal(Duration::from_secs(30)),
+        Some(libc::SIGKILL)
+    );
+    let pid = hog.pid().to_string();
+    let v = wait_for(Duration::from_secs(5), || {
+        let out = tracer(&[
+            "explain",
+            "--kmsg",
+            "--pid",
+            &pid,
+            "--format",
+            "json",
+            "--store",
+            "/nonexistent/x.db",
+        ]);
+        out.status
+            .success()
+            .then(|| serde_json::from_slice::<Value>(&out.stdout).unwrap())
+    })
+    .expect("the kill is in the kernel log");
+    let k = &v["kill"];
+    assert_eq!(k["victim"]["comm"], "memhog");
+    assert_eq!(k["source"], "kmsg");
+    assert_eq!(k["killer"]["constraint"], "memcg");
+    assert_eq!(k["memcg"]["limit_bytes"], 48 * MIB);
+    assert_eq!(k["victim"]["memcg"], cg.path.as_str());
+    assert!(k["victim"]["memory"]["anon_rss_kb"].as_u64().unwrap() > 20 * 1024);
+}
+
+#[test]
+fn sigkill_from_another_process_names_the_sender() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let rec = Recorder::start(&store);
+    let mut cmd = Command::new("sleep");
+    cmd.arg("600");
+    let mut victim = Proc::spawn(cmd);
+    std::thread::sleep(Duration::from_millis(300));
+    let killer = Command::new("kill")
+        .args(["-9", &victim.pid().to_string()])
+        .spawn()
+        .unwrap();
+    let killer_pid = killer.id();
+    assert!(killer.wait_with_output().unwrap().status.success());
+    assert_eq!(
+        victim.wait_signal(Duration::from_secs(5)),
+        Some(libc::SIGKILL)
+    );
+
+    let v = explain_pid(&store, victim.pid(), false);
+    let k = &v["kill"];
+    assert_eq!(k["killer"]["kind"], "userspace");
+    assert_eq!(k["killer"]["sender"]["pid"], killer_pid);
+    assert_eq!(k["killer"]["sender"]["comm"], "kill");
+    assert_eq!(k["victim"]["comm"], "sleep");
+    assert_eq!(k["victim"]["cmdline"], "sleep 600");
+    assert_eq!(v["verdict"]["cause"], "userspace_kill");
+    drop(rec);
+}
+
+#[test]
+fn history_survives_restart_and_a_crashed_recorder() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let store_s = store.to_str().unwrap();
+    let cg = TestCgroup::new("restart", 48 * MIB);
+
+    let rec = Recorder::start(&store);
+    let mut first = memhog(&cg, 8, 20, None);
+    assert_eq!(
+        first.wait_signal(Duration::from_secs(30)),
+        Some(libc::SIGKILL)
+    );
+    explain_pid(&store, first.pid(), true);
+    rec.stop();
+
+    // A new recorder on the same store: reading the kernel log again must
+    // not duplicate the kill it already has.
+    let rec = Recorder::start(&store);
+    let mut second = memhog(&cg, 8, 20, None);
+    assert_eq!(
+        second.wait_signal(Duration::from_secs(30)),
+        Some(libc::SIGKILL)
+    );
+    explain_pid(&store, second.pid(), false);
+    std::thread::sleep(Duration::from_secs(3));
+    rec.crash();
+
+    let all = tracer_json(&["explain", "--store", store_s, "--all", "--format", "json"]);
+    let pids: Vec<u64> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kill"]["victim"]["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        pids.iter()
+            .filter(|&&p| p == u64::from(first.pid()))
+            .count(),
+        1,
+        "{pids:?}"
+    );
+    assert_eq!(
+        pids.iter()
+            .filter(|&&p| p == u64::from(second.pid()))
+            .count(),
+        1,
+        "{pids:?}"
+    );
+    // The crashed session is not a clean end, and the store still opens read-write.
+    let conn = rusqlite::Connection::open(&store).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    let open: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sessions WHERE ended_ns IS NULL",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(open, 1);
+}
+
+#[test]
+fn bad_input_gives_clear_errors() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+
+    // Not root: a clear message naming what is missing.
+    let out = Command::new(tracer_e2e::tracer_bin())
+        .args([
+            "record",
+            "--store",
+            dir.path().join("n.db").to_str().unwrap(),
+        ])
+        .env("TRACER_LOG", "error")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("needs root") && err.contains("CAP_BPF"),
+        "{err}"
+    );
+
+    // A corrupt store: refused, left untouched.
+    let garbage = dir.path().join("garbage.db");
+    fs::write(&garbage, vec![0xa5u8; 16384]).unwrap();
+    for cmd in [
+        &["explain", "--store"][..],
+        &["record", "--store"][..],
+        &["events", "--store"][..],
+    ] {
+        let mut args = cmd.to_vec();
+        args.push(garbage.to_str().unwrap());
+        let out = tracer(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("corrupt") && err.contains("left untouched"),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(fs::read(&garbage).unwrap(), vec![0xa5u8; 16384]);
+
+    // An unwritable store location.
+    let file = dir.path().join("plain-file");
+    fs::write(&file, b"x").unwrap();
+    let out = tracer(&["record", "--store", file.join("t.db").to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("not writable"), "{err}");
+
+    // A store that does not exist, and an unknown pid in one that does.
+    let out = tracer(&[
+        "explain",
+        "--store",
+        dir.path().join("none.db").to_str().unwrap(),
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no store at"),
+        "{out:?}"
+    );
+    let store = dir.path().join("t.db");
+    let rec = Recorder::start(&store);
+
+    // Garbage in the kernel log neither crashes the recorder nor makes a kill.
+    let t0 = Instant::now();
+    fs::write(
+        "/dev/kmsg",
+        "tracer-e2e: Memory cgroup out of memory: Killed process notapid (x\n",
+    )
+    .unwrap();
+    fs::write("/dev/kmsg", "tracer-e2e: oom-kill:constraint=,pid=,uid=\n").unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let log = rec.stop();
+    assert!(log.contains("tracer: stopped"), "recorder survived: {log}");
+    let all = tracer_json(&[
+        "explain",
+        "--store",
+        store.to_str().unwrap(),
+        "--all",
+        "--since",
+        &format!("{}s", t0.elapsed().as_secs() + 1),
+        "--format",
+        "json",
+    ]);
+    assert!(
+        all.as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["kill"]["victim"]["comm"] != "x"),
+        "{all}"
+    );
+
+    let out = tracer(&[
+        "explain",
+        "--store",
+        store.to_str().unwrap(),
+        "--pid",
+        "999999999",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no kill of pid 999999999"));
+    let out = tracer(&["explain", "--pid", "abc"]);
+    assert_eq!(out.status.code(), Some(2), "clap rejects a non-numeric pid");
+}
