@@ -276,7 +276,13 @@ impl Recorder {
 
     /// Same, with extra arguments.
     pub fn start_with(store: &Path, extra: &[&str]) -> Self {
-        let mut child = Command::new(tracer_bin())
+        Self::start_bin(&tracer_bin(), store, extra, true)
+    }
+
+    /// Starts `bin record --store STORE EXTRA...` and waits until it
+    /// records; `echo` copies its log lines to stderr.
+    pub fn start_bin(bin: &Path, store: &Path, extra: &[&str], echo: bool) -> Self {
+        let mut child = Command::new(bin)
             .arg("record")
             .arg("--store")
             .arg(store)
@@ -290,7 +296,9 @@ impl Recorder {
         let sink = stderr.clone();
         thread::spawn(move || {
             for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                eprintln!("[recorder] {line}");
+                if echo {
+                    eprintln!("[recorder] {line}");
+                }
                 sink.lock().expect("lock").push_str(&(line + "\n"));
             }
         });

@@ -59,8 +59,8 @@ fn memcg_oom_kill_is_recorded_and_explained() {
     let store = dir.path().join("t.db");
     let cg = TestCgroup::new("oom", 64 * MIB);
     let rec = Recorder::start(&store);
-    // Grow 4 MiB every 100 ms: about 1.6 s to the limit, so the lead-up has samples.
-    let mut hog = memhog(&cg, 4, 100, None);
+    // Grow 2 MiB every 100 ms: over 3 s to the limit, so the lead-up has samples.
+    let mut hog = memhog(&cg, 2, 100, None);
     let pid = hog.pid();
     assert_eq!(
         hog.wait_signal(Duration::from_secs(30)),
@@ -91,10 +91,16 @@ fn memcg_oom_kill_is_recorded_and_explained() {
     );
     assert_eq!(k["victim"]["memory"]["source"], "tracepoint");
     assert!(k["source"].as_str().unwrap().starts_with("tracepoint"));
+    let leadup: Vec<u64> = k["leadup"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["usage_bytes"].as_u64().unwrap())
+        .collect();
+    assert!(leadup.len() >= 2, "lead-up samples: {leadup:?}");
     assert!(
-        k["leadup"].as_array().unwrap().len() >= 1,
-        "lead-up samples: {}",
-        k["leadup"]
+        leadup.windows(2).all(|w| w[0] <= w[1]),
+        "usage grew towards the kill: {leadup:?}"
     );
     let tasks = k["tasks"].as_array().unwrap();
     assert!(tasks.iter().any(|t| t["pid"] == pid && t["victim"] == true));

@@ -60,8 +60,10 @@ pub mod ring {
     pub const COUNT: u32 = 2;
     /// 256 KiB: about 2,000 kill-sized events; the reader wakes on each one.
     pub const CRITICAL_BYTES: u32 = 256 * 1024;
-    /// 8 MiB for the high-rate events.
-    pub const DATA_BYTES: u32 = 8 * 1024 * 1024;
+    /// 2 MiB for the high-rate events: at 1,000 new processes a second
+    /// (fork + exec, about 350 bytes) that is over 5 s of slack for the
+    /// reader. Userspace maps the ring twice, so it costs twice this in RSS.
+    pub const DATA_BYTES: u32 = 2 * 1024 * 1024;
 }
 
 /// Entries of `MEMCG_COUNTS` (LRU: an idle cgroup's counters age out).

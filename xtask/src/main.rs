@@ -1,1 +1,182 @@
-fn main() {}
+//! `cargo xtask <verb>`: everything a newcomer or CI runs, in one place.
+
+mod bench;
+mod demo;
+mod setup;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, ExitCode},
+};
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand};
+
+/// Project tasks.
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    verb: Verb,
+}
+
+#[derive(Debug, Subcommand)]
+enum Verb {
+    /// Install what the build and the tests need (idempotent).
+    Setup,
+    /// Build tracer and the test workloads (release).
+    Build,
+    /// Build and run tracer as root: `cargo xtask run -- doctor`.
+    Run {
+        /// Arguments for tracer.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Run the unit tests and the privileged end-to-end tests.
+    Test,
+    /// Run the benchmarks and print their figures (markdown).
+    Bench {
+        /// Kills to time for the latency benchmark.
+        #[arg(long, default_value_t = 20)]
+        kills: usize,
+        /// Seconds of the idle-cost benchmark.
+        #[arg(long, default_value_t = 60)]
+        idle_secs: u64,
+        /// Seconds of the process-churn benchmark.
+        #[arg(long, default_value_t = 10)]
+        churn_secs: u64,
+        /// Processes per second of the churn benchmark.
+        #[arg(long, default_value_t = 1000)]
+        churn_rate: u64,
+    },
+    /// Check this machine (tracer doctor).
+    Doctor,
+    /// Set up, build, record a real OOM kill in a scratch cgroup and explain it.
+    Demo,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.verb {
+        Verb::Setup => setup::run(),
+        Verb::Build => build_release().map(|_| ()),
+        Verb::Run { args } => run_tracer(&args),
+        Verb::Test => test(),
+        Verb::Bench {
+            kills,
+            idle_secs,
+            churn_secs,
+            churn_rate,
+        } => bench::run(bench::Options {
+            kills,
+            idle_secs,
+            churn_secs,
+            churn_rate,
+        }),
+        Verb::Doctor => run_tracer(&["doctor".to_string()]),
+        Verb::Demo => demo::run(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+/// Runs a command in the workspace root, failing on a non-zero exit.
+pub fn sh(cmd: &mut Command) -> anyhow::Result<()> {
+    let shown = format!("{cmd:?}");
+    eprintln!("xtask: {shown}");
+    let status = cmd
+        .current_dir(root())
+        .status()
+        .with_context(|| format!("spawn {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed ({status})");
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// Release binaries: (tracer, memhog).
+pub struct Bins {
+    /// target/release/tracer.
+    pub tracer: PathBuf,
+    /// target/release/memhog.
+    pub memhog: PathBuf,
+}
+
+fn build_release() -> anyhow::Result<Bins> {
+    setup::check_toolchain()?;
+    sh(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "tracer",
+        "-p",
+        "tracer-e2e",
+        "--bins",
+    ]))?;
+    let dir = root().join("target/release");
+    Ok(Bins {
+        tracer: dir.join("tracer"),
+        memhog: dir.join("memhog"),
+    })
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn run_tracer(args: &[String]) -> anyhow::Result<()> {
+    let bins = build_release()?;
+    let mut cmd = if is_root() {
+        Command::new(&bins.tracer)
+    } else {
+        let mut c = Command::new("sudo");
+        c.arg(&bins.tracer);
+        c
+    };
+    let status = cmd.args(args).status().context("run tracer")?;
+    if !status.success() {
+        bail!("tracer {} exited with {status}", args.join(" "));
+    }
+    Ok(())
+}
+
+fn test() -> anyhow::Result<()> {
+    setup::check_toolchain()?;
+    sh(cargo().args(["test", "-p", "tracer-common", "-p", "tracer", "-p", "xtask"]))?;
+    sh(cargo().args(["build", "-p", "tracer", "-p", "tracer-e2e", "--bins"]))?;
+    if !is_root() {
+        if std::env::var_os("CI").is_some() {
+            bail!("the end-to-end tests need root (and BPF); CI runs them as root");
+        }
+        eprintln!("xtask: not root: the end-to-end tests run under sudo");
+        return sh(Command::new("sudo").args([
+            "-E",
+            "cargo",
+            "test",
+            "-p",
+            "tracer-e2e",
+            "--",
+            "--test-threads=1",
+        ]));
+    }
+    // One at a time: the tests make real OOM kills and read the one kernel log.
+    sh(cargo().args(["test", "-p", "tracer-e2e", "--", "--test-threads=1"]))
+}

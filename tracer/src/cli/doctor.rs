@@ -83,6 +83,16 @@ pub fn checks(store: &Path) -> Vec<Check> {
             Some("run tracer as root (sudo)"),
         ),
     });
+    out.push(if caps::can_protect_from_oom(caps::effective()) {
+        check("OOM protection", Status::Ok, "the recorder sets its oom_score_adj to -1000", None)
+    } else {
+        check(
+            "OOM protection",
+            Status::Warn,
+            "no CAP_SYS_RESOURCE: the recorder cannot set its oom_score_adj to -1000, so a global OOM could pick it",
+            Some("run with CAP_SYS_RESOURCE (a root service outside a restricted container has it)"),
+        )
+    });
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     out.push(check("kernel", Status::Info, release.trim(), None));
 

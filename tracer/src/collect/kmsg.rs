@@ -290,9 +290,8 @@ impl Assembler {
             *self = Self::default();
             return Some(KmsgEvent::Report(Box::new(report)));
         }
-        if self.started_us.is_none() {
-            return None;
-        }
+        // Lines of a report only count after its header.
+        self.started_us?;
         if let Some(s) = text.strip_prefix("oom-kill:") {
             self.current.summary = parse_summary(s);
             self.section = Section::None;

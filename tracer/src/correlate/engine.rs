@@ -198,7 +198,7 @@ impl Engine {
 
     fn on_event(&mut self, ev: Event) -> Result<(), StoreError> {
         self.summary.events += 1;
-        let row = self.row(&ev);
+        let mut row = self.row(&ev);
         match &ev {
             Event::OomVictim(v) => {
                 let mut rec = kill_from_victim(&self.ctx(), v);
@@ -248,7 +248,10 @@ impl Engine {
                 .model
                 .on_fork(f.header.pid, f.child_pid, &c_str(&f.header.comm)),
             Event::Exit(x) => self.model.on_exit(x.pid, row.ts_ns),
-            Event::MemcgOom(_) => {}
+            Event::MemcgOom(m) => {
+                let path = self.model.layout().memcg_path_by_id(m.memcg_id);
+                row.data["memcg_path"] = path.into();
+            }
         }
         self.buffer.push(row);
         if self.buffer.len() >= EVENT_BUFFER {
@@ -336,7 +339,7 @@ impl Engine {
         let per_min = (60.0 / self.opts.sample_interval.as_secs_f64())
             .ceil()
             .max(1.0) as u64;
-        if self.ticks % per_min == 0 {
+        if self.ticks.is_multiple_of(per_min) {
             self.clock = Clock::now();
         }
         let counters = self.memcg.as_ref().map(|m| m.read()).unwrap_or_default();
@@ -361,6 +364,9 @@ impl Engine {
             if n > 0 {
                 tracing::debug!("retention removed {n} rows");
             }
+            // Bursts (churn, kill storms) grow the heap; give it back.
+            // SAFETY: malloc_trim only releases free memory.
+            unsafe { libc::malloc_trim(0) };
         }
         Ok(())
     }

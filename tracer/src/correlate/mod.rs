@@ -151,7 +151,7 @@ fn tasks_from_model(
             })
         })
         .collect();
-    out.sort_by(|a, b| b.rss_kb.cmp(&a.rss_kb));
+    out.sort_by_key(|t| std::cmp::Reverse(t.rss_kb));
     out
 }
 
@@ -399,7 +399,7 @@ pub fn merge_report(rec: &mut KillRecord, report: &OomReport, sampler: Option<&S
                 victim: t.tgid == k.pid,
             })
             .collect();
-        tasks.sort_by(|a, b| b.rss_kb.cmp(&a.rss_kb));
+        tasks.sort_by_key(|t| std::cmp::Reverse(t.rss_kb));
         tasks.dedup_by_key(|t| t.pid);
         rec.tasks = tasks;
     }

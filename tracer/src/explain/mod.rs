@@ -376,8 +376,12 @@ pub fn render_text(e: &Explanation) -> String {
     }
     if !k.leadup.is_empty() {
         let _ = writeln!(o);
-        let secs = (k.ts_ns - k.leadup[0].ts_ns) / 1_000_000_000;
-        let _ = writeln!(o, "  lead-up (last {secs} s of cgroup usage):");
+        let secs = (k.ts_ns - k.leadup[0].ts_ns) as f64 / 1e9;
+        let n = k.leadup.len();
+        let _ = writeln!(
+            o,
+            "  lead-up    {n} samples of cgroup usage over the last {secs:.1} s:"
+        );
         let step = (k.leadup.len() / 8).max(1);
         let mut line = String::from("   ");
         for (i, s) in k.leadup.iter().enumerate() {

@@ -377,6 +377,29 @@ mod tests {
     }
 
     #[test]
+    fn memcg_ids_resolve_to_paths() {
+        let root = tempfile::tempdir().unwrap();
+        let leaf = root.path().join("kubepods/pod1/ctr");
+        fs::create_dir_all(&leaf).unwrap();
+        let layout = CgroupLayout {
+            memory_v1: Some(root.path().into()),
+            ..Default::default()
+        };
+        let id = dir_id(&leaf).unwrap();
+        assert_eq!(
+            layout.memcg_path_by_id(id).as_deref(),
+            Some("/kubepods/pod1/ctr")
+        );
+        assert_eq!(
+            layout
+                .memcg_path_by_id(dir_id(root.path()).unwrap())
+                .as_deref(),
+            Some("/")
+        );
+        assert_eq!(layout.memcg_path_by_id(u64::MAX), None);
+    }
+
+    #[test]
     fn layouts_from_mountinfo() {
         let hybrid = "\
 35 25 0:30 / /sys/fs/cgroup/unified rw,relatime shared:11 - cgroup2 cgroup2 rw

@@ -143,14 +143,12 @@ impl Sampler {
                 continue;
             };
             if let Some(id) = w.id {
-                let sum = |items: &[i32]| -> Option<u64> {
-                    let v: Vec<u64> = items
-                        .iter()
-                        .filter_map(|i| counters.get(&(id, *i)).copied())
-                        .collect();
-                    (!v.is_empty()).then(|| v.iter().sum())
-                };
-                s.reclaim_scanned = sum(&self.scan_items);
+                let scans: Vec<u64> = self
+                    .scan_items
+                    .iter()
+                    .filter_map(|i| counters.get(&(id, *i)).copied())
+                    .collect();
+                s.reclaim_scanned = (!scans.is_empty()).then(|| scans.iter().sum());
                 s.major_faults = self
                     .fault_item
                     .and_then(|i| counters.get(&(id, i)).copied());

@@ -14,6 +14,7 @@ pub struct PrivilegeError {
     pub missing: String,
 }
 
+const CAP_SYS_RESOURCE: u32 = 24;
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
@@ -43,6 +44,11 @@ pub fn can_trace(eff: u64) -> Result<(), String> {
         .map(|(_, n)| n)
         .collect();
     Err(missing.join(" and "))
+}
+
+/// Whether the process may lower its own oom_score_adj (to -1000).
+pub fn can_protect_from_oom(eff: u64) -> bool {
+    eff & (1u64 << CAP_SYS_RESOURCE) != 0
 }
 
 /// Fails with a clear message unless this process may trace.

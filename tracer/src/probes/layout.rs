@@ -202,6 +202,25 @@ pub struct LayoutNotes {
 pub fn build(tracefs: &Path, btf: &KernelBtf) -> Result<(ProbeConfig, LayoutNotes), BtfError> {
     let mut cfg = ProbeConfig::empty();
     let mut notes = LayoutNotes::default();
+    read_fields(tracefs, &mut cfg, &mut notes);
+    cfg.task_tgid_off = btf.member_offset("task_struct", "tgid")?;
+    let items = btf.enum_values("vm_event_item")?;
+    for (slot, name) in MEMCG_ITEM_NAMES.iter().enumerate() {
+        if let Some(&v) = items.get(*name) {
+            let v = v as i32;
+            cfg.memcg_counted_items[slot] = v;
+            notes.memcg_items.insert(name.to_string(), v);
+            if *name == "OOM_KILL" {
+                cfg.memcg_oom_kill_item = v;
+            }
+        }
+    }
+    Ok((cfg, notes))
+}
+
+/// Fills the field offsets from the format files under `tracefs`, noting
+/// tracepoints and fields this kernel lacks.
+fn read_fields(tracefs: &Path, cfg: &mut ProbeConfig, notes: &mut LayoutNotes) {
     let mut formats: HashMap<(&str, &str), Option<Format>> = HashMap::new();
     for &(idx, category, name, fname, want) in FIELDS {
         let format = formats.entry((category, name)).or_insert_with(|| {
@@ -227,19 +246,6 @@ pub fn build(tracefs: &Path, btf: &KernelBtf) -> Result<(ProbeConfig, LayoutNote
                 .push(format!("{category}:{name}.{fname}")),
         }
     }
-    cfg.task_tgid_off = btf.member_offset("task_struct", "tgid")?;
-    let items = btf.enum_values("vm_event_item")?;
-    for (slot, name) in MEMCG_ITEM_NAMES.iter().enumerate() {
-        if let Some(&v) = items.get(*name) {
-            let v = v as i32;
-            cfg.memcg_counted_items[slot] = v;
-            notes.memcg_items.insert(name.to_string(), v);
-            if *name == "OOM_KILL" {
-                cfg.memcg_oom_kill_item = v;
-            }
-        }
-    }
-    Ok((cfg, notes))
 }
 
 /// The offset of `name` when it has the shape the program reads.
@@ -282,6 +288,52 @@ mod tests {
 \tfield:pid_t pid;\toffset:24;\tsize:4;\tsigned:1;
 \tfield:int prio;\toffset:28;\tsize:4;\tsigned:1;
 ";
+
+    /// A tracefs tree of an older kernel: no memcg tracepoint, the old
+    /// one-field mark_victim, no group_dead.
+    #[test]
+    fn missing_tracepoints_and_fields_are_noted_not_fatal() {
+        let dir = tempfile::tempdir().unwrap();
+        let put = |cat: &str, name: &str, text: &str| {
+            let d = dir.path().join("events").join(cat).join(name);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("format"), text).unwrap();
+        };
+        put("oom", "mark_victim", MARK_VICTIM_5_15);
+        put("sched", "sched_process_exit", EXIT_5_15);
+        let mut cfg = ProbeConfig::empty();
+        let mut notes = LayoutNotes::default();
+        read_fields(dir.path(), &mut cfg, &mut notes);
+        assert_eq!(cfg.fields[field::MV_PID], 8);
+        assert_eq!(cfg.fields[field::EXIT_PID], 24);
+        assert_eq!(cfg.fields[field::MV_ANON_RSS], FIELD_ABSENT);
+        assert_eq!(cfg.fields[field::EXIT_GROUP_DEAD], FIELD_ABSENT);
+        assert_eq!(cfg.fields[field::MEMCG_ITEM], FIELD_ABSENT);
+        let missing: Vec<&str> = notes
+            .missing_tracepoints
+            .iter()
+            .map(|(t, _)| t.as_str())
+            .collect();
+        assert!(missing.contains(&"memcg:count_memcg_events"), "{missing:?}");
+        assert!(missing.contains(&"signal:signal_generate"), "{missing:?}");
+        assert!(!missing.contains(&"oom:mark_victim"));
+        assert!(
+            notes
+                .missing_tracepoints
+                .iter()
+                .all(|(_, why)| why == "not on this kernel")
+        );
+        assert!(
+            notes
+                .missing_fields
+                .contains(&"sched:sched_process_exit.group_dead".to_string())
+        );
+        assert!(
+            notes
+                .missing_fields
+                .contains(&"oom:mark_victim.anon_rss".to_string())
+        );
+    }
 
     #[test]
     fn field_offsets_follow_the_kernel_format() {

@@ -241,6 +241,10 @@ impl Probes {
             .override_global(maps::CONFIG, &config, true)
             .load(EBPF_OBJECT)
             .map_err(|source| ProbeError::Load { source })?;
+        // Parsing kernel BTF and the object left large freed heap blocks;
+        // hand them back so the recorder's steady RSS stays small.
+        // SAFETY: malloc_trim only releases free memory; no preconditions.
+        unsafe { libc::malloc_trim(0) };
         Ok(Self {
             ebpf,
             notes,

@@ -1,0 +1,269 @@
+//! `cargo xtask bench`: the performance figures of BENCHMARKS.md, each
+//! measured side by side in one run (our recorder against untraced or
+//! against bpftrace with the same hooks), never as absolute times in tests.
+
+use std::{
+    collections::HashSet,
+    fs,
+    io::{BufRead, BufReader},
+    path::Path,
+    process::{Child, Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use tracer_e2e::{Proc, Recorder, TestCgroup};
+
+const MIB: u64 = 1 << 20;
+
+/// Benchmark sizes.
+pub struct Options {
+    /// Kills for the latency benchmark.
+    pub kills: usize,
+    /// Seconds of idle measurement.
+    pub idle_secs: u64,
+    /// Seconds of process churn.
+    pub churn_secs: u64,
+    /// Processes per second of churn.
+    pub churn_rate: u64,
+}
+
+/// Runs every benchmark and prints the figures.
+pub fn run(opts: Options) -> anyhow::Result<()> {
+    crate::setup::run()?;
+    crate::setup::bench_peers()?;
+    let bins = crate::build_release()?;
+    if !crate::is_root() {
+        bail!("the benchmarks load eBPF programs and make cgroups: run them as root");
+    }
+    let latency = kill_latency(&bins, opts.kills)?;
+    let idle = idle_cost(&bins, opts.idle_secs)?;
+    let churn = churn(&bins, opts.churn_secs, opts.churn_rate)?;
+    println!("{latency}\n{idle}\n{churn}");
+    Ok(())
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// From the probe's timestamp of each kill to its committed row.
+fn kill_latency(bins: &crate::Bins, kills: usize) -> anyhow::Result<String> {
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("bench.db");
+    let rec = Recorder::start_bin(&bins.tracer, &store, &[], false);
+    let cg = TestCgroup::new("bench-latency", 32 * MIB);
+    let mut pids = HashSet::new();
+    for _ in 0..kills {
+        let mut cmd = cg.command(&bins.memhog);
+        cmd.args(["--step-mib", "8", "--interval-ms", "1"]);
+        let mut hog = Proc::spawn(cmd);
+        pids.insert(hog.pid());
+        if hog.wait_signal(Duration::from_secs(30)) != Some(libc::SIGKILL) {
+            bail!("memhog {} was not OOM killed", hog.pid());
+        }
+    }
+    thread::sleep(Duration::from_secs(2));
+    rec.stop();
+    let conn = rusqlite::Connection::open(&store)?;
+    let mut st =
+        conn.prepare("SELECT pid, committed_ns, record FROM kills WHERE killer = 'kernel_oom'")?;
+    let mut lat_ms: Vec<f64> = st
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, u32>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })?
+        .filter_map(Result::ok)
+        .filter(|(pid, _, _)| pids.contains(pid))
+        .filter_map(|(_, committed, rec)| {
+            let v: serde_json::Value = serde_json::from_str(&rec).ok()?;
+            Some((committed - v["tracepoint_ns"].as_i64()?) as f64 / 1e6)
+        })
+        .collect();
+    if lat_ms.len() != kills {
+        bail!("{} of {kills} kills were recorded", lat_ms.len());
+    }
+    lat_ms.sort_by(f64::total_cmp);
+    Ok(format!(
+        "### Kill-to-durable-row latency ({kills} real memcg OOM kills)\n\n\
+         | p50 | p99 | max | target |\n|---|---|---|---|\n| {:.2} ms | {:.2} ms | {:.2} ms | p99 < 20 ms |\n",
+        percentile(&lat_ms, 0.5),
+        percentile(&lat_ms, 0.99),
+        lat_ms[lat_ms.len() - 1],
+    ))
+}
+
+/// CPU seconds (user + system) and RSS of a process.
+fn usage(pid: u32) -> anyhow::Result<(f64, u64, u64)> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let rest: Vec<&str> = stat[stat.rfind(')').context("stat")? + 2..]
+        .split_whitespace()
+        .collect();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let ticks: u64 = rest[11].parse::<u64>()? + rest[12].parse::<u64>()?;
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kb = |key: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    };
+    Ok((ticks as f64 / hz, kb("VmRSS:"), kb("VmHWM:")))
+}
+
+/// A bpftrace on the same hooks as a peer: kills, exits and SIGKILLs.
+fn start_bpftrace() -> anyhow::Result<Child> {
+    let script = "tracepoint:oom:mark_victim { printf(\"oom %d\\n\", args->pid); } \
+                  tracepoint:sched:sched_process_exit { @exits = count(); } \
+                  tracepoint:signal:signal_generate /args->sig == 9/ { printf(\"kill %d\\n\", args->pid); }";
+    let mut child = Command::new("bpftrace")
+        .args(["-e", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("start bpftrace")?;
+    let out = child.stdout.take().context("bpftrace stdout")?;
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line)?;
+    if !line.contains("Attaching") {
+        bail!("bpftrace did not start: {line}");
+    }
+    Ok(child)
+}
+
+fn stop(mut child: Child) {
+    // SAFETY: plain syscall on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Idle cost of the recorder, beside bpftrace on the same hooks.
+fn idle_cost(bins: &crate::Bins, secs: u64) -> anyhow::Result<String> {
+    let dir = tempfile::tempdir()?;
+    let rec = Recorder::start_bin(&bins.tracer, &dir.path().join("idle.db"), &[], false);
+    let peer = start_bpftrace()?;
+    thread::sleep(Duration::from_secs(2));
+    let (ours0, _, _) = usage(rec.pid())?;
+    let (peer0, _, _) = usage(peer.id())?;
+    let t0 = Instant::now();
+    thread::sleep(Duration::from_secs(secs));
+    let wall = t0.elapsed().as_secs_f64();
+    let (ours1, ours_rss, ours_hwm) = usage(rec.pid())?;
+    let (peer1, peer_rss, _) = usage(peer.id())?;
+    stop(peer);
+    rec.stop();
+    let ours_cpu = (ours1 - ours0) / wall * 100.0;
+    let peer_cpu = (peer1 - peer0) / wall * 100.0;
+    Ok(format!(
+        "### Recorder idle cost over {secs} s (side by side with bpftrace on the same hooks)\n\n\
+         | | CPU (% of a core) | RSS | peak RSS |\n|---|---|---|---|\n\
+         | tracer record | {ours_cpu:.2} % | {:.1} MiB | {:.1} MiB |\n\
+         | bpftrace | {peer_cpu:.2} % | {:.1} MiB | |\n\
+         | ratio tracer / bpftrace | {:.2} | {:.2} | |\n\n\
+         Targets: CPU under 1 % of a core, RSS under 50 MiB.\n",
+        ours_rss as f64 / 1024.0,
+        ours_hwm as f64 / 1024.0,
+        peer_rss as f64 / 1024.0,
+        if peer_cpu > 0.0 {
+            ours_cpu / peer_cpu
+        } else {
+            f64::NAN
+        },
+        ours_rss as f64 / peer_rss.max(1) as f64,
+    ))
+}
+
+/// Short processes at `rate` per second for `secs`: every one must be in
+/// the store (fork, exec, exit), with no critical-ring drops.
+fn churn(bins: &crate::Bins, secs: u64, rate: u64) -> anyhow::Result<String> {
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("churn.db");
+    let rec = Recorder::start_bin(&bins.tracer, &store, &[], false);
+    let (cpu0, _, _) = usage(rec.pid())?;
+    let pids = spawn_churn(secs, rate)?;
+    let achieved = pids.len() as f64 / secs as f64;
+    thread::sleep(Duration::from_secs(2));
+    let (cpu1, rss, _) = usage(rec.pid())?;
+    let log = rec.stop();
+    let summary = log
+        .lines()
+        .find_map(|l| l.strip_prefix("tracer: stopped; "))
+        .context("recorder summary")?;
+    let summary: serde_json::Value = serde_json::from_str(summary)?;
+    let conn = rusqlite::Connection::open(&store)?;
+    let count = |sql: &str| -> anyhow::Result<HashSet<u32>> {
+        let mut st = conn.prepare(sql)?;
+        let rows = st.query_map([], |r| r.get::<_, u32>(0))?;
+        Ok(rows
+            .filter_map(Result::ok)
+            .filter(|p| pids.contains(p))
+            .collect())
+    };
+    let forks =
+        count("SELECT json_extract(data, '$.child_pid') FROM events WHERE kind = 'fork'")?.len();
+    let execs = count("SELECT json_extract(data, '$.pid') FROM events WHERE kind = 'exec'")?.len();
+    let exits = count("SELECT json_extract(data, '$.pid') FROM events WHERE kind = 'exit'")?.len();
+    let critical_drops = summary["summary"]["drops"]["critical"]
+        .as_u64()
+        .unwrap_or(u64::MAX);
+    let data_drops = summary["summary"]["drops"]["data"]
+        .as_u64()
+        .unwrap_or(u64::MAX);
+    let n = pids.len();
+    let exact = forks == n && execs == n && exits == n && critical_drops == 0;
+    Ok(format!(
+        "### Process churn: {n} short processes in {secs} s ({achieved:.0}/s asked {rate}/s)\n\n\
+         | spawned | fork events | exec events | exit events | critical drops | data drops | recorder CPU | recorder RSS | exact |\n\
+         |---|---|---|---|---|---|---|---|---|\n\
+         | {n} | {forks} | {execs} | {exits} | {critical_drops} | {data_drops} | {:.1} % | {:.1} MiB | {} |\n",
+        (cpu1 - cpu0) / (secs as f64 + 2.0) * 100.0,
+        rss as f64 / 1024.0,
+        if exact { "yes" } else { "NO" },
+    ))
+}
+
+/// Spawns /bin/true at `rate` per second; returns their pids.
+fn spawn_churn(secs: u64, rate: u64) -> anyhow::Result<HashSet<u32>> {
+    let true_bin = ["/bin/true", "/usr/bin/true"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .context("no true(1)")?;
+    let mut pids = HashSet::new();
+    let mut running: Vec<Child> = Vec::new();
+    let start = Instant::now();
+    let total = secs * rate;
+    for i in 0..total {
+        let due = start + Duration::from_secs_f64(i as f64 / rate as f64);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            thread::sleep(wait);
+        }
+        let child = Command::new(true_bin)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()?;
+        pids.insert(child.id());
+        running.push(child);
+        if running.len() > 64 {
+            running.retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_))));
+        }
+    }
+    for mut c in running {
+        let _ = c.wait();
+    }
+    Ok(pids)
+}
