@@ -186,12 +186,13 @@ pub fn checks(store: &Path) -> Vec<Check> {
                     None,
                 ));
             }
-            let items: Vec<String> = probes
+            let mut items: Vec<String> = probes
                 .notes
                 .memcg_items
                 .iter()
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect();
+            items.sort();
             out.push(check(
                 "memcg event items",
                 Status::Info,

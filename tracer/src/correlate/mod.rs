@@ -127,6 +127,8 @@ fn tasks_from_model(
         .filter_map(|p| {
             let pid = p.info.pid;
             if pid == victim_pid {
+                // Listed only when its memory is known (no made-up zero).
+                victim_mem.rss_kb()?;
                 return Some(TaskAtKill {
                     pid,
                     comm: p.info.comm.clone(),

@@ -296,15 +296,19 @@ pub fn render_text(e: &Explanation) -> String {
         .as_deref()
         .map(|s| format!(" (from {s})"))
         .unwrap_or_default();
-    let _ = writeln!(
-        o,
-        "  memory     RSS {} = anon {} + file {} + shmem {}; page tables {}{adj}{src}",
-        kb(mem.rss_kb()),
-        kb(mem.anon_rss_kb),
-        kb(mem.file_rss_kb),
-        kb(mem.shmem_rss_kb),
-        kb(mem.pgtables_kb)
-    );
+    if mem.rss_kb().is_some() {
+        let _ = writeln!(
+            o,
+            "  memory     RSS {} = anon {} + file {} + shmem {}; page tables {}{adj}{src}",
+            kb(mem.rss_kb()),
+            kb(mem.anon_rss_kb),
+            kb(mem.file_rss_kb),
+            kb(mem.shmem_rss_kb),
+            kb(mem.pgtables_kb)
+        );
+    } else {
+        let _ = writeln!(o, "  memory     unknown{adj}");
+    }
     let _ = writeln!(o, "  killed by  {}", killer_line(k));
     if let Some(t) = &k.trigger {
         let alloc = match (&t.gfp_mask, t.order) {
@@ -325,8 +329,8 @@ pub fn render_text(e: &Explanation) -> String {
     if let Some(m) = &k.memcg {
         let limit = m
             .limit_bytes
-            .map(bytes)
-            .unwrap_or_else(|| "no limit".into());
+            .map(|l| format!(" of limit {}", bytes(l)))
+            .unwrap_or_else(|| ", no limit".into());
         let usage = m.usage_bytes.map(bytes).unwrap_or_else(|| "?".into());
         let fail = m
             .failcnt
@@ -339,7 +343,7 @@ pub fn render_text(e: &Explanation) -> String {
         };
         let _ = writeln!(
             o,
-            "  memcg      {}: usage {usage} of limit {limit}{fail} ({src})",
+            "  memcg      {}: usage {usage}{limit}{fail} ({src})",
             m.path
         );
     }
@@ -383,18 +387,20 @@ pub fn render_text(e: &Explanation) -> String {
             "  lead-up    {n} samples of cgroup usage over the last {secs:.1} s:"
         );
         let step = (k.leadup.len() / 8).max(1);
-        let mut line = String::from("   ");
-        for (i, s) in k.leadup.iter().enumerate() {
-            if i % step == 0 || i + 1 == k.leadup.len() {
-                let _ = write!(
-                    line,
-                    " {:+.0}s {}",
+        let points: Vec<String> = k
+            .leadup
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % step == 0 || i + 1 == k.leadup.len())
+            .map(|(_, s)| {
+                format!(
+                    "{:+.1}s {}",
                     (s.ts_ns - k.ts_ns) as f64 / 1e9,
                     bytes(s.usage_bytes)
-                );
-            }
-        }
-        let _ = writeln!(o, "{line}");
+                )
+            })
+            .collect();
+        let _ = writeln!(o, "    {}", points.join(", "));
         if let Some((a, b, rate)) = growth(k) {
             let sign = if b >= a { "+" } else { "-" };
             let _ = writeln!(o, "    growth {sign}{}/s", bytes(rate.abs() as u64));
