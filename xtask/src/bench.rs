@@ -27,9 +27,11 @@ pub struct Options {
     pub churn_secs: u64,
     /// Processes per second of churn.
     pub churn_rate: u64,
+    /// Run only this benchmark: latency, idle or churn.
+    pub only: Option<String>,
 }
 
-/// Runs every benchmark and prints the figures.
+/// Runs the benchmarks and prints the figures.
 pub fn run(opts: Options) -> anyhow::Result<()> {
     crate::setup::run()?;
     crate::setup::bench_peers()?;
@@ -37,10 +39,16 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
     if !crate::is_root() {
         bail!("the benchmarks load eBPF programs and make cgroups: run them as root");
     }
-    let latency = kill_latency(&bins, opts.kills)?;
-    let idle = idle_cost(&bins, opts.idle_secs)?;
-    let churn = churn(&bins, opts.churn_secs, opts.churn_rate)?;
-    println!("{latency}\n{idle}\n{churn}");
+    let want = |name: &str| opts.only.as_deref().is_none_or(|o| o == name);
+    if want("latency") {
+        println!("{}", kill_latency(&bins, opts.kills)?);
+    }
+    if want("idle") {
+        println!("{}", idle_cost(&bins, opts.idle_secs)?);
+    }
+    if want("churn") {
+        println!("{}", churn(&bins, opts.churn_secs, opts.churn_rate)?);
+    }
     Ok(())
 }
 
@@ -55,35 +63,22 @@ fn kill_latency(bins: &crate::Bins, kills: usize) -> anyhow::Result<String> {
     let store = dir.path().join("bench.db");
     let rec = Recorder::start_bin(&bins.tracer, &store, &[], false);
     let cg = TestCgroup::new("bench-latency", 32 * MIB);
-    let mut pids = HashSet::new();
     for _ in 0..kills {
         let mut cmd = cg.command(&bins.memhog);
         cmd.args(["--step-mib", "8", "--interval-ms", "1"]);
         let mut hog = Proc::spawn(cmd);
-        pids.insert(hog.pid());
         if hog.wait_signal(Duration::from_secs(30)) != Some(libc::SIGKILL) {
             bail!("memhog {} was not OOM killed", hog.pid());
         }
     }
     thread::sleep(Duration::from_secs(2));
-    rec.stop();
-    let conn = rusqlite::Connection::open(&store)?;
-    let mut st =
-        conn.prepare("SELECT pid, committed_ns, record FROM kills WHERE killer = 'kernel_oom'")?;
-    let mut lat_ms: Vec<f64> = st
-        .query_map([], |r| {
-            Ok((
-                r.get::<_, u32>(0)?,
-                r.get::<_, i64>(1)?,
-                r.get::<_, String>(2)?,
-            ))
-        })?
-        .filter_map(Result::ok)
-        .filter(|(pid, _, _)| pids.contains(pid))
-        .filter_map(|(_, committed, rec)| {
-            let v: serde_json::Value = serde_json::from_str(&rec).ok()?;
-            Some((committed - v["tracepoint_ns"].as_i64()?) as f64 / 1e6)
-        })
+    let log = rec.stop();
+    let summary = stop_summary(&log)?;
+    let mut lat_ms: Vec<f64> = summary["summary"]["kill_commit_us"]
+        .as_array()
+        .context("kill_commit_us")?
+        .iter()
+        .filter_map(|v| Some(v.as_f64()? / 1000.0))
         .collect();
     if lat_ms.len() != kills {
         bail!("{} of {kills} kills were recorded", lat_ms.len());
@@ -96,6 +91,15 @@ fn kill_latency(bins: &crate::Bins, kills: usize) -> anyhow::Result<String> {
         percentile(&lat_ms, 0.99),
         lat_ms[lat_ms.len() - 1],
     ))
+}
+
+/// The JSON summary the recorder prints when it stops.
+fn stop_summary(log: &str) -> anyhow::Result<serde_json::Value> {
+    let line = log
+        .lines()
+        .find_map(|l| l.strip_prefix("tracer: stopped; "))
+        .context("recorder summary")?;
+    Ok(serde_json::from_str(line)?)
 }
 
 /// CPU seconds (user + system) and RSS of a process.

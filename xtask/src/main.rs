@@ -48,6 +48,9 @@ enum Verb {
         /// Processes per second of the churn benchmark.
         #[arg(long, default_value_t = 1000)]
         churn_rate: u64,
+        /// Run only one benchmark.
+        #[arg(long, value_parser = ["latency", "idle", "churn"])]
+        only: Option<String>,
     },
     /// Check this machine (tracer doctor).
     Doctor,
@@ -67,11 +70,13 @@ fn main() -> ExitCode {
             idle_secs,
             churn_secs,
             churn_rate,
+            only,
         } => bench::run(bench::Options {
             kills,
             idle_secs,
             churn_secs,
             churn_rate,
+            only,
         }),
         Verb::Doctor => run_tracer(&["doctor".to_string()]),
         Verb::Demo => demo::run(),

@@ -16,7 +16,7 @@ use crate::{
     correlate::engine::{Engine, EngineOptions},
     model::{ProcessTable, cgroup::CgroupLayout},
     probes::{Probes, layout::MEMCG_ITEM_NAMES},
-    store::Store,
+    store::{Checkpointer, Store},
     time::wall_now_ns,
 };
 
@@ -72,6 +72,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     }
     crate::probes::caps::require_bpf()?;
     let store = Store::open_rw(&args.store.path)?;
+    let _checkpointer = Checkpointer::spawn(&args.store.path, Duration::from_secs(5))?;
     let mut probes = Probes::load().context("cannot record")?;
     protect_from_oom_killer();
     let rt = tokio::runtime::Builder::new_current_thread()

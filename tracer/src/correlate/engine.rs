@@ -66,6 +66,9 @@ pub struct EngineSummary {
     pub model_entries: usize,
     /// Live processes in the model at the end.
     pub model_live: usize,
+    /// Per kill (the last 1,000): µs from the kernel's timestamp of the
+    /// kill to the return of its durable commit.
+    pub kill_commit_us: Vec<u64>,
 }
 
 /// The channels the engine reads.
@@ -96,6 +99,7 @@ pub struct Engine {
     last_drops: Drops,
     last_drops_ns: i64,
     pending: Vec<Pending>,
+    to_commit: Vec<KillRecord>,
     unmatched: Vec<(OomReport, i64)>,
     buffer: Vec<EventRow>,
     summary: EngineSummary,
@@ -130,6 +134,7 @@ impl Engine {
             last_drops: Drops::default(),
             last_drops_ns: wall_now_ns(),
             pending: Vec::new(),
+            to_commit: Vec::new(),
             unmatched: Vec::new(),
             buffer: Vec::new(),
             summary: EngineSummary {
@@ -157,7 +162,14 @@ impl Engine {
             tokio::select! {
                 biased;
                 ev = inputs.critical.recv(), if crit_open => match ev {
-                    Some(ev) => self.on_event(ev)?,
+                    Some(ev) => {
+                        self.on_event(ev)?;
+                        // Whatever else is already queued joins this commit.
+                        while let Ok(ev) = inputs.critical.try_recv() {
+                            self.on_event(ev)?;
+                        }
+                        self.commit_kills()?;
+                    }
                     None => crit_open = false,
                 },
                 ev = inputs.kmsg.recv(), if kmsg_open => match ev {
@@ -201,7 +213,14 @@ impl Engine {
         let mut row = self.row(&ev);
         match &ev {
             Event::OomVictim(v) => {
+                let t_recv = wall_now_ns();
                 let mut rec = kill_from_victim(&self.ctx(), v);
+                tracing::debug!(
+                    "kill of {}: received {} us after the kernel, built in {} us",
+                    v.victim_pid,
+                    (t_recv - row.ts_ns) / 1000,
+                    (wall_now_ns() - t_recv) / 1000
+                );
                 if let Some(i) = self
                     .unmatched
                     .iter()
@@ -223,20 +242,29 @@ impl Engine {
                 }
             }
             Event::Reap(r) => {
-                let ts = row.ts_ns;
                 let start = r.header.kind == tracer_common::kind::REAP_START;
-                if let Some(p) = self
+                let set = |rec: &mut KillRecord| {
+                    let reaping = rec.reaping.get_or_insert_with(Reaping::default);
+                    if start {
+                        reaping.start_ns = Some(row.ts_ns);
+                    } else {
+                        reaping.finish_ns = Some(row.ts_ns);
+                    }
+                };
+                if let Some(rec) = self
+                    .to_commit
+                    .iter_mut()
+                    .rev()
+                    .find(|k| k.victim.pid == r.victim_pid)
+                {
+                    set(rec);
+                } else if let Some(p) = self
                     .pending
                     .iter_mut()
                     .rev()
                     .find(|p| p.record.victim.pid == r.victim_pid)
                 {
-                    let reaping = p.record.reaping.get_or_insert_with(Reaping::default);
-                    if start {
-                        reaping.start_ns = Some(ts)
-                    } else {
-                        reaping.finish_ns = Some(ts)
-                    }
+                    set(&mut p.record);
                     self.store.update_kill(p.id, &p.record)?;
                 }
             }
@@ -260,22 +288,53 @@ impl Engine {
         Ok(())
     }
 
+    /// Queues a kill; `commit_kills` makes it durable before the engine
+    /// waits for anything else.
     fn commit_kill(&mut self, rec: KillRecord) -> Result<(), StoreError> {
+        self.to_commit.push(rec);
+        Ok(())
+    }
+
+    /// Commits every queued kill, with the events buffered so far, in one
+    /// transaction: a burst of kills shares one fsync instead of queueing
+    /// behind one another's.
+    fn commit_kills(&mut self) -> Result<(), StoreError> {
+        if self.to_commit.is_empty() {
+            return Ok(());
+        }
+        let kills = std::mem::take(&mut self.to_commit);
         let events = std::mem::take(&mut self.buffer);
-        let id = self.store.insert_kill(&rec, &events, wall_now_ns())?;
-        self.summary.kills += 1;
-        tracing::info!(
-            "kill recorded: {} (pid {}) by {} [{}]",
-            rec.victim.comm,
-            rec.victim.pid,
-            rec.killer
-                .sender
-                .as_ref()
-                .map(|s| s.comm.as_str())
-                .unwrap_or("the kernel OOM killer"),
-            rec.source
+        let t_commit = wall_now_ns();
+        let ids = self.store.insert_kills(&kills, &events, t_commit)?;
+        let done = wall_now_ns();
+        tracing::debug!(
+            "{} kill(s) committed in {} us",
+            kills.len(),
+            (done - t_commit) / 1000
         );
-        self.pending.push(Pending { id, record: rec });
+        for (id, rec) in ids.into_iter().zip(kills) {
+            if let Some(t) = rec.tracepoint_ns {
+                if self.summary.kill_commit_us.len() == 1000 {
+                    self.summary.kill_commit_us.remove(0);
+                }
+                self.summary
+                    .kill_commit_us
+                    .push((done - t).max(0) as u64 / 1000);
+            }
+            self.summary.kills += 1;
+            tracing::info!(
+                "kill recorded: {} (pid {}) by {} [{}]",
+                rec.victim.comm,
+                rec.victim.pid,
+                rec.killer
+                    .sender
+                    .as_ref()
+                    .map(|s| s.comm.as_str())
+                    .unwrap_or("the kernel OOM killer"),
+                rec.source
+            );
+            self.pending.push(Pending { id, record: rec });
+        }
         Ok(())
     }
 
@@ -404,6 +463,7 @@ impl Engine {
     }
 
     fn finish(mut self) -> Result<EngineSummary, StoreError> {
+        self.commit_kills()?;
         let now = wall_now_ns();
         self.read_drops(now)?;
         self.flush()?;

@@ -64,6 +64,13 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
+    /// The checkpoint thread could not start.
+    #[error("starting the store's checkpoint thread")]
+    Thread {
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// A stored record could not be read back.
     #[error("store record {id} is unreadable")]
     Record {
@@ -273,9 +280,15 @@ impl Store {
             if !mode.eq_ignore_ascii_case("wal") {
                 tracing::warn!("store {} is in {mode} mode, not WAL", p.display());
             }
-            // FULL: a committed kill survives power loss, not just a crash.
+            // Checkpoints run on their own connection and thread (see
+            // `Checkpointer`), never inside a kill's commit.
             self.conn
-                .pragma_update(None, "synchronous", "FULL")
+                .pragma_update(None, "wal_autocheckpoint", 0)
+                .map_err(|e| classify(p, e, "wal_autocheckpoint"))?;
+            // NORMAL: commits survive a crash of the recorder; kills are
+            // committed with FULL (see insert_kill) to survive power loss too.
+            self.conn
+                .pragma_update(None, "synchronous", "NORMAL")
                 .map_err(|e| classify(p, e, "synchronous"))?;
         }
         Ok(())
@@ -390,24 +403,48 @@ impl Store {
         tx.commit().map_err(sql("insert events"))
     }
 
-    /// Commits a kill (and the events buffered with it) now; returns its id.
+    /// Commits kills (and the events buffered with them) in one durable
+    /// transaction; returns their ids in order. Kills that arrive together
+    /// share one fsync.
+    pub fn insert_kills(
+        &mut self,
+        kills: &[KillRecord],
+        events: &[EventRow],
+        now_ns: i64,
+    ) -> Result<Vec<i64>, StoreError> {
+        // This commit syncs the WAL (and every earlier commit with it): a
+        // kill is often followed by a node reboot.
+        self.conn
+            .pragma_update(None, "synchronous", "FULL")
+            .map_err(sql("insert kill"))?;
+        let tx = self.conn.transaction().map_err(sql("insert kill"))?;
+        let session = kills.first().and_then(|k| k.session_id);
+        insert_events_tx(&tx, session, events)?;
+        let mut ids = Vec::with_capacity(kills.len());
+        for kill in kills {
+            let json = serde_json::to_string(kill).expect("kill records serialize");
+            tx.execute(
+                "INSERT INTO kills (ts_ns, pid, comm, killer, session_id, committed_ns, record) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![kill.ts_ns, kill.victim.pid, kill.victim.comm, kill.killer.kind, kill.session_id, now_ns, json],
+            )
+            .map_err(sql("insert kill"))?;
+            ids.push(tx.last_insert_rowid());
+        }
+        tx.commit().map_err(sql("insert kill"))?;
+        self.conn
+            .pragma_update(None, "synchronous", "NORMAL")
+            .map_err(sql("insert kill"))?;
+        Ok(ids)
+    }
+
+    /// Commits one kill; returns its id.
     pub fn insert_kill(
         &mut self,
         kill: &KillRecord,
         events: &[EventRow],
         now_ns: i64,
     ) -> Result<i64, StoreError> {
-        let json = serde_json::to_string(kill).expect("kill records serialize");
-        let tx = self.conn.transaction().map_err(sql("insert kill"))?;
-        insert_events_tx(&tx, kill.session_id, events)?;
-        tx.execute(
-            "INSERT INTO kills (ts_ns, pid, comm, killer, session_id, committed_ns, record) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![kill.ts_ns, kill.victim.pid, kill.victim.comm, kill.killer.kind, kill.session_id, now_ns, json],
-        )
-        .map_err(sql("insert kill"))?;
-        let id = tx.last_insert_rowid();
-        tx.commit().map_err(sql("insert kill"))?;
-        Ok(id)
+        Ok(self.insert_kills(std::slice::from_ref(kill), events, now_ns)?[0])
     }
 
     /// Replaces a kill's record (a later join added to it).
@@ -609,6 +646,53 @@ impl Store {
             .query_row("PRAGMA page_size", [], |r| r.get(0))
             .map_err(sql("size"))?;
         Ok(self.size_bytes()?.saturating_sub((free * size) as u64))
+    }
+}
+
+/// Copies the WAL back into the database from a thread of its own, so the
+/// recorder's commits never wait for a checkpoint's writes and fsyncs.
+pub struct Checkpointer {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    /// Checkpoints `path` every `every` (PASSIVE: never blocks the writer)
+    /// and once more, fully, when dropped.
+    pub fn spawn(path: &Path, every: std::time::Duration) -> Result<Self, StoreError> {
+        let conn = Connection::open(path).map_err(|e| classify(path, e, "open checkpointer"))?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(sql("checkpointer"))?;
+        let (stop, rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("tracer-checkpoint".into())
+            .spawn(move || {
+                let checkpoint = |mode: &str| {
+                    let r =
+                        conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |_| Ok(()));
+                    if let Err(e) = r {
+                        tracing::warn!("store checkpoint: {e}");
+                    }
+                };
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(every) {
+                    checkpoint("PASSIVE");
+                }
+                checkpoint("TRUNCATE");
+            })
+            .map_err(|source| StoreError::Thread { source })?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        let _ = self.stop.send(());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
