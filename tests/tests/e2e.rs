@@ -265,6 +265,14 @@ fn sigkill_from_another_process_names_the_sender() {
     assert_eq!(k["victim"]["comm"], "sleep");
     assert_eq!(k["victim"]["cmdline"], "sleep 600");
     assert_eq!(v["verdict"]["cause"], "userspace_kill");
+    // The victim's memory: read from /proc if it was still there, else the
+    // kernel's counters at its exit.
+    let mem = &k["victim"]["memory"];
+    assert!(
+        matches!(mem["source"].as_str(), Some("proc" | "exit")),
+        "{mem}"
+    );
+    assert!(mem["file_rss_kb"].as_u64().unwrap() > 0, "{mem}");
     drop(rec);
 }
 

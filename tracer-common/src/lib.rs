@@ -241,10 +241,17 @@ pub struct ProcExit {
     pub header: EventHeader,
     /// Process id that exited.
     pub pid: u32,
-    /// Explicit padding.
-    pub _pad: u32,
+    /// Non-zero when the RSS fields were read (the kernel still had the
+    /// process's mm when the tracepoint fired, as recent kernels do).
+    pub rss_known: u32,
+    /// File-backed pages at exit (the kernel's approximate counter).
+    pub rss_file_pages: u64,
+    /// Anonymous pages at exit.
+    pub rss_anon_pages: u64,
+    /// Shared-memory pages at exit.
+    pub rss_shmem_pages: u64,
 }
-const _: () = assert!(size_of::<ProcExit>() == 48);
+const _: () = assert!(size_of::<ProcExit>() == 72);
 
 /// `signal:signal_generate` of SIGKILL. The header is the sender.
 #[repr(C)]
@@ -343,12 +350,17 @@ pub struct ProbeConfig {
     pub fields: [u16; field::COUNT],
     /// Offset of `task_struct.tgid` (from BTF), for the raw fork tracepoint.
     pub task_tgid_off: u32,
+    /// Offset of `task_struct.mm` (from BTF); 0 = unknown.
+    pub task_mm_off: u32,
+    /// Offsets in `mm_struct` of the file, anon and shmem RSS counters
+    /// (a `long`/`s64` each, from BTF); 0 = unknown.
+    pub mm_rss_off: [u32; 3],
     /// `enum vm_event_item` value of `OOM_KILL`, or -1 when the kernel has none.
     pub memcg_oom_kill_item: i32,
     /// `enum vm_event_item` values counted per memcg (reclaim and faults); -1 = unused slot.
     pub memcg_counted_items: [i32; MEMCG_COUNTED_ITEMS],
 }
-const _: () = assert!(size_of::<ProbeConfig>() == 80);
+const _: () = assert!(size_of::<ProbeConfig>() == 96);
 
 impl ProbeConfig {
     /// A configuration with every field absent; userspace fills it in.
@@ -356,6 +368,8 @@ impl ProbeConfig {
         Self {
             fields: [FIELD_ABSENT; field::COUNT],
             task_tgid_off: 0,
+            task_mm_off: 0,
+            mm_rss_off: [0; 3],
             memcg_oom_kill_item: -1,
             memcg_counted_items: [-1; MEMCG_COUNTED_ITEMS],
         }

@@ -1,7 +1,7 @@
 //! Process lifecycle, to keep the userspace process model current.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
+    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel},
     macros::{raw_tracepoint, tracepoint},
     programs::{RawTracePointContext, TracePointContext},
 };
@@ -83,10 +83,44 @@ pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
     let Some(slot) = Ring::Critical.reserve::<ProcExit>() else {
         return 1;
     };
+    let rss = exit_rss();
     slot.submit_value(ProcExit {
         header: header(kind::PROC_EXIT),
         pid: tgid,
-        _pad: 0,
+        rss_known: u32::from(rss.is_some()),
+        rss_file_pages: rss.map_or(0, |r| r[0]),
+        rss_anon_pages: rss.map_or(0, |r| r[1]),
+        rss_shmem_pages: rss.map_or(0, |r| r[2]),
     });
     0
+}
+
+/// The exiting task's RSS counters (file, anon, shmem pages), where the
+/// kernel still has its mm at this tracepoint (recent kernels fire it
+/// before `exit_mm()`, as 6.18 does; older ones give `None`). The counters are the
+/// kernel's approximate per-CPU-batched totals, as /proc reads them.
+#[inline(always)]
+fn exit_rss() -> Option<[u64; 3]> {
+    let cfg = config();
+    if cfg.task_mm_off == 0 || cfg.mm_rss_off[1] == 0 {
+        return None;
+    }
+    // SAFETY: bpf_get_current_task has no preconditions; the pointer is only
+    // read through bpf_probe_read_kernel, at offsets from this kernel's BTF.
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    let mm =
+        unsafe { bpf_probe_read_kernel(task.add(cfg.task_mm_off as usize).cast::<*const u8>()) }
+            .ok()?;
+    if mm.is_null() {
+        return None;
+    }
+    let mut out = [0u64; 3];
+    for (i, off) in cfg.mm_rss_off.iter().enumerate() {
+        if *off != 0 {
+            // SAFETY: as above; a faulting read returns an error.
+            let v = unsafe { bpf_probe_read_kernel(mm.add(*off as usize).cast::<i64>()) }.ok()?;
+            out[i] = v.max(0) as u64;
+        }
+    }
+    Some(out)
 }

@@ -226,7 +226,16 @@ impl Event {
                 "filename": c_str(&e.filename),
             }),
             Event::Fork(e) => json!({ "child_pid": e.child_pid }),
-            Event::Exit(e) => json!({ "pid": e.pid }),
+            Event::Exit(e) => {
+                let kb = crate::correlate::page_kb();
+                let known = e.rss_known != 0;
+                json!({
+                    "pid": e.pid,
+                    "anon_rss_kb": known.then_some(e.rss_anon_pages * kb),
+                    "file_rss_kb": known.then_some(e.rss_file_pages * kb),
+                    "shmem_rss_kb": known.then_some(e.rss_shmem_pages * kb),
+                })
+            }
             Event::SignalKill(e) => json!({
                 "target_pid": e.target_pid,
                 "target_comm": c_str(&e.target_comm),
@@ -371,7 +380,7 @@ mod tests {
             decode(&unknown),
             Err(DecodeError::Length {
                 kind: kind::OOM_VICTIM,
-                len: 48,
+                len: 72,
                 expected: 112
             })
         );

@@ -275,7 +275,12 @@ impl Engine {
             Event::Fork(f) => self
                 .model
                 .on_fork(f.header.pid, f.child_pid, &c_str(&f.header.comm)),
-            Event::Exit(x) => self.model.on_exit(x.pid, row.ts_ns),
+            Event::Exit(x) => {
+                self.model.on_exit(x.pid, row.ts_ns);
+                if x.rss_known != 0 {
+                    self.memory_at_exit(x)?;
+                }
+            }
             Event::MemcgOom(m) => {
                 let path = self.model.layout().memcg_path_by_id(m.memcg_id);
                 row.data["memcg_path"] = path.into();
@@ -334,6 +339,37 @@ impl Engine {
                 rec.source
             );
             self.pending.push(Pending { id, record: rec });
+        }
+        Ok(())
+    }
+
+    /// A killed process whose memory was unknown at the signal (it was gone
+    /// before /proc could be read) gets the RSS the kernel had at its exit.
+    fn memory_at_exit(&mut self, x: &tracer_common::ProcExit) -> Result<(), StoreError> {
+        let fill = |rec: &mut KillRecord| -> bool {
+            if rec.victim.pid != x.pid || rec.victim.memory.source.is_some() {
+                return false;
+            }
+            let kb = super::page_kb();
+            rec.victim.memory.anon_rss_kb = Some(x.rss_anon_pages * kb);
+            rec.victim.memory.file_rss_kb = Some(x.rss_file_pages * kb);
+            rec.victim.memory.shmem_rss_kb = Some(x.rss_shmem_pages * kb);
+            rec.victim.memory.source = Some("exit".into());
+            rec.gaps
+                .retain(|g| !g.starts_with("the victim's memory is unknown"));
+            true
+        };
+        if self.to_commit.iter_mut().rev().any(fill) {
+            return Ok(());
+        }
+        if let Some(p) = self
+            .pending
+            .iter_mut()
+            .rev()
+            .find(|p| p.record.victim.pid == x.pid)
+            && fill(&mut p.record)
+        {
+            self.store.update_kill(p.id, &p.record)?;
         }
         Ok(())
     }

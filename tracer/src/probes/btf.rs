@@ -62,6 +62,11 @@ impl KernelBtf {
     /// Byte offset of `member` in `struct name` (looking into anonymous
     /// struct/union members, as `task_struct` has them).
     pub fn member_offset(&self, name: &str, member: &str) -> Result<u32, BtfError> {
+        Ok(self.member(name, member)?.0 / 8)
+    }
+
+    /// Bit offset and type of `member` in `struct name`.
+    fn member(&self, name: &str, member: &str) -> Result<(u32, Type), BtfError> {
         let what = format!("struct {name}.{member}");
         let lookup = |source| BtfError::Lookup {
             what: what.clone(),
@@ -69,9 +74,10 @@ impl KernelBtf {
         };
         for ty in self.btf.resolve_types_by_name(name).map_err(lookup)? {
             if let Type::Struct(s) = ty
-                && let Some(bits) = self.find_member(&s, member, 0)?
+                && let Some((bits, m)) = self.find_member(&s, member, 0)?
             {
-                return Ok(bits / 8);
+                let ty = self.btf.resolve_chained_type(&m).map_err(lookup)?;
+                return Ok((bits, ty));
             }
         }
         Err(BtfError::Missing { what })
@@ -82,7 +88,7 @@ impl KernelBtf {
         s: &btf_rs::Struct,
         member: &str,
         base_bits: u32,
-    ) -> Result<Option<u32>, BtfError> {
+    ) -> Result<Option<(u32, btf_rs::Member)>, BtfError> {
         let lookup = |source| BtfError::Lookup {
             what: member.to_string(),
             source,
@@ -91,7 +97,7 @@ impl KernelBtf {
             let name = self.btf.resolve_name(m).unwrap_or_default();
             let bits = base_bits + m.bit_offset();
             if name == member {
-                return Ok(Some(bits));
+                return Ok(Some((bits, m.clone())));
             }
             if name.is_empty() {
                 let inner = self.btf.resolve_chained_type(m).map_err(lookup)?;
@@ -103,6 +109,84 @@ impl KernelBtf {
             }
         }
         Ok(None)
+    }
+
+    /// `t` without typedefs and qualifiers.
+    fn strip(&self, mut t: Type) -> Result<Type, BtfError> {
+        let lookup = |source| BtfError::Lookup {
+            what: "a typedef".into(),
+            source,
+        };
+        loop {
+            t = match &t {
+                Type::Typedef(x) => self.btf.resolve_chained_type(x).map_err(lookup)?,
+                Type::Const(x) | Type::Volatile(x) | Type::Restrict(x) => {
+                    self.btf.resolve_chained_type(x).map_err(lookup)?
+                }
+                _ => return Ok(t),
+            };
+        }
+    }
+
+    /// The value of an enum member found in any enum, named or anonymous
+    /// (the kernel's `MM_ANONPAGES` lives in an anonymous one).
+    pub fn enum_member(&self, member: &str) -> Result<i64, BtfError> {
+        use fallible_iterator::FallibleIterator as _;
+        let what = format!("enum member {member}");
+        let lookup = |source| BtfError::Lookup {
+            what: what.clone(),
+            source,
+        };
+        let mut types = self.btf.type_iter();
+        while let Some(t) = types.next().map_err(lookup)? {
+            if let Type::Enum(e) = t {
+                for m in &e.members {
+                    if self.btf.resolve_name(m).is_ok_and(|n| n == member) {
+                        return Ok(i64::from(m.val() as i32));
+                    }
+                }
+            }
+        }
+        Err(BtfError::Missing { what })
+    }
+
+    /// Offsets in `mm_struct` of the file, anon and shmem RSS counters.
+    /// 6.2 and later: `struct percpu_counter rss_stat[NR_MM_COUNTERS]`
+    /// (the `count` member of each); before: `struct mm_rss_stat rss_stat`
+    /// holding `atomic_long_t count[NR_MM_COUNTERS]`.
+    pub fn mm_rss_offsets(&self) -> Result<[u32; 3], BtfError> {
+        let idx = |n: &str| -> Result<u32, BtfError> { Ok(self.enum_member(n)? as u32) };
+        let which = [
+            idx("MM_FILEPAGES")?,
+            idx("MM_ANONPAGES")?,
+            idx("MM_SHMEMPAGES")?,
+        ];
+        let (base_bits, ty) = self.member("mm_struct", "rss_stat")?;
+        let base = base_bits / 8;
+        let what = || BtfError::Missing {
+            what: "a known layout of mm_struct.rss_stat".into(),
+        };
+        let lookup = |source| BtfError::Lookup {
+            what: "mm_struct.rss_stat".into(),
+            source,
+        };
+        let (stride, count_off) = match self.strip(ty)? {
+            Type::Array(a) => {
+                match self.strip(self.btf.resolve_chained_type(&a).map_err(lookup)?)? {
+                    Type::Struct(pc) => {
+                        let (bits, _) = self.find_member(&pc, "count", 0)?.ok_or_else(what)?;
+                        (pc.size() as u32, bits / 8)
+                    }
+                    _ => return Err(what()),
+                }
+            }
+            Type::Struct(rs) => {
+                let (bits, _) = self.find_member(&rs, "count", 0)?.ok_or_else(what)?;
+                (8, bits / 8)
+            }
+            _ => return Err(what()),
+        };
+        Ok(which.map(|i| base + i * stride + count_off))
     }
 
     /// Every value of `enum name`, by member name.
@@ -177,6 +261,21 @@ mod tests {
             btf.member_offset("task_struct", "no_such_member"),
             Err(BtfError::Missing { .. })
         ));
+    }
+
+    #[test]
+    fn finds_the_rss_counters_of_mm_struct() {
+        let Some(btf) = kernel_btf() else { return };
+        assert_eq!(btf.enum_member("MM_FILEPAGES").unwrap(), 0);
+        assert_eq!(btf.enum_member("MM_ANONPAGES").unwrap(), 1);
+        let [file, anon, shmem] = btf.mm_rss_offsets().unwrap();
+        let rss = btf.member_offset("mm_struct", "rss_stat").unwrap();
+        assert!(
+            file >= rss && anon > file && shmem > anon,
+            "{file} {anon} {shmem}"
+        );
+        assert_eq!((anon - file) % 8, 0, "counters are 8-byte aligned");
+        assert!(btf.enum_member("NO_SUCH_ENUM_MEMBER_ANYWHERE").is_err());
     }
 
     #[test]

@@ -204,6 +204,14 @@ pub fn build(tracefs: &Path, btf: &KernelBtf) -> Result<(ProbeConfig, LayoutNote
     let mut notes = LayoutNotes::default();
     read_fields(tracefs, &mut cfg, &mut notes);
     cfg.task_tgid_off = btf.member_offset("task_struct", "tgid")?;
+    // RSS at exit is a nicety: a kernel without these keeps recording.
+    match (btf.member_offset("task_struct", "mm"), btf.mm_rss_offsets()) {
+        (Ok(mm), Ok(rss)) => {
+            cfg.task_mm_off = mm;
+            cfg.mm_rss_off = rss;
+        }
+        (Err(e), _) | (_, Err(e)) => notes.missing_fields.push(format!("RSS at exit ({e})")),
+    }
     let items = btf.enum_values("vm_event_item")?;
     for (slot, name) in MEMCG_ITEM_NAMES.iter().enumerate() {
         if let Some(&v) = items.get(*name) {
