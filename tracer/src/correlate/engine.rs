@@ -157,6 +157,8 @@ impl Engine {
         let _ = ready.send(());
         let mut tick = tokio::time::interval(self.opts.sample_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first sample was just taken: the next one is a period away.
+        tick.reset();
         let (mut crit_open, mut data_open, mut kmsg_open) = (true, true, true);
         while crit_open || data_open || kmsg_open {
             tokio::select! {
