@@ -403,24 +403,27 @@ impl Engine {
             .into_iter()
             .partition(|(_, seen)| all || now_ns - seen >= UNMATCHED_NS);
         self.unmatched = keep;
+        let mut found = Vec::new();
         for (report, _) in due {
             let ts = self.clock.kmsg_to_wall(report.ts_us);
-            match self
+            if self
                 .store
                 .find_kill(report.killed.pid, ts, JOIN_WINDOW_NS)?
+                .is_none()
             {
-                Some(_) => {}
-                None => {
-                    let rec = kill_from_report(&report, &self.clock, Some(&self.model));
-                    self.store.insert_kill(&rec, &[], now_ns)?;
-                    self.summary.kmsg_only_kills += 1;
-                    tracing::info!(
-                        "kill found in the kernel log: {} (pid {})",
-                        rec.victim.comm,
-                        rec.victim.pid
-                    );
-                }
+                let rec = kill_from_report(&report, &self.clock, Some(&self.model));
+                tracing::info!(
+                    "kill found in the kernel log: {} (pid {})",
+                    rec.victim.comm,
+                    rec.victim.pid
+                );
+                found.push(rec);
             }
+        }
+        // A backlog found at start (many old kills) costs one commit.
+        if !found.is_empty() {
+            self.store.insert_kills(&found, &[], now_ns)?;
+            self.summary.kmsg_only_kills += found.len() as u64;
         }
         Ok(())
     }
@@ -431,6 +434,13 @@ impl Engine {
     }
 
     fn tick(&mut self) -> Result<(), StoreError> {
+        let t0 = wall_now_ns();
+        self.tick_inner()?;
+        tracing::debug!("tick took {} us", (wall_now_ns() - t0) / 1000);
+        Ok(())
+    }
+
+    fn tick_inner(&mut self) -> Result<(), StoreError> {
         self.ticks += 1;
         let now = wall_now_ns();
         let per_min = (60.0 / self.opts.sample_interval.as_secs_f64())
