@@ -350,13 +350,11 @@ impl Recorder {
 
     fn stop_inner(&mut self) {
         if let Some(mut c) = self.child.take() {
-            // SAFETY: plain syscall on our own child's pid.
-            unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
-            if wait_for(Duration::from_secs(20), || c.try_wait().ok().flatten()).is_none() {
-                let _ = c.kill();
-                let _ = c.wait();
-                panic!("recorder did not stop on SIGINT: {}", self.log());
-            }
+            assert!(
+                interrupt(&mut c, Duration::from_secs(20)),
+                "recorder did not stop on SIGINT: {}",
+                self.log()
+            );
             // Give the log thread a moment to drain.
             thread::sleep(Duration::from_millis(100));
         }
@@ -366,12 +364,20 @@ impl Recorder {
 impl Drop for Recorder {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            // SAFETY: plain syscall on our own child's pid.
-            unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
-            if wait_for(Duration::from_secs(20), || c.try_wait().ok().flatten()).is_none() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
+            interrupt(&mut c, Duration::from_secs(20));
         }
     }
+}
+
+/// Sends SIGINT to a child of ours and waits up to `timeout` for it to end;
+/// kills it if it does not. Returns whether it ended on SIGINT.
+pub fn interrupt(child: &mut Child, timeout: Duration) -> bool {
+    // SAFETY: plain syscall on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    if wait_for(timeout, || child.try_wait().ok().flatten()).is_some() {
+        return true;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    false
 }

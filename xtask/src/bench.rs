@@ -142,25 +142,11 @@ fn start_bpftrace() -> anyhow::Result<Child> {
     Ok(child)
 }
 
-fn stop(mut child: Child) {
-    // SAFETY: plain syscall on our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let end = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < end {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        thread::sleep(Duration::from_millis(100));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
 /// Idle cost of the recorder, beside bpftrace on the same hooks.
 fn idle_cost(bins: &crate::Bins, secs: u64) -> anyhow::Result<String> {
     let dir = tempfile::tempdir()?;
     let rec = Recorder::start_bin(&bins.tracer, &dir.path().join("idle.db"), &[], false);
-    let peer = start_bpftrace()?;
+    let mut peer = start_bpftrace()?;
     thread::sleep(Duration::from_secs(2));
     let (ours0, _, _) = usage(rec.pid())?;
     let (peer0, _, _) = usage(peer.id())?;
@@ -169,7 +155,7 @@ fn idle_cost(bins: &crate::Bins, secs: u64) -> anyhow::Result<String> {
     let wall = t0.elapsed().as_secs_f64();
     let (ours1, ours_rss, ours_hwm) = usage(rec.pid())?;
     let (peer1, peer_rss, _) = usage(peer.id())?;
-    stop(peer);
+    tracer_e2e::interrupt(&mut peer, Duration::from_secs(10));
     rec.stop();
     let ours_cpu = (ours1 - ours0) / wall * 100.0;
     let peer_cpu = (peer1 - peer0) / wall * 100.0;

@@ -222,11 +222,10 @@ pub fn kill_from_victim(ctx: &Context<'_>, ev: &OomVictim) -> KillRecord {
         memcg,
         tasks,
         leadup,
-        reaping: None,
-        kmsg: None,
         session_id: ctx.session_id,
         tracepoint_ns: Some(ts_ns),
         gaps,
+        ..Default::default()
     }
 }
 
@@ -278,15 +277,13 @@ pub fn kill_from_signal(ctx: &Context<'_>, ev: &SignalKill) -> Option<KillRecord
             signal_code: Some(ev.code),
         },
         victim,
-        trigger: None,
         memcg,
         tasks,
         leadup,
-        reaping: None,
-        kmsg: None,
         session_id: ctx.session_id,
         tracepoint_ns: Some(ts_ns),
         gaps,
+        ..Default::default()
     })
 }
 

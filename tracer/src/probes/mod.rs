@@ -361,12 +361,7 @@ impl Probes {
         category: &str,
         name: &str,
     ) -> Result<(), Unavailable> {
-        let prog: &mut TracePoint = self
-            .ebpf
-            .program_mut(program)
-            .ok_or(Unavailable::Missing(program))?
-            .try_into()
-            .map_err(Unavailable::Program)?;
+        let prog: &mut TracePoint = self.program(program)?;
         prog.load().map_err(Unavailable::Program)?;
         prog.attach(category, name).map_err(Unavailable::Program)?;
         Ok(())
@@ -378,15 +373,22 @@ impl Probes {
                 "task_struct.tgid not found in BTF".into(),
             ));
         }
-        let prog: &mut RawTracePoint = self
-            .ebpf
-            .program_mut(program)
-            .ok_or(Unavailable::Missing(program))?
-            .try_into()
-            .map_err(Unavailable::Program)?;
+        let prog: &mut RawTracePoint = self.program(program)?;
         prog.load().map_err(Unavailable::Program)?;
         prog.attach(name).map_err(Unavailable::Program)?;
         Ok(())
+    }
+
+    /// The program called `name`, as its concrete type.
+    fn program<'a, T>(&'a mut self, name: &'static str) -> Result<&'a mut T, Unavailable>
+    where
+        &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+    {
+        self.ebpf
+            .program_mut(name)
+            .ok_or(Unavailable::Missing(name))?
+            .try_into()
+            .map_err(Unavailable::Program)
     }
 }
 
