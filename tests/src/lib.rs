@@ -17,6 +17,21 @@ use std::{
     time::{Duration, Instant},
 };
 
+/// Where build.rs put the simulated CUDA libraries (`libcudart.so.12`,
+/// `libcuda.so.1`) and the `cudaload` / `cudaload-static` workloads.
+pub fn simcuda_dir() -> PathBuf {
+    PathBuf::from(env!("SIMCUDA_DIR"))
+}
+
+/// The real `libcudart.so.12` from the `nvidia-cuda-runtime-cu12` wheel that
+/// `cargo xtask setup` installs (`TRACER_CUDART` overrides the path).
+pub fn real_cudart() -> PathBuf {
+    if let Some(p) = std::env::var_os("TRACER_CUDART") {
+        return p.into();
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/cuda-wheel/nvidia/cuda_runtime/lib/libcudart.so.12")
+}
+
 /// Whether privileged tests can run; in CI (`CI=true`) they must.
 pub fn privileged() -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -380,4 +395,176 @@ pub fn interrupt(child: &mut Child, timeout: Duration) -> bool {
     let _ = child.kill();
     let _ = child.wait();
     false
+}
+
+/// A `cudaload` workload: commands on stdin, one reply line each.
+pub struct CudaLoad {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl CudaLoad {
+    /// Starts `cmd` (a cudaload) and waits for its "ready".
+    pub fn spawn(mut cmd: Command) -> Self {
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("spawn cudaload");
+        let stdin = child.stdin.take().expect("piped");
+        let stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let mut me = Self { child, stdin, stdout };
+        assert_eq!(me.line(), "ready");
+        me
+    }
+
+    /// The simulated runtime and driver, loaded at start.
+    pub fn sim(env: &[(&str, &str)]) -> Self {
+        let d = simcuda_dir();
+        let mut cmd = Command::new(d.join("cudaload"));
+        cmd.arg(d.join("libcudart.so.12")).arg(d.join("libcuda.so.1")).envs(env.iter().copied());
+        Self::spawn(cmd)
+    }
+
+    fn line(&mut self) -> String {
+        let mut s = String::new();
+        self.stdout.read_line(&mut s).expect("read cudaload");
+        assert!(!s.is_empty(), "cudaload ended");
+        s.trim_end().to_string()
+    }
+
+    /// Sends one command and returns its reply.
+    pub fn cmd(&mut self, line: &str) -> String {
+        use std::io::Write as _;
+        writeln!(self.stdin, "{line}").expect("write cudaload");
+        self.stdin.flush().expect("flush cudaload");
+        self.line()
+    }
+
+    /// Sends a command that must succeed; returns the words after "ok".
+    pub fn ok(&mut self, line: &str) -> Vec<String> {
+        let r = self.cmd(line);
+        let mut w = r.split_whitespace().map(String::from);
+        assert_eq!(w.next().as_deref(), Some("ok"), "{line}: {r}");
+        w.collect()
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Tells it to exit and waits.
+    pub fn exit(mut self) {
+        use std::io::Write as _;
+        let _ = writeln!(self.stdin, "exit");
+        let _ = self.stdin.flush();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for CudaLoad {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A running `tracer attach --json`.
+pub struct Attach {
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Attach {
+    /// Starts `tracer attach --pid PID --json EXTRA...` and waits until it
+    /// says it attached (or is waiting for a library).
+    pub fn start(pid: u32, extra: &[&str]) -> Self {
+        let mut child = Command::new(tracer_bin())
+            .args(["attach", "--json", "--pid", &pid.to_string()])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start tracer attach");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (out, err) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+        let sink = lines.clone();
+        thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                sink.lock().expect("lock").push(l);
+            }
+        });
+        let sink = stderr.clone();
+        thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                eprintln!("[attach] {l}");
+                sink.lock().expect("lock").push_str(&(l + "\n"));
+            }
+        });
+        let mut me = Self { child, lines, stderr };
+        let ok = wait_for(Duration::from_secs(30), || {
+            let e = me.stderr();
+            if e.contains("tracer: attached") || e.contains("waiting for one") {
+                return Some(());
+            }
+            if let Ok(Some(status)) = me.child.try_wait() {
+                panic!("tracer attach exited ({status}): {e}");
+            }
+            None
+        });
+        assert!(ok.is_some(), "tracer attach did not attach: {}", me.stderr());
+        me
+    }
+
+    /// What it printed on stderr.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().expect("lock").clone()
+    }
+
+    /// Its JSON lines so far of `type`.
+    pub fn of_type(&self, ty: &str) -> Vec<serde_json::Value> {
+        self.lines
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["type"] == ty)
+            .collect()
+    }
+
+    /// Waits until `n` call lines satisfy `pred`; returns them.
+    pub fn wait_calls(&self, n: usize, pred: impl Fn(&serde_json::Value) -> bool) -> Vec<serde_json::Value> {
+        let got = wait_for(Duration::from_secs(10), || {
+            let v: Vec<_> = self.of_type("call").into_iter().filter(|c| pred(c)).collect();
+            (v.len() >= n).then_some(v)
+        });
+        got.unwrap_or_else(|| panic!("fewer than {n} matching calls in {:?}", self.of_type("call")))
+    }
+
+    /// Waits for it to end by itself (the target exited); returns the final report.
+    pub fn wait_end(mut self) -> serde_json::Value {
+        let status = wait_for(Duration::from_secs(15), || self.child.try_wait().ok().flatten()).expect("attach ended");
+        assert!(status.success(), "attach failed: {}", self.stderr());
+        thread::sleep(Duration::from_millis(100));
+        self.final_report()
+    }
+
+    /// Stops it with SIGINT; returns the final report.
+    pub fn stop(mut self) -> serde_json::Value {
+        assert!(interrupt(&mut self.child, Duration::from_secs(15)), "attach did not stop");
+        thread::sleep(Duration::from_millis(100));
+        self.final_report()
+    }
+
+    fn final_report(&self) -> serde_json::Value {
+        let mut all = self.of_type("exit");
+        all.extend(self.of_type("detach"));
+        all.pop().unwrap_or_else(|| panic!("no final report; stderr: {}", self.stderr()))
+    }
+}
+
+impl Drop for Attach {
+    fn drop(&mut self) {
+        interrupt(&mut self.child, Duration::from_secs(10));
+    }
 }

@@ -26,6 +26,12 @@ pub mod maps {
     /// `LruPerCpuHashMap<MemcgCountKey, u64>`: per memory cgroup counters of the
     /// memcg events we aggregate in the kernel (reclaim, OOM kills).
     pub const MEMCG_COUNTS: &str = "MEMCG_COUNTS";
+    /// `LruHashMap<u64, CudaInflight>`: the CUDA call in flight per thread.
+    pub const CUDA_INFLIGHT: &str = "CUDA_INFLIGHT";
+    /// `LruHashMap<u64, i32>`: the current CUDA device per thread.
+    pub const CUDA_THREAD_DEVICE: &str = "CUDA_THREAD_DEV";
+    /// `LruHashMap<u64, i32>`: the device of each CUDA context.
+    pub const CUDA_CTX_DEVICE: &str = "CUDA_CTX_DEV";
     /// Name of the read-only global that holds the [`super::ProbeConfig`].
     pub const CONFIG: &str = "CONFIG";
 }
@@ -48,6 +54,10 @@ pub mod programs {
     pub const SCHED_PROCESS_EXIT: &str = "sched_process_exit";
     /// `tracepoint/signal/signal_generate`.
     pub const SIGNAL_GENERATE: &str = "signal_generate";
+    /// `uprobe` on every CUDA allocation API (the cookie says which).
+    pub const CUDA_ENTRY: &str = "cuda_entry";
+    /// `uretprobe` on every CUDA allocation API.
+    pub const CUDA_RETURN: &str = "cuda_return";
 }
 
 /// Sizes of the ring buffers, in bytes (powers of two, multiples of the page size).
@@ -65,6 +75,9 @@ pub mod ring {
     /// reader. Userspace maps the ring twice, so it costs twice this in RSS.
     pub const DATA_BYTES: u32 = 2 * 1024 * 1024;
 }
+
+/// Threads with a CUDA call in flight, and threads/contexts with a device.
+pub const CUDA_THREAD_ENTRIES: u32 = 16384;
 
 /// Entries of `MEMCG_COUNTS` (LRU: an idle cgroup's counters age out).
 pub const MEMCG_COUNTS_ENTRIES: u32 = 8192;
@@ -87,6 +100,8 @@ pub mod kind {
     pub const PROC_EXIT: u32 = 7;
     /// `signal:signal_generate` of a SIGKILL ([`super::SignalKill`]).
     pub const SIGNAL_KILL: u32 = 8;
+    /// A CUDA allocation API call returned ([`super::CudaCall`]).
+    pub const CUDA_CALL: u32 = 9;
 }
 
 /// What every event starts with. The task fields describe `current`: the
@@ -276,6 +291,200 @@ pub struct SignalKill {
 }
 const _: () = assert!(size_of::<SignalKill>() == 80);
 
+/// CUDA runtime (`cuda*`) and driver (`cu*`) functions tracer probes.
+/// The id is the uprobe's attach cookie and the `func` of [`CudaCall`];
+/// runtime ids are below [`cuda::DRIVER`].
+pub mod cuda {
+    /// `cudaMalloc(void **devPtr, size_t size)`.
+    pub const MALLOC: u32 = 1;
+    /// `cudaMallocManaged(void **devPtr, size_t size, unsigned flags)`.
+    pub const MALLOC_MANAGED: u32 = 2;
+    /// `cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height)`.
+    pub const MALLOC_PITCH: u32 = 3;
+    /// `cudaMallocAsync(void **devPtr, size_t size, cudaStream_t)`.
+    pub const MALLOC_ASYNC: u32 = 4;
+    /// `cudaMallocAsync_ptsz` (per-thread default stream builds).
+    pub const MALLOC_ASYNC_PTSZ: u32 = 5;
+    /// `cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t, cudaStream_t)`.
+    pub const MALLOC_FROM_POOL_ASYNC: u32 = 6;
+    /// `cudaMallocFromPoolAsync_ptsz`.
+    pub const MALLOC_FROM_POOL_ASYNC_PTSZ: u32 = 7;
+    /// `cudaMallocHost(void **ptr, size_t size)`.
+    pub const MALLOC_HOST: u32 = 8;
+    /// `cudaHostAlloc(void **pHost, size_t size, unsigned flags)`.
+    pub const HOST_ALLOC: u32 = 9;
+    /// `cudaFree(void *devPtr)`.
+    pub const FREE: u32 = 10;
+    /// `cudaFreeAsync(void *devPtr, cudaStream_t)`.
+    pub const FREE_ASYNC: u32 = 11;
+    /// `cudaFreeAsync_ptsz`.
+    pub const FREE_ASYNC_PTSZ: u32 = 12;
+    /// `cudaFreeHost(void *ptr)`.
+    pub const FREE_HOST: u32 = 13;
+    /// `cudaSetDevice(int device)`.
+    pub const SET_DEVICE: u32 = 14;
+    /// First driver id.
+    pub const DRIVER: u32 = 32;
+    /// `cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)`.
+    pub const MEM_ALLOC: u32 = 32;
+    /// `cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned flags)`.
+    pub const MEM_ALLOC_MANAGED: u32 = 33;
+    /// `cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t w, size_t h, unsigned elem)`.
+    pub const MEM_ALLOC_PITCH: u32 = 34;
+    /// `cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream)`.
+    pub const MEM_ALLOC_ASYNC: u32 = 35;
+    /// `cuMemAllocAsync_ptsz`.
+    pub const MEM_ALLOC_ASYNC_PTSZ: u32 = 36;
+    /// `cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t, CUmemoryPool, CUstream)`.
+    pub const MEM_ALLOC_FROM_POOL_ASYNC: u32 = 37;
+    /// `cuMemAllocFromPoolAsync_ptsz`.
+    pub const MEM_ALLOC_FROM_POOL_ASYNC_PTSZ: u32 = 38;
+    /// `cuMemAllocHost_v2(void **pp, size_t bytesize)`.
+    pub const MEM_ALLOC_HOST: u32 = 39;
+    /// `cuMemHostAlloc(void **pp, size_t bytesize, unsigned flags)`.
+    pub const MEM_HOST_ALLOC: u32 = 40;
+    /// `cuMemFree_v2(CUdeviceptr dptr)`.
+    pub const MEM_FREE: u32 = 41;
+    /// `cuMemFreeAsync(CUdeviceptr dptr, CUstream)`.
+    pub const MEM_FREE_ASYNC: u32 = 42;
+    /// `cuMemFreeAsync_ptsz`.
+    pub const MEM_FREE_ASYNC_PTSZ: u32 = 43;
+    /// `cuMemFreeHost(void *p)`.
+    pub const MEM_FREE_HOST: u32 = 44;
+    /// `cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop, u64 flags)`.
+    pub const MEM_CREATE: u32 = 45;
+    /// `cuMemRelease(CUmemGenericAllocationHandle h)`.
+    pub const MEM_RELEASE: u32 = 46;
+    /// `cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h, u64 flags)`.
+    pub const MEM_MAP: u32 = 47;
+    /// `cuMemUnmap(CUdeviceptr ptr, size_t size)`.
+    pub const MEM_UNMAP: u32 = 48;
+    /// `cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align, CUdeviceptr addr, u64 flags)`.
+    pub const MEM_ADDRESS_RESERVE: u32 = 49;
+    /// `cuMemAddressFree(CUdeviceptr ptr, size_t size)`.
+    pub const MEM_ADDRESS_FREE: u32 = 50;
+    /// `cuCtxSetCurrent(CUcontext ctx)`.
+    pub const CTX_SET_CURRENT: u32 = 51;
+    /// `cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)`.
+    pub const DEVICE_PRIMARY_CTX_RETAIN: u32 = 52;
+    /// `cuDevicePrimaryCtxReset_v2(CUdevice dev)`: frees every allocation of the context.
+    pub const DEVICE_PRIMARY_CTX_RESET: u32 = 53;
+    /// `cudaDeviceReset(void)`: the current device's context, freed.
+    pub const DEVICE_RESET: u32 = 15;
+
+    /// `cudaErrorMemoryAllocation` and `CUDA_ERROR_OUT_OF_MEMORY`.
+    pub const OUT_OF_MEMORY: i32 = 2;
+
+    /// Offset of `location.id` in `CUmemAllocationProp` (`type`,
+    /// `requestedHandleTypes`, then `CUmemLocation { type, id }`): a stable
+    /// part of the CUDA driver ABI.
+    pub const PROP_LOCATION_ID: u64 = 12;
+
+    /// How a function's arguments are read.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Shape {
+        /// `(T **out, size_t size, ...)`: the new pointer is written to `*out`.
+        Alloc,
+        /// `(T **out, size_t *pitch, size_t width, size_t height, ...)`.
+        Pitch,
+        /// `(T *ptr, ...)`.
+        Free,
+        /// `cuMemCreate`: handle out, size, and the device from `prop`.
+        Create,
+        /// `cuMemMap`: address, size, handle (4th argument).
+        Map,
+        /// `(ptr, size)`: `cuMemUnmap`, `cuMemAddressFree`.
+        PtrSize,
+        /// `cudaSetDevice(int)`.
+        SetDevice,
+        /// `cuCtxSetCurrent(ctx)`.
+        SetContext,
+        /// `cuDevicePrimaryCtxRetain(CUcontext *out, CUdevice dev)`.
+        RetainContext,
+        /// A context reset: `cuDevicePrimaryCtxReset_v2(dev)`, `cudaDeviceReset()`.
+        Reset,
+    }
+
+    /// The shape of function `func` (`None` for unknown ids).
+    pub const fn shape(func: u32) -> Option<Shape> {
+        Some(match func {
+            MALLOC | MALLOC_MANAGED | MALLOC_ASYNC | MALLOC_ASYNC_PTSZ | MALLOC_FROM_POOL_ASYNC
+            | MALLOC_FROM_POOL_ASYNC_PTSZ | MALLOC_HOST | HOST_ALLOC | MEM_ALLOC
+            | MEM_ALLOC_MANAGED | MEM_ALLOC_ASYNC | MEM_ALLOC_ASYNC_PTSZ
+            | MEM_ALLOC_FROM_POOL_ASYNC | MEM_ALLOC_FROM_POOL_ASYNC_PTSZ | MEM_ALLOC_HOST
+            | MEM_HOST_ALLOC | MEM_ADDRESS_RESERVE => Shape::Alloc,
+            MALLOC_PITCH | MEM_ALLOC_PITCH => Shape::Pitch,
+            FREE | FREE_ASYNC | FREE_ASYNC_PTSZ | FREE_HOST | MEM_FREE | MEM_FREE_ASYNC
+            | MEM_FREE_ASYNC_PTSZ | MEM_FREE_HOST | MEM_RELEASE => Shape::Free,
+            MEM_CREATE => Shape::Create,
+            MEM_MAP => Shape::Map,
+            MEM_UNMAP | MEM_ADDRESS_FREE => Shape::PtrSize,
+            SET_DEVICE => Shape::SetDevice,
+            CTX_SET_CURRENT => Shape::SetContext,
+            DEVICE_PRIMARY_CTX_RETAIN => Shape::RetainContext,
+            DEVICE_RESET | DEVICE_PRIMARY_CTX_RESET => Shape::Reset,
+            _ => return None,
+        })
+    }
+
+    /// Whether `func` allocates (a failure with [`OUT_OF_MEMORY`] is a GPU OOM).
+    pub const fn allocates(func: u32) -> bool {
+        matches!(shape(func), Some(Shape::Alloc | Shape::Pitch | Shape::Create))
+            && func != MEM_ADDRESS_RESERVE
+    }
+}
+
+/// A CUDA call in flight on one thread (the outermost one: calls it makes
+/// into other probed functions only deepen `depth`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CudaInflight {
+    /// Function id ([`cuda`]).
+    pub func: u32,
+    /// Probed calls open on this thread (1 = only the outermost).
+    pub depth: u32,
+    /// Entry time, `bpf_ktime_get_boot_ns`.
+    pub ts_ns: u64,
+    /// Bytes asked for (the height for pitched allocations).
+    pub size: u64,
+    /// User address where the callee writes its result (pointer, handle, context).
+    pub out_addr: u64,
+    /// Pointer or handle passed in (frees, maps).
+    pub ptr: u64,
+    /// Second value: `cuMemMap`'s handle, a context, a pitch out-pointer.
+    pub aux: u64,
+    /// Device the call names (`cudaSetDevice`, `cuMemCreate`), else -1.
+    pub device: i32,
+    /// Explicit padding.
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<CudaInflight>() == 56);
+
+/// A CUDA allocation-API call, sent when its outermost probed frame returns.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CudaCall {
+    /// Common header (`kind` = [`kind::CUDA_CALL`]); the task is the caller.
+    pub header: EventHeader,
+    /// Function id ([`cuda`]).
+    pub func: u32,
+    /// Return code (`cudaError_t` / `CUresult`; 0 = success).
+    pub ret: i32,
+    /// Bytes (for pitched allocations: pitch x height).
+    pub size: u64,
+    /// The resulting pointer/handle (allocations), or the one passed in (frees).
+    pub ptr: u64,
+    /// `cuMemMap`'s handle; a context for context calls.
+    pub aux: u64,
+    /// Time in the call, ns.
+    pub latency_ns: u64,
+    /// Device: the one the call names, else the thread's current one; -1 unknown.
+    pub device: i32,
+    /// Explicit padding.
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<CudaCall>() == 88);
+
 /// The largest event; a reader rejects anything bigger.
 pub const MAX_EVENT_SIZE: usize = size_of::<ProcExec>();
 
@@ -385,4 +594,6 @@ mod pod {
     unsafe impl aya::Pod for ProbeConfig {}
     // SAFETY: as above.
     unsafe impl aya::Pod for MemcgCountKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for CudaInflight {}
 }

@@ -3,9 +3,11 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{LruPerCpuHashMap, PerCpuArray, RingBuf},
+    maps::{LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
 };
-use tracer_common::{MEMCG_COUNTS_ENTRIES, MemcgCountKey, ProbeConfig, ring};
+use tracer_common::{
+    CUDA_THREAD_ENTRIES, CudaInflight, MEMCG_COUNTS_ENTRIES, MemcgCountKey, ProbeConfig, ring,
+};
 
 /// Kills, OOM events and process exits. Small, low rate, wakes the reader on
 /// every event.
@@ -24,6 +26,21 @@ pub static RING_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(ring::CO
 #[map(name = "MEMCG_COUNTS")]
 pub static MEMCG_COUNTS: LruPerCpuHashMap<MemcgCountKey, u64> =
     LruPerCpuHashMap::with_max_entries(MEMCG_COUNTS_ENTRIES, 0);
+
+/// The outermost probed CUDA call in flight, per thread (pid_tgid).
+#[map(name = "CUDA_INFLIGHT")]
+pub static CUDA_INFLIGHT: LruHashMap<u64, CudaInflight> =
+    LruHashMap::with_max_entries(CUDA_THREAD_ENTRIES, 0);
+
+/// The CUDA device each thread last made current.
+#[map(name = "CUDA_THREAD_DEV")]
+pub static CUDA_THREAD_DEVICE: LruHashMap<u64, i32> =
+    LruHashMap::with_max_entries(CUDA_THREAD_ENTRIES, 0);
+
+/// The device of each CUDA context seen created.
+#[map(name = "CUDA_CTX_DEV")]
+pub static CUDA_CTX_DEVICE: LruHashMap<u64, i32> =
+    LruHashMap::with_max_entries(CUDA_THREAD_ENTRIES, 0);
 
 /// Tracepoint layouts and kernel constants, written by userspace before load.
 /// Lives in `.rodata`, so the verifier treats its fields as constants.

@@ -10,6 +10,8 @@ use crate::sh;
 
 /// The bpf-linker release these machines build with (it uses rustc's LLVM).
 const BPF_LINKER: &str = "0.10.3";
+/// The CUDA runtime wheel the tests run against (it ships libcudart.so.12).
+const CUDA_WHEEL: &str = "nvidia-cuda-runtime-cu12==12.9.79";
 
 fn output(cmd: &str, args: &[&str]) -> Option<String> {
     let out = Command::new(cmd).args(args).output().ok()?;
@@ -54,7 +56,31 @@ pub fn run() -> anyhow::Result<()> {
         ]))?;
     }
     check_toolchain()?;
-    eprintln!("xtask: setup done (nightly + rust-src, bpf-linker {BPF_LINKER})");
+    cuda_wheel()?;
+    eprintln!("xtask: setup done (nightly + rust-src, bpf-linker {BPF_LINKER}, {CUDA_WHEEL})");
+    Ok(())
+}
+
+/// Where the wheel is unpacked: target/cuda-wheel/nvidia/cuda_runtime/lib/.
+pub fn cuda_wheel_dir() -> std::path::PathBuf {
+    crate::root().join("target/cuda-wheel")
+}
+
+/// Downloads the real CUDA runtime from PyPI and unpacks it (once).
+fn cuda_wheel() -> anyhow::Result<()> {
+    let dir = cuda_wheel_dir();
+    if dir.join("nvidia/cuda_runtime/lib/libcudart.so.12").exists() {
+        return Ok(());
+    }
+    let download = dir.join("download");
+    sh(Command::new("python3")
+        .args(["-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", CUDA_WHEEL, "-d"])
+        .arg(&download))?;
+    let unpack = "import sys, zipfile, glob; zipfile.ZipFile(glob.glob(sys.argv[1] + '/*.whl')[0]).extractall(sys.argv[2])";
+    sh(Command::new("python3").args(["-c", unpack]).arg(&download).arg(&dir))?;
+    if !dir.join("nvidia/cuda_runtime/lib/libcudart.so.12").exists() {
+        bail!("{CUDA_WHEEL} has no nvidia/cuda_runtime/lib/libcudart.so.12");
+    }
     Ok(())
 }
 

@@ -1,4 +1,5 @@
 //! One module per probe family.
+pub mod cuda;
 pub mod memcg;
 pub mod oom;
 pub mod sched;

@@ -145,7 +145,7 @@ pub fn checks(store: &Path) -> Vec<Check> {
 
     // The real test: load the object and attach every probe, then detach.
     let loaded = if privileged.is_ok() {
-        Some(Probes::load().and_then(|mut p| p.attach().map(|s| (p, s))))
+        Some(Probes::load(crate::probes::DATA_RING_BYTES).and_then(|mut p| p.attach().map(|s| (p, s))))
     } else {
         None
     };

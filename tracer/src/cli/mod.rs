@@ -1,5 +1,6 @@
 //! Command line: one module per subcommand, clap derive, doc comments as help.
 
+pub mod attach;
 pub mod doctor;
 pub mod events;
 pub mod explain;
@@ -28,6 +29,8 @@ pub struct Cli {
 pub enum Command {
     /// Record OOM kills, SIGKILLs and memory-cgroup pressure until SIGINT/SIGTERM (needs root).
     Record(record::RecordArgs),
+    /// Trace the CUDA allocations of a running process, live (needs root).
+    Attach(attach::AttachArgs),
     /// Explain the latest OOM kill, or every kill in a window.
     Explain(explain::ExplainArgs),
     /// Print recorded raw events as JSON lines.
@@ -57,6 +60,7 @@ pub enum Format {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Record(a) => record::run(a),
+        Command::Attach(a) => attach::run(a),
         Command::Explain(a) => explain::run(a),
         Command::Events(a) => events::run(a),
         Command::Doctor(a) => doctor::run(a),

@@ -73,7 +73,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     crate::probes::caps::require_bpf()?;
     let store = Store::open_rw(&args.store.path)?;
     let _checkpointer = Checkpointer::spawn(&args.store.path, Duration::from_secs(5))?;
-    let mut probes = Probes::load().context("cannot record")?;
+    let mut probes = Probes::load(crate::probes::DATA_RING_BYTES).context("cannot record")?;
     protect_from_oom_killer();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

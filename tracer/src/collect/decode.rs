@@ -3,8 +3,8 @@
 
 use serde_json::{Value, json};
 use tracer_common::{
-    COMM_LEN, EventHeader, MAX_EVENT_SIZE, MemcgEvent, OomVictim, ProcExec, ProcExit, ProcFork,
-    Reap, SignalKill, kind, victim_field,
+    COMM_LEN, CudaCall, EventHeader, MAX_EVENT_SIZE, MemcgEvent, OomVictim, ProcExec, ProcExit,
+    ProcFork, Reap, SignalKill, kind, victim_field,
 };
 
 /// A record that is not a valid event.
@@ -50,6 +50,8 @@ pub enum EventKind {
     Exit,
     /// A SIGKILL was sent.
     SignalKill,
+    /// A CUDA allocation API call returned.
+    CudaCall,
 }
 
 impl TryFrom<u32> for EventKind {
@@ -64,6 +66,7 @@ impl TryFrom<u32> for EventKind {
             kind::PROC_FORK => Self::Fork,
             kind::PROC_EXIT => Self::Exit,
             kind::SIGNAL_KILL => Self::SignalKill,
+            kind::CUDA_CALL => Self::CudaCall,
             other => return Err(DecodeError::UnknownKind(other)),
         })
     }
@@ -81,6 +84,7 @@ impl EventKind {
             Self::Fork => "fork",
             Self::Exit => "exit",
             Self::SignalKill => "signal_kill",
+            Self::CudaCall => "cuda_call",
         }
     }
 }
@@ -102,6 +106,8 @@ pub enum Event {
     Exit(ProcExit),
     /// SIGKILL sent.
     SignalKill(SignalKill),
+    /// CUDA call returned.
+    Cuda(CudaCall),
 }
 
 /// Reads a `T` from the start of `bytes`; the caller checked the length.
@@ -160,6 +166,10 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             expect(size_of::<SignalKill>())?;
             Event::SignalKill(read(bytes))
         }
+        EventKind::CudaCall => {
+            expect(size_of::<CudaCall>())?;
+            Event::Cuda(read(bytes))
+        }
     })
 }
 
@@ -180,6 +190,7 @@ impl Event {
             Event::Fork(e) => &e.header,
             Event::Exit(e) => &e.header,
             Event::SignalKill(e) => &e.header,
+            Event::Cuda(e) => &e.header,
         }
     }
 
@@ -198,6 +209,7 @@ impl Event {
             Event::Fork(e) => e.child_pid,
             Event::Exit(e) => e.pid,
             Event::SignalKill(e) => e.target_pid,
+            Event::Cuda(e) => e.header.pid,
         }
     }
 
@@ -236,6 +248,14 @@ impl Event {
                     "shmem_rss_kb": known.then_some(e.rss_shmem_pages * kb),
                 })
             }
+            Event::Cuda(e) => json!({
+                "function": crate::probes::cuda::name(e.func),
+                "ret": e.ret,
+                "size": e.size,
+                "ptr": format!("{:#x}", e.ptr),
+                "device": (e.device >= 0).then_some(e.device),
+                "latency_ns": e.latency_ns,
+            }),
             Event::SignalKill(e) => json!({
                 "target_pid": e.target_pid,
                 "target_comm": c_str(&e.target_comm),

@@ -283,6 +283,7 @@ impl Engine {
                     self.memory_at_exit(x)?;
                 }
             }
+            Event::Cuda(_) => {}
             Event::MemcgOom(m) => {
                 let path = self.model.layout().memcg_path_by_id(m.memcg_id);
                 row.data["memcg_path"] = path.into();

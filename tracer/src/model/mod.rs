@@ -4,6 +4,7 @@
 //! victim is gone.
 
 pub mod cgroup;
+pub mod ledger;
 pub mod proc;
 pub mod sampler;
 

@@ -5,6 +5,7 @@
 
 pub mod btf;
 pub mod caps;
+pub mod cuda;
 pub mod layout;
 pub mod tracefs;
 
@@ -18,6 +19,11 @@ use aya::{
 use tracer_common::{MemcgCountKey, ProbeConfig, maps, programs, ring};
 
 pub use layout::LayoutNotes;
+
+/// Data ring size when only the low-rate kernel events use it.
+pub const DATA_RING_BYTES: u32 = tracer_common::ring::DATA_BYTES;
+/// Data ring size when CUDA calls are traced (hundreds of thousands a second).
+pub const CUDA_DATA_RING_BYTES: u32 = 8 * 1024 * 1024;
 
 /// The eBPF object built by build.rs from tracer-ebpf.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
@@ -221,7 +227,7 @@ pub struct Probes {
 impl Probes {
     /// Checks privilege, finds tracefs and BTF, builds the configuration and
     /// loads maps and programs into the kernel (nothing attached yet).
-    pub fn load() -> Result<Self, ProbeError> {
+    pub fn load(data_ring_bytes: u32) -> Result<Self, ProbeError> {
         caps::require_bpf()?;
         let tracefs = tracefs::find_or_mount()?;
         let kbtf = btf::KernelBtf::open(std::path::Path::new(btf::VMLINUX_BTF))?;
@@ -239,6 +245,7 @@ impl Probes {
             // Our programs use no CO-RE relocations: skip parsing kernel BTF again.
             .btf(None)
             .override_global(maps::CONFIG, &config, true)
+            .map_max_entries(maps::DATA_RING, data_ring_bytes)
             .load(EBPF_OBJECT)
             .map_err(|source| ProbeError::Load { source })?;
         // Parsing kernel BTF and the object left large freed heap blocks;
@@ -389,6 +396,15 @@ impl Probes {
             .ok_or(Unavailable::Missing(name))?
             .try_into()
             .map_err(Unavailable::Program)
+    }
+}
+
+impl Unavailable {
+    fn into_probe_error(self, name: &'static str) -> ProbeError {
+        match self {
+            Unavailable::Program(source) => ProbeError::Program { program: name, hook: "uprobe".into(), source },
+            _ => ProbeError::Missing { what: "program", name },
+        }
     }
 }
 

@@ -1,0 +1,40 @@
+//! Builds the simulated CUDA libraries and the `cudaload` workload (C, in
+//! simcuda/) into OUT_DIR/simcuda, and tells the crate where they are.
+use std::{env, path::PathBuf, process::Command};
+
+fn cc(args: &[&str]) {
+    let compiler = env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(&compiler).args(args).status().unwrap_or_else(|e| panic!("run {compiler}: {e}"));
+    assert!(status.success(), "{compiler} {args:?} failed");
+}
+
+fn main() {
+    let src = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("manifest dir")).join("simcuda");
+    let out = PathBuf::from(env::var("OUT_DIR").expect("out dir")).join("simcuda");
+    std::fs::create_dir_all(&out).expect("mkdir OUT_DIR/simcuda");
+    let s = |f: &str| src.join(f).display().to_string();
+    let o = |f: &str| out.join(f).display().to_string();
+    let flags = ["-O2", "-g", "-Wall", "-Wextra", "-Werror"];
+    let args: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+    let run = |extra: &[String]| {
+        let all: Vec<&str> = args.iter().chain(extra).map(String::as_str).collect();
+        cc(&all);
+    };
+    run(&["-shared".into(), "-fPIC".into(), "-Wl,-soname,libcuda.so.1".into(), "-o".into(), o("libcuda.so.1"), s("driver.c"), "-lpthread".into()]);
+    run(&["-shared".into(), "-fPIC".into(), "-Wl,-soname,libcudart.so.12".into(), "-o".into(), o("libcudart.so.12"), s("runtime.c"), "-ldl".into(), "-lpthread".into()]);
+    run(&["-o".into(), o("cudaload"), s("cudaload.c"), "-ldl".into()]);
+    run(&[
+        "-DSIMCUDA_STATIC".into(),
+        "-DCUDALOAD_STATIC".into(),
+        "-o".into(),
+        o("cudaload-static"),
+        s("cudaload.c"),
+        s("runtime.c"),
+        s("driver.c"),
+        "-ldl".into(),
+        "-lpthread".into(),
+    ]);
+    println!("cargo:rustc-env=SIMCUDA_DIR={}", out.display());
+    println!("cargo:rerun-if-changed=simcuda");
+    println!("cargo:rerun-if-env-changed=CC");
+}

@@ -1,0 +1,160 @@
+/* A CUDA workload driven from stdin, for tracer's tests and benchmarks.
+ *
+ *   cudaload RUNTIME.so [DRIVER.so]   load the libraries now ("-": later)
+ *   cudaload-static                   cudart (simulated) linked in
+ *
+ * Prints "ready", then one reply line per command:
+ *   malloc N | managed N | host N | hostalloc N | async N | pool N | pitch W H
+ *       -> "ok 0xPTR" or "err CODE"
+ *   free P | freeasync P | freehost P | setdevice D | reset -> "ok" or "err CODE"
+ *   drvmalloc N | drvfree P          the driver API directly
+ *   vmm N -> "ok VA HANDLE"; vmmfree VA HANDLE N -> "ok"
+ *   loop N BYTES                     N x (cudaMalloc + cudaFree), replies "ok NS" (ns per pair)
+ *   dlopen RUNTIME.so [DRIVER.so]    load libraries now
+ *   addr SYMBOL                      the address the process calls it at
+ *   exit                             exit without freeing anything */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "simcuda.h"
+
+static int (*p_cudaMalloc)(void **, size_t);
+static int (*p_cudaMallocManaged)(void **, size_t, unsigned);
+static int (*p_cudaMallocPitch)(void **, size_t *, size_t, size_t);
+static int (*p_cudaMallocAsync)(void **, size_t, void *);
+static int (*p_cudaMallocFromPoolAsync)(void **, size_t, void *, void *);
+static int (*p_cudaMallocHost)(void **, size_t);
+static int (*p_cudaHostAlloc)(void **, size_t, unsigned);
+static int (*p_cudaFree)(void *);
+static int (*p_cudaFreeAsync)(void *, void *);
+static int (*p_cudaFreeHost)(void *);
+static int (*p_cudaSetDevice)(int);
+static int (*p_cudaDeviceReset)(void);
+static CUresult (*p_cuMemAlloc_v2)(CUdeviceptr *, size_t);
+static CUresult (*p_cuMemFree_v2)(CUdeviceptr);
+static CUresult (*p_cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+static CUresult (*p_cuMemRelease)(CUmemGenericAllocationHandle);
+static CUresult (*p_cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+static CUresult (*p_cuMemAddressFree)(CUdeviceptr, size_t);
+static CUresult (*p_cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+static CUresult (*p_cuMemUnmap)(CUdeviceptr, size_t);
+
+#ifdef CUDALOAD_STATIC
+#define BIND(f) p_##f = f
+static void bind_static(void) {
+    BIND(cudaMalloc); BIND(cudaMallocManaged); BIND(cudaMallocPitch); BIND(cudaMallocAsync);
+    BIND(cudaMallocFromPoolAsync); BIND(cudaMallocHost); BIND(cudaHostAlloc); BIND(cudaFree);
+    BIND(cudaFreeAsync); BIND(cudaFreeHost); BIND(cudaSetDevice); BIND(cudaDeviceReset); BIND(cuMemAlloc_v2); BIND(cuMemFree_v2);
+    BIND(cuMemCreate); BIND(cuMemRelease); BIND(cuMemAddressReserve); BIND(cuMemAddressFree);
+    BIND(cuMemMap); BIND(cuMemUnmap);
+}
+#endif
+
+#define SYM(h, f) do { void *s = dlsym(h, #f); if (s) *(void **)&p_##f = s; } while (0)
+static int load(const char *runtime, const char *drv) {
+    if (runtime && strcmp(runtime, "-")) {
+        void *h = dlopen(runtime, RTLD_NOW | RTLD_GLOBAL);
+        if (!h) { fprintf(stderr, "cudaload: %s\n", dlerror()); return -1; }
+        SYM(h, cudaMalloc); SYM(h, cudaMallocManaged); SYM(h, cudaMallocPitch); SYM(h, cudaMallocAsync);
+        SYM(h, cudaMallocFromPoolAsync); SYM(h, cudaMallocHost); SYM(h, cudaHostAlloc); SYM(h, cudaFree);
+        SYM(h, cudaFreeAsync); SYM(h, cudaFreeHost); SYM(h, cudaSetDevice); SYM(h, cudaDeviceReset);
+    }
+    if (drv && strcmp(drv, "-")) {
+        void *h = dlopen(drv, RTLD_NOW | RTLD_GLOBAL);
+        if (!h) { fprintf(stderr, "cudaload: %s\n", dlerror()); return -1; }
+        SYM(h, cuMemAlloc_v2); SYM(h, cuMemFree_v2); SYM(h, cuMemCreate); SYM(h, cuMemRelease);
+        SYM(h, cuMemAddressReserve); SYM(h, cuMemAddressFree); SYM(h, cuMemMap); SYM(h, cuMemUnmap);
+    }
+    return 0;
+}
+
+static int current_device;
+
+static void reply_ptr(int r, void *p) {
+    if (r) printf("err %d\n", r); else printf("ok %p\n", p);
+}
+static void reply(int r) {
+    if (r) printf("err %d\n", r); else printf("ok\n");
+}
+static void *ptr(const char *s) { return (void *)(uintptr_t)strtoull(s, NULL, 0); }
+#define NEED(f) if (!p_##f) { printf("err -1 no %s\n", #f); continue; }
+
+int main(int argc, char **argv) {
+#ifdef CUDALOAD_STATIC
+    (void)argc; (void)argv;
+    bind_static();
+#else
+    if (argc > 1 && load(argv[1], argc > 2 ? argv[2] : NULL)) return 1;
+#endif
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    printf("ready\n");
+    char line[512], a[128], b[128], c[128];
+    while (fgets(line, sizeof line, stdin)) {
+        a[0] = b[0] = c[0] = 0;
+        char cmd[32] = "";
+        sscanf(line, "%31s %127s %127s %127s", cmd, a, b, c);
+        size_t n = strtoull(a, NULL, 0);
+        void *p = NULL;
+        if (!strcmp(cmd, "malloc")) { NEED(cudaMalloc); int r = p_cudaMalloc(&p, n); reply_ptr(r, p); }
+        else if (!strcmp(cmd, "managed")) { NEED(cudaMallocManaged); int r = p_cudaMallocManaged(&p, n, 1); reply_ptr(r, p); }
+        else if (!strcmp(cmd, "host")) { NEED(cudaMallocHost); int r = p_cudaMallocHost(&p, n); reply_ptr(r, p); }
+        else if (!strcmp(cmd, "hostalloc")) { NEED(cudaHostAlloc); int r = p_cudaHostAlloc(&p, n, 0); reply_ptr(r, p); }
+        else if (!strcmp(cmd, "async")) { NEED(cudaMallocAsync); int r = p_cudaMallocAsync(&p, n, NULL); reply_ptr(r, p); }
+        else if (!strcmp(cmd, "pool")) { NEED(cudaMallocFromPoolAsync); int r = p_cudaMallocFromPoolAsync(&p, n, NULL, NULL); reply_ptr(r, p); }
+        else if (!strcmp(cmd, "pitch")) { NEED(cudaMallocPitch); size_t pitch = 0; int r = p_cudaMallocPitch(&p, &pitch, n, strtoull(b, NULL, 0)); reply_ptr(r, p); }
+        else if (!strcmp(cmd, "free")) { NEED(cudaFree); reply(p_cudaFree(ptr(a))); }
+        else if (!strcmp(cmd, "freeasync")) { NEED(cudaFreeAsync); reply(p_cudaFreeAsync(ptr(a), NULL)); }
+        else if (!strcmp(cmd, "freehost")) { NEED(cudaFreeHost); reply(p_cudaFreeHost(ptr(a))); }
+        else if (!strcmp(cmd, "setdevice")) { NEED(cudaSetDevice); int r = p_cudaSetDevice((int)n); if (!r) current_device = (int)n; reply(r); }
+        else if (!strcmp(cmd, "reset")) { NEED(cudaDeviceReset); reply(p_cudaDeviceReset()); }
+        else if (!strcmp(cmd, "drvmalloc")) { NEED(cuMemAlloc_v2); CUdeviceptr d = 0; int r = p_cuMemAlloc_v2(&d, n); reply_ptr(r, (void *)(uintptr_t)d); }
+        else if (!strcmp(cmd, "drvfree")) { NEED(cuMemFree_v2); reply(p_cuMemFree_v2((CUdeviceptr)(uintptr_t)ptr(a))); }
+        else if (!strcmp(cmd, "vmm")) {
+            NEED(cuMemCreate); NEED(cuMemAddressReserve); NEED(cuMemMap);
+            CUmemAllocationProp prop; memset(&prop, 0, sizeof prop);
+            prop.type = 1; prop.location.type = 1; prop.location.id = current_device;
+            CUmemGenericAllocationHandle h = 0; CUdeviceptr va = 0;
+            int r = p_cuMemCreate(&h, n, &prop, 0);
+            if (!r) r = p_cuMemAddressReserve(&va, n, 0, 0, 0);
+            if (!r) r = p_cuMemMap(va, n, 0, h, 0);
+            if (r) printf("err %d\n", r); else printf("ok 0x%llx 0x%llx\n", va, h);
+        }
+        else if (!strcmp(cmd, "vmmfree")) {
+            NEED(cuMemUnmap); NEED(cuMemAddressFree); NEED(cuMemRelease);
+            CUdeviceptr va = (CUdeviceptr)strtoull(a, NULL, 0);
+            CUmemGenericAllocationHandle h = strtoull(b, NULL, 0);
+            size_t size = strtoull(c, NULL, 0);
+            int r = p_cuMemUnmap(va, size);
+            if (!r) r = p_cuMemAddressFree(va, size);
+            if (!r) r = p_cuMemRelease(h);
+            reply(r);
+        }
+        else if (!strcmp(cmd, "loop")) {
+            NEED(cudaMalloc); NEED(cudaFree);
+            size_t bytes = strtoull(b, NULL, 0);
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            int r = 0;
+            for (size_t i = 0; i < n && !r; i++) {
+                r = p_cudaMalloc(&p, bytes);
+                if (!r) r = p_cudaFree(p);
+            }
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
+            if (r) printf("err %d\n", r); else printf("ok %.1f\n", n ? ns / n : 0.0);
+        }
+        else if (!strcmp(cmd, "addr")) {
+            void *s = dlsym(RTLD_DEFAULT, a);
+            if (!strcmp(a, "cudaMalloc") && p_cudaMalloc) s = (void *)p_cudaMalloc;
+            if (s) printf("ok %p\n", s); else printf("err -1\n");
+        }
+        else if (!strcmp(cmd, "dlopen")) { reply(load(a, b[0] ? b : NULL) ? -1 : 0); }
+        else if (!strcmp(cmd, "exit")) { return 0; }
+        else printf("err -2 unknown command %s\n", cmd);
+    }
+    return 0;
+}

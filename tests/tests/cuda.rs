@@ -1,0 +1,275 @@
+//! End-to-end tests of CUDA tracing: `tracer attach` on processes that are
+//! already running, against the real libcudart from PyPI and the simulated
+//! CUDA libraries of tests/simcuda (success paths, OOM, VMM, nesting).
+
+use std::{
+    fs,
+    io::{Read as _, Seek as _, SeekFrom},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tracer_e2e::{Attach, CudaLoad, privileged, real_cudart, simcuda_dir, tracer, wait_for};
+
+const MIB: u64 = 1 << 20;
+
+fn func(c: &Value) -> &str {
+    c["function"].as_str().unwrap_or("")
+}
+
+fn start_time(pid: u32) -> String {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    stat[stat.rfind(')').unwrap() + 2..].split_whitespace().nth(19).unwrap().to_string()
+}
+
+#[test]
+fn real_libcudart_calls_are_seen_with_their_return_code() {
+    if !privileged() {
+        return;
+    }
+    let lib = real_cudart();
+    if !lib.exists() {
+        assert!(std::env::var_os("CI").is_none(), "{} missing: cargo xtask setup installs it", lib.display());
+        eprintln!("skipped: {} missing (run cargo xtask setup)", lib.display());
+        return;
+    }
+    let mut cmd = Command::new(simcuda_dir().join("cudaload"));
+    cmd.arg(&lib);
+    let mut target = CudaLoad::spawn(cmd);
+    let pid = target.pid();
+    let started = start_time(pid);
+    let attach = Attach::start(pid, &[]);
+    assert!(attach.stderr().contains("libcudart.so.12"), "{}", attach.stderr());
+    // No NVIDIA driver on this machine: the real runtime answers 35.
+    assert_eq!(target.cmd("malloc 1048576"), "err 35");
+    assert_eq!(target.cmd("malloc 4096"), "err 35");
+    let calls = attach.wait_calls(2, |c| func(c) == "cudaMalloc");
+    assert_eq!(calls[0]["size"], 1048576);
+    assert_eq!(calls[0]["ret"], 35);
+    assert_eq!(calls[1]["size"], 4096);
+    assert_eq!(calls[0]["pid"], pid);
+    assert!(calls[0]["latency_ns"].as_u64().unwrap() > 0);
+    let report = attach.stop();
+    assert_eq!(report["type"], "detach");
+    assert_eq!(report["ledger"]["by_kind"]["device"]["failed"], 2);
+    // The target ran on, unchanged, and answers after the detach.
+    assert_eq!(start_time(pid), started);
+    assert_eq!(target.cmd("malloc 1"), "err 35");
+}
+
+#[test]
+fn simulated_driver_ledger_by_kind_leaks_and_gpu_oom() {
+    if !privileged() {
+        return;
+    }
+    let mut target = CudaLoad::sim(&[("SIMCUDA_DEVICE_MEM", &(256 * MIB).to_string())]);
+    let attach = Attach::start(target.pid(), &[]);
+    target.ok("setdevice 0");
+    let dev = target.ok("malloc 67108864")[0].clone();
+    target.ok("managed 16777216");
+    let host = target.ok("host 8388608")[0].clone();
+    target.ok("async 4194304");
+    target.ok("pool 2097152");
+    target.ok("pitch 1000 100");
+    let freed = target.ok("malloc 1048576")[0].clone();
+    target.ok(&format!("free {freed}"));
+    target.ok(&format!("freehost {host}"));
+    // The device is full: a real GPU OOM, with its code.
+    assert_eq!(target.cmd("malloc 268435456"), "err 2");
+    let oom = attach.wait_calls(1, |c| func(c) == "cudaMalloc" && c["ret"] == 2);
+    assert_eq!(oom[0]["size"], 268435456);
+    assert_eq!(oom[0]["device"], 0);
+    let summary = wait_for(Duration::from_secs(5), || {
+        attach.of_type("summary").into_iter().rev().find(|s| s["ledger"]["calls"].as_u64() >= Some(11))
+    })
+    .expect("a summary with every call");
+    let k = &summary["ledger"]["by_kind"];
+    assert_eq!(k["device"]["outstanding"], 64 * MIB + 1024 * 100, "pitch 1000 rounds up to 1024");
+    assert_eq!(k["managed"]["outstanding"], 16 * MIB);
+    assert_eq!(k["async_pool"]["outstanding"], 6 * MIB);
+    assert_eq!(k["pinned_host"]["outstanding"], 0);
+    assert_eq!(k["pinned_host"]["peak"], 8 * MIB);
+    assert_eq!(k["device"]["failed"], 1);
+    let _ = dev;
+    // The target exits without freeing: the report lists what it leaked.
+    target.exit();
+    let report = attach.wait_end();
+    assert_eq!(report["type"], "exit");
+    let leaks = report["leaks"].as_array().unwrap();
+    assert_eq!(leaks.len(), 5, "{leaks:?}");
+    assert_eq!(leaks[0]["size"], 64 * MIB);
+    assert_eq!(leaks[0]["kind"], "device");
+    assert_eq!(leaks[0]["function"], "cudaMalloc");
+    assert_eq!(report["ledger"]["total_bytes"], 64 * MIB + 16 * MIB + 6 * MIB + 102400);
+}
+
+#[test]
+fn runtime_over_driver_counts_once_and_vmm_maps() {
+    if !privileged() {
+        return;
+    }
+    let mut target = CudaLoad::sim(&[]);
+    let attach = Attach::start(target.pid(), &[]);
+    target.ok("setdevice 0");
+    for _ in 0..5 {
+        let p = target.ok("malloc 4096")[0].clone();
+        target.ok(&format!("free {p}"));
+    }
+    // The driver API called directly is traced as such.
+    let d = target.ok("drvmalloc 8192")[0].clone();
+    target.ok(&format!("drvfree {d}"));
+    let vmm = target.ok("vmm 2097152");
+    target.ok(&format!("vmmfree {} {} 2097152", vmm[0], vmm[1]));
+    target.ok("reset");
+    let calls = attach.wait_calls(1, |c| func(c) == "cudaDeviceReset");
+    let all = attach.of_type("call");
+    let count = |f: &str| all.iter().filter(|c| func(c) == f).count();
+    assert_eq!(count("cudaMalloc"), 5);
+    assert_eq!(count("cudaFree"), 5);
+    assert_eq!(count("cuMemAlloc_v2"), 1, "only the direct driver call: {all:?}");
+    assert_eq!(count("cuMemFree_v2"), 1);
+    assert_eq!(count("cudaSetDevice"), 1);
+    assert_eq!(count("cuDevicePrimaryCtxRetain"), 0, "nested in cudaSetDevice");
+    for f in ["cuMemCreate", "cuMemAddressReserve", "cuMemMap", "cuMemUnmap", "cuMemAddressFree", "cuMemRelease"] {
+        assert_eq!(count(f), 1, "{f}");
+    }
+    let create = all.iter().find(|c| func(c) == "cuMemCreate").unwrap();
+    assert_eq!(create["size"], 2097152);
+    assert_eq!(create["device"], 0);
+    assert!(!calls.is_empty());
+    let report = attach.stop();
+    let k = &report["ledger"]["by_kind"];
+    assert_eq!(k["device"]["allocs"], 6);
+    assert_eq!(k["device"]["outstanding"], 0);
+    assert_eq!(k["vmm_physical"]["peak"], 2097152);
+    assert_eq!(k["vmm_physical"]["outstanding"], 0);
+    assert_eq!(report["ledger"]["vmm_mapped_bytes"], 0);
+}
+
+#[test]
+fn a_library_loaded_after_attach_is_picked_up() {
+    if !privileged() {
+        return;
+    }
+    let d = simcuda_dir();
+    let mut cmd = Command::new(d.join("cudaload"));
+    cmd.arg("-");
+    let mut target = CudaLoad::spawn(cmd);
+    let attach = Attach::start(target.pid(), &["--wait"]);
+    assert!(attach.stderr().contains("waiting for one"));
+    let loaded = Instant::now();
+    target.ok(&format!("dlopen {} {}", d.join("libcudart.so.12").display(), d.join("libcuda.so.1").display()));
+    let seen = wait_for(Duration::from_secs(5), || {
+        target.ok("malloc 1024");
+        let c = attach.of_type("call");
+        c.iter().any(|c| func(c) == "cudaMalloc").then(|| loaded.elapsed())
+    })
+    .expect("calls traced after the dlopen");
+    assert!(seen < Duration::from_millis(1500), "picked up in {seen:?}");
+}
+
+#[test]
+fn statically_linked_cudart_in_the_executable() {
+    if !privileged() {
+        return;
+    }
+    let mut target = CudaLoad::spawn(Command::new(simcuda_dir().join("cudaload-static")));
+    let attach = Attach::start(target.pid(), &[]);
+    assert!(attach.stderr().contains("linked into the executable"), "{}", attach.stderr());
+    target.ok("malloc 123456");
+    let c = attach.wait_calls(1, |c| func(c) == "cudaMalloc");
+    assert_eq!(c[0]["size"], 123456);
+    assert_eq!(c[0]["ret"], 0);
+}
+
+#[test]
+fn a_process_in_another_mount_namespace() {
+    if !privileged() {
+        return;
+    }
+    // The libraries exist only inside the target's private mount namespace,
+    // at a path that is an empty directory on the host.
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("private");
+    fs::create_dir(&mnt).unwrap();
+    let d = simcuda_dir();
+    let script = format!(
+        "mount -t tmpfs tracer-e2e {m} && cp {d}/libcudart.so.12 {d}/libcuda.so.1 {d}/cudaload {m}/ && exec {m}/cudaload {m}/libcudart.so.12 {m}/libcuda.so.1",
+        m = mnt.display(),
+        d = d.display()
+    );
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private", "sh", "-c", &script]);
+    let mut target = CudaLoad::spawn(cmd);
+    assert!(!mnt.join("libcudart.so.12").exists(), "not visible on the host");
+    let attach = Attach::start(target.pid(), &[]);
+    target.ok("malloc 65536");
+    let c = attach.wait_calls(1, |c| func(c) == "cudaMalloc");
+    assert_eq!(c[0]["size"], 65536);
+}
+
+#[test]
+fn detach_leaves_no_probe_behind() {
+    if !privileged() {
+        return;
+    }
+    let mut target = CudaLoad::sim(&[]);
+    let pid = target.pid();
+    let addr = u64::from_str_radix(target.ok("addr cudaMalloc")[0].trim_start_matches("0x"), 16).unwrap();
+    let first_byte = || {
+        let mut mem = fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+        mem.seek(SeekFrom::Start(addr)).unwrap();
+        let mut b = [0u8; 1];
+        mem.read_exact(&mut b).unwrap();
+        b[0]
+    };
+    let before = first_byte();
+    assert_ne!(before, 0xcc);
+    let attach = Attach::start(pid, &["--duration", "2s"]);
+    assert_eq!(first_byte(), 0xcc, "the uprobe's breakpoint is in place");
+    target.ok("malloc 1");
+    let report = attach.wait_end();
+    assert_eq!(report["type"], "detach");
+    assert_eq!(first_byte(), before, "the original instruction is back");
+    target.ok("malloc 1");
+}
+
+#[test]
+fn bad_input() {
+    if !privileged() {
+        return;
+    }
+    let err = |args: &[&str]| {
+        let out = tracer(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    assert!(err(&["attach", "--pid", "999999999"]).contains("no process with pid 999999999"));
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let e = err(&["attach", "--pid", &sleeper.id().to_string()]);
+    assert!(e.contains("has no CUDA library loaded") && e.contains("--wait"), "{e}");
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    // A process that exits while tracer attaches: a clear end either way.
+    let mut short = Command::new("sleep").arg("0.3").spawn().unwrap();
+    let out = tracer(&["attach", "--wait", "--pid", &short.id().to_string()]);
+    let _ = short.wait();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        (out.status.success() && text.contains("exited")) || text.contains("no process with pid"),
+        "{out:?}"
+    );
+    // Not root.
+    let target = CudaLoad::sim(&[]);
+    let out = {
+        use std::os::unix::process::CommandExt as _;
+        Command::new(tracer_e2e::tracer_bin())
+            .args(["attach", "--pid", &target.pid().to_string()])
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap()
+    };
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs root"), "{out:?}");
+}

@@ -1,0 +1,165 @@
+//! CUDA runtime and driver allocation APIs: one uprobe and one uretprobe
+//! program serve every function; the attach cookie says which function
+//! fired. Calls a probed function makes into other probed functions on the
+//! same thread (cudaMalloc -> cuMemAlloc_v2) only deepen the outer frame,
+//! so each user-visible call counts once.
+
+use aya_ebpf::{
+    EbpfContext,
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user, generated::{bpf_get_attach_cookie, bpf_ktime_get_boot_ns}},
+    macros::{uprobe, uretprobe},
+    programs::{ProbeContext, RetProbeContext},
+};
+use tracer_common::{
+    CudaCall, CudaInflight,
+    cuda::{self, Shape},
+    kind,
+};
+
+use crate::{
+    maps::{CUDA_CTX_DEVICE, CUDA_INFLIGHT, CUDA_THREAD_DEVICE},
+    util::{Ring, header},
+};
+
+/// A frame older than this lost its return (the thread died in the call).
+const STALE_NS: u64 = 30_000_000_000;
+
+/// `uprobe` at the entry of every probed CUDA function (cookie = function
+/// id, `tracer_common::cuda`). Reads the arguments the return needs.
+/// Minimum kernel: 5.15 (attach cookies).
+#[uprobe]
+pub fn cuda_entry(ctx: ProbeContext) -> u32 {
+    match try_entry(&ctx) {
+        Some(()) => 0,
+        None => 1,
+    }
+}
+
+fn try_entry(ctx: &ProbeContext) -> Option<()> {
+    let tid = bpf_get_current_pid_tgid();
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_boot_ns() };
+    if let Some(open) = CUDA_INFLIGHT.get_ptr_mut(&tid) {
+        // SAFETY: a live map value owned by this thread's key; only this
+        // thread's probes touch it.
+        unsafe {
+            if now.saturating_sub((*open).ts_ns) < STALE_NS {
+                (*open).depth += 1;
+                return Some(());
+            }
+        }
+    }
+    // SAFETY: the context pointer is the one the kernel passed to this program.
+    let func = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
+    let shape = cuda::shape(func)?;
+    let arg = |n: usize| ctx.arg::<u64>(n).unwrap_or(0);
+    let mut f = CudaInflight { func, depth: 1, ts_ns: now, device: -1, ..Default::default() };
+    match shape {
+        Shape::Alloc => (f.out_addr, f.size) = (arg(0), arg(1)),
+        // Pitch: the pitch out-pointer in aux, width in ptr, height in size.
+        Shape::Pitch => (f.out_addr, f.aux, f.ptr, f.size) = (arg(0), arg(1), arg(2), arg(3)),
+        Shape::Free => f.ptr = arg(0),
+        Shape::Create => {
+            (f.out_addr, f.size) = (arg(0), arg(1));
+            let prop = arg(2);
+            if prop != 0 {
+                // SAFETY: a user pointer the caller passed; the helper faults safely.
+                f.device = unsafe { bpf_probe_read_user((prop + cuda::PROP_LOCATION_ID) as *const i32) }.unwrap_or(-1);
+            }
+        }
+        Shape::Map => (f.ptr, f.size, f.aux) = (arg(0), arg(1), arg(3)),
+        Shape::PtrSize => (f.ptr, f.size) = (arg(0), arg(1)),
+        Shape::SetDevice => f.device = arg(0) as i32,
+        Shape::SetContext => f.aux = arg(0),
+        Shape::RetainContext => (f.out_addr, f.device) = (arg(0), arg(1) as i32),
+        Shape::Reset => {
+            if func == cuda::DEVICE_PRIMARY_CTX_RESET {
+                f.device = arg(0) as i32;
+            }
+        }
+    }
+    CUDA_INFLIGHT.insert(&tid, &f, 0).ok()
+}
+
+/// `uretprobe` at the return of every probed CUDA function. Sends one
+/// [`CudaCall`] for the outermost frame; out-of-memory failures go on the
+/// critical ring. Minimum kernel: 5.15.
+#[uretprobe]
+pub fn cuda_return(ctx: RetProbeContext) -> u32 {
+    match try_return(&ctx) {
+        Some(()) => 0,
+        None => 1,
+    }
+}
+
+fn try_return(ctx: &RetProbeContext) -> Option<()> {
+    let tid = bpf_get_current_pid_tgid();
+    let open = CUDA_INFLIGHT.get_ptr_mut(&tid)?;
+    // SAFETY: a live map value owned by this thread's key.
+    let f = unsafe {
+        if (*open).depth > 1 {
+            (*open).depth -= 1;
+            return Some(());
+        }
+        *open
+    };
+    let _ = CUDA_INFLIGHT.remove(&tid);
+    // SAFETY: helper without preconditions.
+    let now = unsafe { bpf_ktime_get_boot_ns() };
+    let ret: i64 = ctx.ret();
+    let ret = ret as i32;
+    let ok = ret == 0;
+    let read_u64 = |addr: u64| -> Option<u64> {
+        // SAFETY: a user pointer the caller passed; the helper faults safely.
+        (addr != 0).then(|| unsafe { bpf_probe_read_user(addr as *const u64) }.ok()).flatten()
+    };
+    let shape = cuda::shape(f.func)?;
+    let mut out = CudaCall {
+        header: header(kind::CUDA_CALL),
+        func: f.func,
+        ret,
+        size: f.size,
+        ptr: f.ptr,
+        aux: f.aux,
+        latency_ns: now.saturating_sub(f.ts_ns),
+        device: f.device,
+        _pad: 0,
+    };
+    if ok && let Some(v) = read_u64(f.out_addr) {
+        out.ptr = v;
+    }
+    match shape {
+        Shape::Pitch => {
+            let width = f.ptr;
+            out.size = match read_u64(f.aux).filter(|_| ok) {
+                Some(pitch) => pitch * f.size,
+                None => width * f.size,
+            };
+            out.aux = 0;
+            if !ok {
+                out.ptr = 0;
+            }
+        }
+        Shape::SetDevice if ok => {
+            let _ = CUDA_THREAD_DEVICE.insert(&tid, &f.device, 0);
+        }
+        Shape::RetainContext if ok => {
+            let _ = CUDA_CTX_DEVICE.insert(&out.ptr, &f.device, 0);
+        }
+        Shape::SetContext if ok => {
+            // SAFETY: reading a plain i32 map value.
+            if let Some(dev) = unsafe { CUDA_CTX_DEVICE.get(&f.aux) } {
+                let _ = CUDA_THREAD_DEVICE.insert(&tid, dev, 0);
+                out.device = *dev;
+            }
+        }
+        _ => {}
+    }
+    if out.device < 0 {
+        // SAFETY: reading a plain i32 map value.
+        out.device = unsafe { CUDA_THREAD_DEVICE.get(&tid) }.copied().unwrap_or(-1);
+    }
+    let ring = if ret == cuda::OUT_OF_MEMORY && cuda::allocates(f.func) { Ring::Critical } else { Ring::Data };
+    ring.reserve::<CudaCall>()?.submit_value(out);
+    Some(())
+}

@@ -1,0 +1,378 @@
+//! `tracer attach --pid N`: CUDA allocation calls of a running process,
+//! live, without restarting, stopping or signalling it (uprobes only).
+
+use std::{
+    collections::HashSet,
+    io::Write as _,
+    os::fd::{FromRawFd as _, OwnedFd},
+    process::ExitCode,
+    sync::Arc,
+    time::Duration,
+};
+
+use anyhow::{Context as _, anyhow, bail};
+use serde_json::json;
+use tokio::{
+    signal::unix::{SignalKind, signal},
+    sync::mpsc,
+    task::JoinSet,
+};
+use tracer_common::{CudaCall, cuda, maps};
+
+use crate::{
+    collect::{self, ReaderStats, decode::Event},
+    explain::bytes,
+    model::ledger::{AllocKind, Change, Ledger},
+    probes::{
+        CUDA_DATA_RING_BYTES, Probes,
+        cuda::{CudaAttachment, libraries_of, name},
+    },
+    time::{Clock, format_wall},
+};
+
+/// Options of `tracer attach`.
+#[derive(Debug, clap::Args)]
+pub struct AttachArgs {
+    /// The running process to trace.
+    #[arg(long)]
+    pub pid: u32,
+    /// JSON lines: one per call, then per-second summaries and the final report.
+    #[arg(long)]
+    pub json: bool,
+    /// Detach after this long (e.g. 30s, 5m).
+    #[arg(long, value_parser = super::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Wait for the process to load a CUDA library instead of failing when it has none.
+    #[arg(long)]
+    pub wait: bool,
+    /// Print the per-second summaries and the final report, not every call.
+    #[arg(long)]
+    pub summary_only: bool,
+}
+
+/// How often the process's memory maps are read for newly loaded libraries.
+const RESCAN: Duration = Duration::from_millis(500);
+
+/// A process's name, or why it cannot be traced.
+fn comm_of(pid: u32) -> anyhow::Result<String> {
+    match std::fs::read_to_string(format!("/proc/{pid}/comm")) {
+        Ok(c) => Ok(c.trim().to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!("no process with pid {pid}"),
+        Err(e) => Err(e).with_context(|| format!("reading /proc/{pid}")),
+    }
+}
+
+fn pidfd(pid: u32) -> anyhow::Result<OwnedFd> {
+    // SAFETY: plain syscall; a non-negative result is a new fd we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ESRCH) {
+            bail!("no process with pid {pid}");
+        }
+        return Err(e).context("pidfd_open");
+    }
+    // SAFETY: the fd was just returned by the kernel and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// `cudaErrorMemoryAllocation` and friends, by value.
+pub fn error_name(ret: i32) -> &'static str {
+    match ret {
+        0 => "success",
+        1 => "invalid value",
+        2 => "out of memory",
+        3 => "not initialized",
+        35 => "insufficient driver",
+        100 => "no device",
+        101 => "invalid device",
+        _ => "error",
+    }
+}
+
+struct Session {
+    pid: u32,
+    json: bool,
+    summary_only: bool,
+    ledger: Ledger,
+    clock: Clock,
+    calls_this_second: u64,
+    failed_this_second: u64,
+    out: std::io::StdoutLock<'static>,
+}
+
+impl Session {
+    /// Applies and shows buffered calls, oldest first.
+    fn calls(&mut self, pending: &mut Vec<CudaCall>) {
+        pending.sort_by_key(|c| c.header.ts_boot_ns);
+        for c in pending.drain(..) {
+            self.call(&c);
+        }
+        let _ = self.out.flush();
+    }
+
+    fn call(&mut self, c: &CudaCall) {
+        let ts = self.clock.boot_to_wall(c.header.ts_boot_ns);
+        let change = self.ledger.apply(c, ts);
+        self.calls_this_second += 1;
+        if matches!(change, Change::Failed(..)) {
+            self.failed_this_second += 1;
+        }
+        if self.summary_only {
+            return;
+        }
+        let func = name(c.func);
+        let device = (c.device >= 0).then_some(c.device);
+        if self.json {
+            let v = json!({
+                "type": "call",
+                "time": format_wall(ts),
+                "ts_ns": ts,
+                "pid": c.header.pid,
+                "tid": c.header.tid,
+                "function": func,
+                "size": c.size,
+                "ret": c.ret,
+                "ptr": format!("{:#x}", c.ptr),
+                "latency_ns": c.latency_ns,
+                "device": device,
+            });
+            let _ = writeln!(self.out, "{v}");
+            return;
+        }
+        let size = if c.size > 0 { format!(" {}", bytes(c.size)) } else { String::new() };
+        let result = if c.ret == 0 {
+            match cuda::shape(c.func) {
+                Some(cuda::Shape::Alloc | cuda::Shape::Pitch | cuda::Shape::Create) => format!("-> {:#x}", c.ptr),
+                Some(cuda::Shape::Free | cuda::Shape::PtrSize | cuda::Shape::Map) => format!("{:#x} ok", c.ptr),
+                _ => "ok".into(),
+            }
+        } else {
+            format!("failed: {} ({})", c.ret, error_name(c.ret))
+        };
+        let dev = device.map(|d| format!(" dev {d}")).unwrap_or_default();
+        let _ = writeln!(
+            self.out,
+            "{} {}/{} {func}{size} {result} {:.1}us{dev}",
+            format_wall(ts),
+            c.header.pid,
+            c.header.tid,
+            c.latency_ns as f64 / 1000.0
+        );
+    }
+
+    fn summary(&mut self) {
+        let s = self.ledger.summary();
+        if self.json {
+            let v = json!({ "type": "summary", "time": format_wall(crate::time::wall_now_ns()), "pid": self.pid,
+                "calls_per_s": self.calls_this_second, "failed_per_s": self.failed_this_second, "ledger": s });
+            let _ = writeln!(self.out, "{v}");
+        } else {
+            let kinds: Vec<String> = AllocKind::ALL.iter().map(|k| format!("{} {}", k.name(), bytes(self.ledger.outstanding(*k)))).collect();
+            let _ = writeln!(
+                self.out,
+                "-- pid {}: {}; total {} (peak {}); {} calls/s, {} failed",
+                self.pid,
+                kinds.join(", "),
+                bytes(s.total_bytes),
+                bytes(s.peak_total_bytes),
+                self.calls_this_second,
+                self.failed_this_second
+            );
+        }
+        self.calls_this_second = 0;
+        self.failed_this_second = 0;
+        let _ = self.out.flush();
+    }
+
+    fn report(&mut self, exited: bool, lost: u64) {
+        let s = self.ledger.summary();
+        let live = self.ledger.live();
+        if self.json {
+            let v = json!({ "type": if exited { "exit" } else { "detach" }, "pid": self.pid, "ledger": s,
+                "leaks": if exited { json!(live) } else { json!(null) }, "still_held": if exited { json!(null) } else { json!(live) },
+                "events_lost": lost });
+            let _ = writeln!(self.out, "{v}");
+        } else {
+            let what = if exited { "exited; never freed" } else { "detached; still held" };
+            let _ = writeln!(self.out, "== pid {} {what}: {} in {} allocations", self.pid, bytes(s.total_bytes), live.len());
+            for a in live.iter().take(20) {
+                let _ = writeln!(
+                    self.out,
+                    "   {:>10}  {:<12}  {}  {} at {}",
+                    bytes(a.size),
+                    a.kind.name(),
+                    a.ptr,
+                    a.function,
+                    format_wall(a.ts_ns)
+                );
+            }
+            if live.len() > 20 {
+                let _ = writeln!(self.out, "   ... and {} more", live.len() - 20);
+            }
+            let _ = writeln!(
+                self.out,
+                "== {} calls, peak {}, {} failed allocations, {} frees of memory allocated before attach",
+                s.calls,
+                bytes(s.peak_total_bytes),
+                s.by_kind.values().map(|t| t.failed).sum::<u64>(),
+                s.untracked_frees
+            );
+            if lost > 0 {
+                let _ = writeln!(self.out, "== {lost} events lost (ring buffer full): the ledger is incomplete");
+            }
+        }
+        let _ = self.out.flush();
+    }
+}
+
+/// Runs `attach`.
+pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
+    let comm = comm_of(args.pid)?;
+    crate::probes::caps::require_bpf()?;
+    let pidfd = pidfd(args.pid)?;
+    let mut probes = Probes::load(CUDA_DATA_RING_BYTES).context("cannot attach")?;
+    probes.load_cuda()?;
+    let libs = libraries_of(args.pid).with_context(|| format!("reading the memory maps of pid {}", args.pid))?;
+    if libs.is_empty() && !args.wait {
+        bail!(
+            "pid {} ({comm}) has no CUDA library loaded: none of its mapped files is a libcudart or libcuda, \
+             and its executable has no cudart linked in; pass --wait to wait for one",
+            args.pid
+        );
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(attach(args, comm, probes, pidfd))
+}
+
+async fn attach(args: AttachArgs, comm: String, mut probes: Probes, pidfd: OwnedFd) -> anyhow::Result<ExitCode> {
+    let stats = Arc::new(ReaderStats::default());
+    let (tx, mut rx) = mpsc::channel::<Event>(65536);
+    let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
+    for ring in [maps::CRITICAL_RING, maps::DATA_RING] {
+        let r = probes.take_ring(ring)?;
+        let (tx, stats) = (tx.clone(), stats.clone());
+        tasks.spawn(async move { Ok(collect::read_ring(r, ring, tx, stats).await?) });
+    }
+    drop(tx);
+    let drops = probes.take_drop_counters()?;
+    let mut attached: Vec<CudaAttachment> = Vec::new();
+    let mut seen = HashSet::new();
+    let mut attach_new = |probes: &mut Probes, attached: &mut Vec<CudaAttachment>| -> anyhow::Result<()> {
+        let libs = match libraries_of(args.pid) {
+            Ok(l) => l,
+            Err(_) => return Ok(()), // the process is going away; the pidfd says so
+        };
+        for lib in libs {
+            if !seen.insert(lib.id) {
+                continue;
+            }
+            let att = probes.attach_cuda(&lib, Some(args.pid))?;
+            if att.attached() == 0 && !att.failed.is_empty() {
+                if !std::path::Path::new(&format!("/proc/{}", args.pid)).exists() {
+                    bail!("pid {} exited during attach", args.pid);
+                }
+                bail!("attaching to {}: {}", lib.path, att.failed[0].1);
+            }
+            eprintln!(
+                "tracer: attached to {} in pid {} ({} functions{})",
+                lib.path,
+                args.pid,
+                att.attached(),
+                if lib.executable { ", linked into the executable" } else { "" }
+            );
+            for sym in &lib.missing {
+                tracing::info!("{} has no {sym}: not traced", lib.path);
+            }
+            for (sym, why) in &att.failed {
+                tracing::warn!("{sym} in {}: {why}", lib.path);
+            }
+            attached.push(att);
+        }
+        Ok(())
+    };
+    attach_new(&mut probes, &mut attached)?;
+    if attached.is_empty() {
+        eprintln!("tracer: pid {} ({comm}) has no CUDA library yet; waiting for one to be loaded", args.pid);
+    }
+
+    let mut session = Session {
+        pid: args.pid,
+        json: args.json,
+        summary_only: args.summary_only,
+        ledger: Ledger::default(),
+        clock: Clock::now(),
+        calls_this_second: 0,
+        failed_this_second: 0,
+        out: std::io::stdout().lock(),
+    };
+    let exit = collect::async_fd(pidfd)?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut summary = tokio::time::interval(Duration::from_secs(1));
+    summary.reset();
+    let mut rescan = tokio::time::interval(RESCAN);
+    rescan.reset();
+    let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
+    let until_deadline = async {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(until_deadline);
+    // The two rings are read separately; a short buffer puts calls back
+    // in the order they happened before they are shown.
+    let mut pending: Vec<CudaCall> = Vec::new();
+    let mut reorder = tokio::time::interval(Duration::from_millis(20));
+    let exited = loop {
+        tokio::select! {
+            ev = rx.recv() => match ev {
+                Some(Event::Cuda(c)) if c.header.pid == args.pid => pending.push(c),
+                Some(_) => {}
+                None => return Err(anyhow!("the ring buffer readers stopped")),
+            },
+            _ = reorder.tick() => session.calls(&mut pending),
+            _ = summary.tick() => {
+                session.calls(&mut pending);
+                session.summary();
+            }
+            _ = rescan.tick() => attach_new(&mut probes, &mut attached)?,
+            r = exit.readable() => {
+                let _ = r?;
+                break true;
+            }
+            _ = &mut until_deadline => break false,
+            _ = sigint.recv() => break false,
+            _ = sigterm.recv() => break false,
+            Some(r) = tasks.join_next() => {
+                r??;
+                return Err(anyhow!("a ring buffer reader stopped"));
+            }
+        }
+    };
+    // Whatever the readers already queued belongs to this session.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    while let Ok(ev) = rx.try_recv() {
+        if let Event::Cuda(c) = ev
+            && c.header.pid == args.pid
+        {
+            pending.push(c);
+        }
+    }
+    session.calls(&mut pending);
+    let lost = drops.read().map(|d| d.critical + d.data).unwrap_or(0);
+    tasks.shutdown().await;
+    session.summary();
+    session.report(exited, lost);
+    // Report first: the kernel waits for a grace period per removed uprobe
+    // (about 0.1 s each here), so a library's worth takes a few seconds.
+    let probes_n: usize = attached.iter().map(|a| a.attached() * 2).sum();
+    if probes_n > 0 {
+        eprintln!("tracer: removing {probes_n} probes from pid {}", args.pid);
+    }
+    for att in attached {
+        probes.detach_cuda(att);
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,383 @@
+//! The GPU memory ledger of one process, built from its traced CUDA calls:
+//! what it holds, by kind and device, its peak, its failures and its
+//! recent history, and what it never freed.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+use tracer_common::{CudaCall, cuda};
+
+/// What an allocation is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AllocKind {
+    /// `cudaMalloc`, `cuMemAlloc`, pitched allocations.
+    Device,
+    /// Unified memory (`cudaMallocManaged`).
+    Managed,
+    /// Page-locked host memory (`cudaMallocHost`, `cudaHostAlloc`): host RAM,
+    /// charged to the process's memory cgroup.
+    PinnedHost,
+    /// Stream-ordered allocations (`cudaMallocAsync`, pools).
+    AsyncPool,
+    /// Physical memory of the virtual memory API (`cuMemCreate`), as used by
+    /// PyTorch's expandable segments.
+    VmmPhysical,
+}
+
+impl AllocKind {
+    /// Every kind, in report order.
+    pub const ALL: [AllocKind; 5] =
+        [AllocKind::Device, AllocKind::Managed, AllocKind::PinnedHost, AllocKind::AsyncPool, AllocKind::VmmPhysical];
+
+    /// The kind a function allocates, if it allocates.
+    pub fn of(func: u32) -> Option<AllocKind> {
+        use cuda::*;
+        Some(match func {
+            MALLOC | MALLOC_PITCH | MEM_ALLOC | MEM_ALLOC_PITCH => AllocKind::Device,
+            MALLOC_MANAGED | MEM_ALLOC_MANAGED => AllocKind::Managed,
+            MALLOC_HOST | HOST_ALLOC | MEM_ALLOC_HOST | MEM_HOST_ALLOC => AllocKind::PinnedHost,
+            MALLOC_ASYNC | MALLOC_ASYNC_PTSZ | MALLOC_FROM_POOL_ASYNC | MALLOC_FROM_POOL_ASYNC_PTSZ | MEM_ALLOC_ASYNC
+            | MEM_ALLOC_ASYNC_PTSZ | MEM_ALLOC_FROM_POOL_ASYNC | MEM_ALLOC_FROM_POOL_ASYNC_PTSZ => AllocKind::AsyncPool,
+            MEM_CREATE => AllocKind::VmmPhysical,
+            _ => return None,
+        })
+    }
+
+    /// The address space its pointers live in.
+    fn space(self) -> Space {
+        match self {
+            AllocKind::PinnedHost => Space::Host,
+            AllocKind::VmmPhysical => Space::Handle,
+            _ => Space::Device,
+        }
+    }
+
+    /// Short name.
+    pub fn name(self) -> &'static str {
+        match self {
+            AllocKind::Device => "device",
+            AllocKind::Managed => "managed",
+            AllocKind::PinnedHost => "pinned host",
+            AllocKind::AsyncPool => "async pool",
+            AllocKind::VmmPhysical => "vmm physical",
+        }
+    }
+}
+
+/// Pointers of different kinds can collide across spaces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Space {
+    Device,
+    Host,
+    Handle,
+}
+
+/// The space a free function releases from.
+fn free_space(func: u32) -> Option<Space> {
+    use cuda::*;
+    Some(match func {
+        FREE | FREE_ASYNC | FREE_ASYNC_PTSZ | MEM_FREE | MEM_FREE_ASYNC | MEM_FREE_ASYNC_PTSZ => Space::Device,
+        FREE_HOST | MEM_FREE_HOST => Space::Host,
+        MEM_RELEASE => Space::Handle,
+        _ => return None,
+    })
+}
+
+/// One live allocation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Allocation {
+    /// Pointer or handle, hex.
+    pub ptr: String,
+    /// Bytes.
+    pub size: u64,
+    /// Kind.
+    pub kind: AllocKind,
+    /// Device (-1 unknown).
+    pub device: i32,
+    /// The function that made it.
+    pub function: String,
+    /// Wall time, ns.
+    pub ts_ns: i64,
+}
+
+/// One call, for the recent history.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallRecord {
+    /// Wall time, ns.
+    pub ts_ns: i64,
+    /// Function.
+    pub function: String,
+    /// Bytes.
+    pub size: u64,
+    /// Return code.
+    pub ret: i32,
+    /// Device.
+    pub device: i32,
+}
+
+/// Totals of one kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KindTotals {
+    /// Bytes held now.
+    pub outstanding: u64,
+    /// Most bytes held at once.
+    pub peak: u64,
+    /// Successful allocations.
+    pub allocs: u64,
+    /// Frees (explicit or implicit).
+    pub frees: u64,
+    /// Failed allocations.
+    pub failed: u64,
+}
+
+/// What changed with one call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// A new allocation.
+    Allocated(AllocKind, u64),
+    /// An allocation freed.
+    Freed(AllocKind, u64),
+    /// A free of a pointer the ledger never saw allocated (made before attach).
+    UntrackedFree,
+    /// An allocation failed.
+    Failed(Option<AllocKind>, u64, i32),
+    /// A context reset freed `n` allocations, `bytes` in all.
+    Reset(usize, u64),
+    /// Nothing to count (device or context calls, failed frees).
+    None,
+}
+
+/// The ledger of one process.
+#[derive(Clone, Debug, Default)]
+pub struct Ledger {
+    live: HashMap<(Space, u64), Allocation>,
+    totals: BTreeMap<AllocKind, KindTotals>,
+    by_device: BTreeMap<i32, u64>,
+    peak_total: u64,
+    recent: VecDeque<CallRecord>,
+    failures: VecDeque<CallRecord>,
+    calls: u64,
+    untracked_frees: u64,
+    vmm_mapped: u64,
+}
+
+/// Calls kept in the recent history.
+const RECENT: usize = 64;
+/// Failures kept.
+const FAILURES: usize = 16;
+
+impl Ledger {
+    /// Applies one call made at wall time `ts_ns`.
+    pub fn apply(&mut self, c: &CudaCall, ts_ns: i64) -> Change {
+        self.calls += 1;
+        let function = crate::probes::cuda::name(c.func).to_string();
+        let record = CallRecord { ts_ns, function: function.clone(), size: c.size, ret: c.ret, device: c.device };
+        let kind = AllocKind::of(c.func);
+        if kind.is_some() || free_space(c.func).is_some() {
+            if self.recent.len() == RECENT {
+                self.recent.pop_front();
+            }
+            self.recent.push_back(record.clone());
+        }
+        if c.ret != 0 {
+            if cuda::allocates(c.func) {
+                if let Some(k) = kind {
+                    self.totals.entry(k).or_default().failed += 1;
+                }
+                if self.failures.len() == FAILURES {
+                    self.failures.pop_front();
+                }
+                self.failures.push_back(record);
+                return Change::Failed(kind, c.size, c.ret);
+            }
+            return Change::None;
+        }
+        if let Some(kind) = kind {
+            let a = Allocation { ptr: format!("{:#x}", c.ptr), size: c.size, kind, device: c.device, function, ts_ns };
+            if let Some(old) = self.live.insert((kind.space(), c.ptr), a) {
+                // The same pointer again: the earlier one was freed where we could not see.
+                self.release(&old);
+            }
+            let t = self.totals.entry(kind).or_default();
+            t.allocs += 1;
+            t.outstanding += c.size;
+            t.peak = t.peak.max(t.outstanding);
+            if kind != AllocKind::PinnedHost {
+                *self.by_device.entry(c.device).or_default() += c.size;
+            }
+            self.peak_total = self.peak_total.max(self.total());
+            return Change::Allocated(kind, c.size);
+        }
+        if let Some(space) = free_space(c.func) {
+            if c.ptr == 0 {
+                return Change::None;
+            }
+            return match self.live.remove(&(space, c.ptr)) {
+                Some(a) => {
+                    self.release(&a);
+                    Change::Freed(a.kind, a.size)
+                }
+                None => {
+                    self.untracked_frees += 1;
+                    Change::UntrackedFree
+                }
+            };
+        }
+        match c.func {
+            cuda::MEM_MAP => self.vmm_mapped += c.size,
+            cuda::MEM_UNMAP => self.vmm_mapped = self.vmm_mapped.saturating_sub(c.size),
+            cuda::DEVICE_RESET | cuda::DEVICE_PRIMARY_CTX_RESET => return self.reset(c.device),
+            _ => {}
+        }
+        Change::None
+    }
+
+    fn release(&mut self, a: &Allocation) {
+        let t = self.totals.entry(a.kind).or_default();
+        t.frees += 1;
+        t.outstanding = t.outstanding.saturating_sub(a.size);
+        if a.kind != AllocKind::PinnedHost
+            && let Some(d) = self.by_device.get_mut(&a.device)
+        {
+            *d = d.saturating_sub(a.size);
+        }
+    }
+
+    /// A context reset frees every device-space allocation on `device`.
+    fn reset(&mut self, device: i32) -> Change {
+        let gone: Vec<(Space, u64)> = self
+            .live
+            .iter()
+            .filter(|((space, _), a)| *space == Space::Device && (device < 0 || a.device == device))
+            .map(|(k, _)| *k)
+            .collect();
+        let mut bytes = 0;
+        for k in &gone {
+            if let Some(a) = self.live.remove(k) {
+                bytes += a.size;
+                self.release(&a);
+            }
+        }
+        Change::Reset(gone.len(), bytes)
+    }
+
+    /// Bytes held now, all kinds.
+    pub fn total(&self) -> u64 {
+        self.totals.values().map(|t| t.outstanding).sum()
+    }
+
+    /// Bytes held of one kind.
+    pub fn outstanding(&self, kind: AllocKind) -> u64 {
+        self.totals.get(&kind).map(|t| t.outstanding).unwrap_or(0)
+    }
+
+    /// Allocations never freed, largest first.
+    pub fn live(&self) -> Vec<Allocation> {
+        let mut v: Vec<Allocation> = self.live.values().cloned().collect();
+        v.sort_by(|a, b| b.size.cmp(&a.size).then(a.ts_ns.cmp(&b.ts_ns)));
+        v
+    }
+
+    /// A serializable snapshot.
+    pub fn summary(&self) -> LedgerSummary {
+        let live = self.live();
+        LedgerSummary {
+            total_bytes: self.total(),
+            peak_total_bytes: self.peak_total,
+            by_kind: self.totals.iter().map(|(k, t)| (*k, *t)).collect(),
+            by_device: self.by_device.iter().filter(|(_, b)| **b > 0).map(|(d, b)| (*d, *b)).collect(),
+            live_allocations: live.len() as u64,
+            largest: live.into_iter().take(5).collect(),
+            calls: self.calls,
+            untracked_frees: self.untracked_frees,
+            vmm_mapped_bytes: self.vmm_mapped,
+            failures: self.failures.iter().cloned().collect(),
+            recent: self.recent.iter().rev().take(16).rev().cloned().collect(),
+        }
+    }
+}
+
+/// A ledger snapshot, as stored and printed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerSummary {
+    /// Bytes held now, all kinds.
+    pub total_bytes: u64,
+    /// Most bytes held at once.
+    pub peak_total_bytes: u64,
+    /// Totals by kind.
+    pub by_kind: BTreeMap<AllocKind, KindTotals>,
+    /// Device-side bytes held per device (-1: device unknown).
+    pub by_device: BTreeMap<i32, u64>,
+    /// Allocations held.
+    pub live_allocations: u64,
+    /// The largest allocations held.
+    pub largest: Vec<Allocation>,
+    /// Calls seen.
+    pub calls: u64,
+    /// Frees of pointers allocated before tracing started.
+    pub untracked_frees: u64,
+    /// Virtual memory mapped with `cuMemMap`.
+    pub vmm_mapped_bytes: u64,
+    /// The latest failed allocations.
+    pub failures: Vec<CallRecord>,
+    /// The latest allocation and free calls.
+    pub recent: Vec<CallRecord>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(func: u32, ret: i32, size: u64, ptr: u64, device: i32) -> CudaCall {
+        CudaCall { func, ret, size, ptr, device, ..Default::default() }
+    }
+
+    #[test]
+    fn tracks_each_kind_peak_and_frees() {
+        let mut l = Ledger::default();
+        assert_eq!(l.apply(&call(cuda::MALLOC, 0, 100, 0x1000, 0), 1), Change::Allocated(AllocKind::Device, 100));
+        l.apply(&call(cuda::MALLOC, 0, 50, 0x2000, 1), 2);
+        l.apply(&call(cuda::MALLOC_HOST, 0, 30, 0x1000, 0), 3);
+        l.apply(&call(cuda::MEM_CREATE, 0, 2 << 20, 0xabc, 0), 4);
+        l.apply(&call(cuda::MALLOC_ASYNC, 0, 7, 0x3000, 0), 5);
+        assert_eq!(l.outstanding(AllocKind::Device), 150);
+        assert_eq!(l.outstanding(AllocKind::PinnedHost), 30);
+        assert_eq!(l.outstanding(AllocKind::VmmPhysical), 2 << 20);
+        // Same pointer value in another space is another allocation.
+        assert_eq!(l.apply(&call(cuda::FREE_HOST, 0, 0, 0x1000, 0), 6), Change::Freed(AllocKind::PinnedHost, 30));
+        assert_eq!(l.outstanding(AllocKind::Device), 150);
+        assert_eq!(l.apply(&call(cuda::FREE, 0, 0, 0x1000, 0), 7), Change::Freed(AllocKind::Device, 100));
+        assert_eq!(l.apply(&call(cuda::MEM_RELEASE, 0, 0, 0xabc, 0), 8), Change::Freed(AllocKind::VmmPhysical, 2 << 20));
+        let s = l.summary();
+        assert_eq!(s.total_bytes, 57);
+        assert_eq!(s.by_kind[&AllocKind::Device].peak, 150);
+        assert_eq!(s.by_device.get(&1), Some(&50));
+        assert_eq!(s.live_allocations, 2);
+        assert_eq!(s.largest[0].size, 50);
+        assert!(s.peak_total_bytes >= 150 + 30 + (2 << 20));
+    }
+
+    #[test]
+    fn failures_untracked_frees_and_resets() {
+        let mut l = Ledger::default();
+        assert_eq!(l.apply(&call(cuda::MALLOC, 2, 1 << 30, 0, 0), 1), Change::Failed(Some(AllocKind::Device), 1 << 30, 2));
+        assert_eq!(l.apply(&call(cuda::MALLOC, 35, 10, 0, -1), 2), Change::Failed(Some(AllocKind::Device), 10, 35));
+        assert_eq!(l.apply(&call(cuda::FREE, 0, 0, 0xdead, 0), 3), Change::UntrackedFree);
+        assert_eq!(l.apply(&call(cuda::FREE, 0, 0, 0, 0), 4), Change::None, "cudaFree(NULL)");
+        l.apply(&call(cuda::MALLOC, 0, 10, 0x10, 0), 5);
+        l.apply(&call(cuda::MALLOC_MANAGED, 0, 20, 0x20, 0), 6);
+        l.apply(&call(cuda::MALLOC, 0, 40, 0x40, 1), 7);
+        l.apply(&call(cuda::MALLOC_HOST, 0, 5, 0x50, 0), 8);
+        assert_eq!(l.apply(&call(cuda::DEVICE_RESET, 0, 0, 0, 0), 9), Change::Reset(2, 30));
+        assert_eq!(l.total(), 45, "device 1 and host memory stay");
+        let s = l.summary();
+        assert_eq!(s.failures.len(), 2);
+        assert_eq!(s.untracked_frees, 1);
+        assert_eq!(s.by_kind[&AllocKind::Device].failed, 2);
+        l.apply(&call(cuda::MEM_MAP, 0, 4096, 0x7e00, 0), 10);
+        assert_eq!(l.summary().vmm_mapped_bytes, 4096);
+        l.apply(&call(cuda::MEM_UNMAP, 0, 4096, 0x7e00, 0), 11);
+        assert_eq!(l.summary().vmm_mapped_bytes, 0);
+    }
+}

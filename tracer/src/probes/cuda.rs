@@ -1,0 +1,291 @@
+//! CUDA probes on the user side: which functions, where the libraries of
+//! a process are (through /proc/PID/root, so containers work), and
+//! attaching the two uprobe programs to each function with its id as the
+//! cookie.
+
+use std::{
+    collections::{BTreeSet, HashSet},
+    fs, io,
+    num::NonZeroU32,
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+};
+
+use aya::programs::{
+    UProbe,
+    uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
+};
+use object::{Object as _, ObjectSymbol as _};
+use tracer_common::{cuda, programs};
+
+use super::{ProbeError, Probes};
+
+/// Every probed function: (id, symbol).
+pub const FUNCTIONS: &[(u32, &str)] = &[
+    (cuda::MALLOC, "cudaMalloc"),
+    (cuda::MALLOC_MANAGED, "cudaMallocManaged"),
+    (cuda::MALLOC_PITCH, "cudaMallocPitch"),
+    (cuda::MALLOC_ASYNC, "cudaMallocAsync"),
+    (cuda::MALLOC_ASYNC_PTSZ, "cudaMallocAsync_ptsz"),
+    (cuda::MALLOC_FROM_POOL_ASYNC, "cudaMallocFromPoolAsync"),
+    (cuda::MALLOC_FROM_POOL_ASYNC_PTSZ, "cudaMallocFromPoolAsync_ptsz"),
+    (cuda::MALLOC_HOST, "cudaMallocHost"),
+    (cuda::HOST_ALLOC, "cudaHostAlloc"),
+    (cuda::FREE, "cudaFree"),
+    (cuda::FREE_ASYNC, "cudaFreeAsync"),
+    (cuda::FREE_ASYNC_PTSZ, "cudaFreeAsync_ptsz"),
+    (cuda::FREE_HOST, "cudaFreeHost"),
+    (cuda::SET_DEVICE, "cudaSetDevice"),
+    (cuda::DEVICE_RESET, "cudaDeviceReset"),
+    (cuda::MEM_ALLOC, "cuMemAlloc_v2"),
+    (cuda::MEM_ALLOC_MANAGED, "cuMemAllocManaged"),
+    (cuda::MEM_ALLOC_PITCH, "cuMemAllocPitch_v2"),
+    (cuda::MEM_ALLOC_ASYNC, "cuMemAllocAsync"),
+    (cuda::MEM_ALLOC_ASYNC_PTSZ, "cuMemAllocAsync_ptsz"),
+    (cuda::MEM_ALLOC_FROM_POOL_ASYNC, "cuMemAllocFromPoolAsync"),
+    (cuda::MEM_ALLOC_FROM_POOL_ASYNC_PTSZ, "cuMemAllocFromPoolAsync_ptsz"),
+    (cuda::MEM_ALLOC_HOST, "cuMemAllocHost_v2"),
+    (cuda::MEM_HOST_ALLOC, "cuMemHostAlloc"),
+    (cuda::MEM_FREE, "cuMemFree_v2"),
+    (cuda::MEM_FREE_ASYNC, "cuMemFreeAsync"),
+    (cuda::MEM_FREE_ASYNC_PTSZ, "cuMemFreeAsync_ptsz"),
+    (cuda::MEM_FREE_HOST, "cuMemFreeHost"),
+    (cuda::MEM_CREATE, "cuMemCreate"),
+    (cuda::MEM_RELEASE, "cuMemRelease"),
+    (cuda::MEM_MAP, "cuMemMap"),
+    (cuda::MEM_UNMAP, "cuMemUnmap"),
+    (cuda::MEM_ADDRESS_RESERVE, "cuMemAddressReserve"),
+    (cuda::MEM_ADDRESS_FREE, "cuMemAddressFree"),
+    (cuda::CTX_SET_CURRENT, "cuCtxSetCurrent"),
+    (cuda::DEVICE_PRIMARY_CTX_RETAIN, "cuDevicePrimaryCtxRetain"),
+    (cuda::DEVICE_PRIMARY_CTX_RESET, "cuDevicePrimaryCtxReset_v2"),
+];
+
+/// The symbol of function `id`.
+pub fn name(id: u32) -> &'static str {
+    FUNCTIONS.iter().find(|(i, _)| *i == id).map(|(_, n)| *n).unwrap_or("?")
+}
+
+/// Whether a mapped file's name makes it a CUDA runtime or driver library.
+pub fn is_cuda_library_name(path: &str) -> bool {
+    let base = path.rsplit('/').next().unwrap_or(path);
+    base.starts_with("libcudart") || base.starts_with("libcuda.so") || base.starts_with("libcuda-")
+}
+
+/// A file in a process that exports probed functions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CudaLibrary {
+    /// The path as the process sees it (its own mount namespace).
+    pub path: String,
+    /// The path tracer opens: /proc/PID/root + `path`.
+    pub host_path: PathBuf,
+    /// (st_dev, st_ino): one attachment per distinct file.
+    pub id: (u64, u64),
+    /// Probed functions it exports (ids).
+    pub functions: Vec<u32>,
+    /// Probed functions it does not export (symbol names), e.g. newer APIs.
+    pub missing: Vec<&'static str>,
+    /// Whether it is the process's executable (statically linked cudart).
+    pub executable: bool,
+}
+
+/// Files mapped by `pid` (paths as the process sees them), from /proc/PID/maps.
+pub fn mapped_files(pid: u32) -> io::Result<BTreeSet<String>> {
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    Ok(parse_maps(&maps))
+}
+
+fn parse_maps(maps: &str) -> BTreeSet<String> {
+    maps.lines().filter_map(map_path).map(|p| p.trim_end_matches(" (deleted)").to_string()).collect()
+}
+
+/// The path column of a maps line (`address perms offset dev inode path`).
+fn map_path(line: &str) -> Option<&str> {
+    let mut rest = line;
+    for _ in 0..5 {
+        rest = rest.trim_start();
+        rest = &rest[rest.find(char::is_whitespace)?..];
+    }
+    let path = rest.trim();
+    path.starts_with('/').then_some(path)
+}
+
+/// The probed functions a file exports (dynamic or static symbol table).
+pub fn exported_functions(path: &Path) -> io::Result<HashSet<u32>> {
+    let data = fs::read(path)?;
+    let obj = object::File::parse(&*data).map_err(io::Error::other)?;
+    let mut found = HashSet::new();
+    for sym in obj.dynamic_symbols().chain(obj.symbols()) {
+        if !sym.is_definition() {
+            continue;
+        }
+        let Ok(n) = sym.name() else { continue };
+        // Versioned names look like `cudaMalloc@@libcudart.so.12` in some tables.
+        let n = n.split('@').next().unwrap_or(n);
+        if let Some((id, _)) = FUNCTIONS.iter().find(|(_, s)| *s == n) {
+            found.insert(*id);
+        }
+    }
+    Ok(found)
+}
+
+fn library(pid: u32, path: &str, executable: bool) -> Option<CudaLibrary> {
+    let host_path = PathBuf::from(format!("/proc/{pid}/root{path}"));
+    let meta = fs::metadata(&host_path).ok()?;
+    let exported = exported_functions(&host_path).ok()?;
+    if exported.is_empty() {
+        return None;
+    }
+    let is_runtime = exported.iter().any(|&f| f < cuda::DRIVER);
+    let is_driver = exported.iter().any(|&f| f >= cuda::DRIVER);
+    let mut functions: Vec<u32> = exported.iter().copied().collect();
+    functions.sort_unstable();
+    let missing = FUNCTIONS
+        .iter()
+        .filter(|(id, _)| {
+            let layer_present = if *id < cuda::DRIVER { is_runtime } else { is_driver };
+            layer_present && !exported.contains(id)
+        })
+        .map(|(_, n)| *n)
+        .collect();
+    Some(CudaLibrary { path: path.to_string(), host_path, id: (meta.dev(), meta.ino()), functions, missing, executable })
+}
+
+/// The CUDA libraries of `pid`: mapped files named like the runtime or the
+/// driver, and the executable itself when it has cudart linked in.
+pub fn libraries_of(pid: u32) -> io::Result<Vec<CudaLibrary>> {
+    let files = mapped_files(pid)?;
+    let mut out: Vec<CudaLibrary> = files.iter().filter(|p| is_cuda_library_name(p)).filter_map(|p| library(pid, p, false)).collect();
+    if let Ok(exe) = fs::read_link(format!("/proc/{pid}/exe")) {
+        let exe = exe.display().to_string();
+        let exe = exe.trim_end_matches(" (deleted)");
+        if !is_cuda_library_name(exe)
+            && let Some(l) = library(pid, exe, true)
+        {
+            out.push(l);
+        }
+    }
+    let mut seen = HashSet::new();
+    out.retain(|l| seen.insert(l.id));
+    Ok(out)
+}
+
+/// Where the CUDA programs of one library are attached.
+#[derive(Debug)]
+pub struct CudaAttachment {
+    /// The library.
+    pub library: CudaLibrary,
+    entries: Vec<UProbeLinkId>,
+    returns: Vec<UProbeLinkId>,
+    /// Functions that failed to attach, with why.
+    pub failed: Vec<(&'static str, String)>,
+}
+
+impl CudaAttachment {
+    /// Functions attached.
+    pub fn attached(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+impl Probes {
+    /// Loads the two CUDA programs into the kernel (once).
+    pub fn load_cuda(&mut self) -> Result<(), ProbeError> {
+        for name in [programs::CUDA_ENTRY, programs::CUDA_RETURN] {
+            let prog: &mut UProbe = self.program(name).map_err(|e| e.into_probe_error(name))?;
+            if prog.fd().is_err() {
+                prog.load().map_err(|source| ProbeError::Program { program: name, hook: "uprobe".into(), source })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Attaches the CUDA programs to every probed function `lib` exports,
+    /// for process `pid` only or, with `None`, for every process.
+    pub fn attach_cuda(&mut self, lib: &CudaLibrary, pid: Option<u32>) -> Result<CudaAttachment, ProbeError> {
+        let scope = match pid.and_then(NonZeroU32::new) {
+            Some(p) => UProbeScope::OneProcess(p),
+            None => UProbeScope::AllProcesses,
+        };
+        let mut att = CudaAttachment { library: lib.clone(), entries: Vec::new(), returns: Vec::new(), failed: Vec::new() };
+        for &func in &lib.functions {
+            let sym = name(func);
+            let point = || UProbeAttachPoint { location: UProbeAttachLocation::Symbol(sym), cookie: Some(u64::from(func)) };
+            let entry: &mut UProbe = self.program(programs::CUDA_ENTRY).map_err(|e| e.into_probe_error(programs::CUDA_ENTRY))?;
+            let e = match entry.attach(point(), &lib.host_path, scope) {
+                Ok(id) => id,
+                Err(err) => {
+                    att.failed.push((sym, err.to_string()));
+                    continue;
+                }
+            };
+            let ret: &mut UProbe = self.program(programs::CUDA_RETURN).map_err(|e| e.into_probe_error(programs::CUDA_RETURN))?;
+            match ret.attach(point(), &lib.host_path, scope) {
+                Ok(r) => {
+                    att.entries.push(e);
+                    att.returns.push(r);
+                }
+                Err(err) => {
+                    att.failed.push((sym, err.to_string()));
+                    let entry: &mut UProbe = self.program(programs::CUDA_ENTRY).map_err(|e| e.into_probe_error(programs::CUDA_ENTRY))?;
+                    let _ = entry.detach(e);
+                }
+            }
+        }
+        Ok(att)
+    }
+
+    /// Removes an attachment's probes.
+    pub fn detach_cuda(&mut self, att: CudaAttachment) {
+        let mut links = Vec::with_capacity(att.entries.len() * 2);
+        for (name, ids) in [(programs::CUDA_ENTRY, att.entries), (programs::CUDA_RETURN, att.returns)] {
+            if let Ok(prog) = self.program::<UProbe>(name) {
+                links.extend(ids.into_iter().filter_map(|id| prog.take_link(id).ok()));
+            }
+        }
+        // Dropping a link removes its uprobe (the kernel waits for a grace
+        // period each time, one after the other).
+        drop(links);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_function_has_a_shape_and_a_unique_id() {
+        let mut ids = HashSet::new();
+        for (id, sym) in FUNCTIONS {
+            assert!(cuda::shape(*id).is_some(), "{sym}");
+            assert!(ids.insert(*id), "{sym}");
+            assert_eq!(*id < cuda::DRIVER, sym.starts_with("cuda"), "{sym} layer");
+        }
+        assert_eq!(name(cuda::MEM_ALLOC), "cuMemAlloc_v2");
+        assert!(cuda::allocates(cuda::MALLOC) && cuda::allocates(cuda::MEM_CREATE));
+        assert!(!cuda::allocates(cuda::FREE) && !cuda::allocates(cuda::MEM_ADDRESS_RESERVE));
+    }
+
+    #[test]
+    fn library_names_and_maps() {
+        for (p, want) in [
+            ("/usr/local/lib/python3.11/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12", true),
+            ("/usr/lib/x86_64-linux-gnu/libcuda.so.1", true),
+            ("/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", true),
+            ("/opt/conda/lib/libcudart-d0da41ae.so.11.0", true),
+            ("/usr/lib/x86_64-linux-gnu/libcudnn.so.9", false),
+            ("/usr/lib/x86_64-linux-gnu/libc.so.6", false),
+        ] {
+            assert_eq!(is_cuda_library_name(p), want, "{p}");
+        }
+        let maps = "\
+55d0c0a00000-55d0c0a01000 r--p 00000000 08:01 131 /usr/bin/python3.11
+7f00aa000000-7f00aa100000 r-xp 00010000 08:01 777 /opt/venv/lib/libcudart.so.12
+7f00ab000000-7f00ab001000 rw-p 00000000 00:00 0 
+7ffd1c000000-7ffd1c021000 rw-p 00000000 00:00 0                          [stack]
+7f00ac000000-7f00ac100000 r-xp 00000000 08:01 778 /tmp/lib with space.so (deleted)
+";
+        let files: Vec<String> = parse_maps(maps).into_iter().collect();
+        assert_eq!(files, ["/opt/venv/lib/libcudart.so.12", "/tmp/lib with space.so", "/usr/bin/python3.11"]);
+    }
+}
