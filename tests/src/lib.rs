@@ -424,18 +424,26 @@ impl CudaLoad {
     }
 
     fn line(&mut self) -> String {
+        self.try_line().expect("cudaload ended")
+    }
+
+    fn try_line(&mut self) -> Option<String> {
         let mut s = String::new();
-        self.stdout.read_line(&mut s).expect("read cudaload");
-        assert!(!s.is_empty(), "cudaload ended");
-        s.trim_end().to_string()
+        self.stdout.read_line(&mut s).ok()?;
+        (!s.is_empty()).then(|| s.trim_end().to_string())
     }
 
     /// Sends one command and returns its reply.
     pub fn cmd(&mut self, line: &str) -> String {
+        self.try_cmd(line).expect("cudaload ended")
+    }
+
+    /// Sends one command; `None` when the process ended instead of replying.
+    pub fn try_cmd(&mut self, line: &str) -> Option<String> {
         use std::io::Write as _;
-        writeln!(self.stdin, "{line}").expect("write cudaload");
-        self.stdin.flush().expect("flush cudaload");
-        self.line()
+        writeln!(self.stdin, "{line}").ok()?;
+        self.stdin.flush().ok()?;
+        self.try_line()
     }
 
     /// Sends a command that must succeed; returns the words after "ok".

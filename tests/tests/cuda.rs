@@ -273,3 +273,93 @@ fn bad_input() {
     };
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs root"), "{out:?}");
 }
+
+/// Waits until the recorder's log says it attached to the simulated runtime.
+fn wait_attached(rec: &tracer_e2e::Recorder) {
+    let ok = wait_for(Duration::from_secs(20), || rec.log().contains("libcudart.so.12 (").then_some(()));
+    assert!(ok.is_some(), "recorder never attached to the CUDA runtime: {}", rec.log());
+}
+
+#[test]
+fn record_cuda_explains_a_gpu_oom_with_the_other_processes_on_the_device() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let rec = tracer_e2e::Recorder::start_with(&store, &["--cuda"]);
+    let mut neighbour = CudaLoad::sim(&[]);
+    let mut victim = CudaLoad::sim(&[("SIMCUDA_DEVICE_MEM", &(256 * MIB).to_string())]);
+    wait_attached(&rec);
+    neighbour.ok("setdevice 0");
+    neighbour.ok("malloc 52428800");
+    victim.ok("setdevice 0");
+    victim.ok("malloc 104857600");
+    victim.ok("host 1048576");
+    assert_eq!(victim.cmd("malloc 209715200"), "err 2");
+    let store_s = store.to_str().unwrap();
+    let v = wait_for(Duration::from_secs(10), || {
+        let out = tracer(&["explain", "--gpu-oom", "--store", store_s, "--format", "json"]);
+        out.status.success().then(|| serde_json::from_slice::<Value>(&out.stdout).unwrap())
+    })
+    .expect("a GPU OOM in the store");
+    let r = &v["gpu_oom"];
+    assert_eq!(r["process"]["pid"], victim.pid());
+    assert_eq!(r["process"]["comm"], "cudaload");
+    assert_eq!(r["function"], "cudaMalloc");
+    assert_eq!(r["size"], 209715200);
+    assert_eq!(r["kind"], "device");
+    assert_eq!(r["device"], 0);
+    assert_eq!(r["held"]["by_kind"]["device"]["outstanding"], 104857600);
+    assert_eq!(r["held"]["by_kind"]["pinned_host"]["outstanding"], 1048576);
+    let recent: Vec<&str> = r["held"]["recent"].as_array().unwrap().iter().map(|c| c["function"].as_str().unwrap()).collect();
+    assert_eq!(recent, ["cudaMalloc", "cudaMallocHost", "cudaMalloc"]);
+    let others = r["others"].as_array().unwrap();
+    assert_eq!(others.len(), 1, "{others:?}");
+    assert_eq!(others[0]["process"]["pid"], neighbour.pid());
+    assert_eq!(others[0]["device_bytes"], 52428800);
+    assert!(v["verdict"].as_str().unwrap().contains("own allocations filled device 0"), "{}", v["verdict"]);
+    let text = String::from_utf8_lossy(&tracer(&["explain", "--gpu-oom", "--store", store_s]).stdout).to_string();
+    assert!(text.contains(&format!("GPU out of memory: cudaload (pid {}) asked cudaMalloc for 200.0 MiB on device 0", victim.pid())), "{text}");
+    assert!(text.contains(&neighbour.pid().to_string()), "{text}");
+    drop(rec);
+}
+
+#[test]
+fn a_host_oom_kill_shows_the_victims_pinned_host_memory() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let cg = tracer_e2e::TestCgroup::new("pinned", 64 * MIB);
+    let rec = tracer_e2e::Recorder::start_with(&store, &["--cuda"]);
+    let d = simcuda_dir();
+    let mut cmd = cg.command(d.join("cudaload"));
+    cmd.arg(d.join("libcudart.so.12")).arg(d.join("libcuda.so.1"));
+    let mut target = CudaLoad::spawn(cmd);
+    let pid = target.pid();
+    wait_attached(&rec);
+    target.ok("malloc 1073741824");
+    // Pinned host memory is real host memory, charged to the cgroup: 8 MiB
+    // at a time until the kernel kills the process.
+    for _ in 0..16 {
+        if target.try_cmd("host 8388608").is_none() {
+            break; // killed before replying
+        }
+    }
+    assert_eq!(cg.oom_kills(), 1, "the cgroup's OOM killer ran");
+    let v = wait_for(Duration::from_secs(15), || {
+        let out = tracer(&["explain", "--store", store.to_str().unwrap(), "--pid", &pid.to_string(), "--format", "json"]);
+        let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+        v["kill"]["source"].as_str()?.contains("kmsg").then_some(v)
+    })
+    .expect("the kill, joined with the kernel report");
+    let gpu = &v["kill"]["victim"]["gpu"];
+    let pinned = gpu["by_kind"]["pinned_host"]["outstanding"].as_u64().unwrap();
+    assert!(pinned >= 40 * MIB, "pinned host at the kill: {pinned}");
+    assert_eq!(gpu["by_kind"]["device"]["outstanding"], 1073741824);
+    let verdict = v["verdict"]["summary"].as_str().unwrap();
+    assert!(verdict.contains("pinned CUDA host memory"), "{verdict}");
+    drop(rec);
+}

@@ -33,6 +33,9 @@ pub struct ExplainArgs {
     /// Read the kernel log (/dev/kmsg) instead of the store: no recording needed.
     #[arg(long)]
     pub kmsg: bool,
+    /// Explain CUDA out-of-memory errors (recorded with `record --cuda`) instead of kills.
+    #[arg(long, conflicts_with = "kmsg")]
+    pub gpu_oom: bool,
 }
 
 /// Runs `explain`.
@@ -42,6 +45,9 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         .map(|d| wall_now_ns() - d.as_nanos() as i64)
         .unwrap_or(0);
     let limit = if args.all { usize::MAX } else { 1 };
+    if args.gpu_oom {
+        return gpu_ooms(&args, since_ns, limit);
+    }
     let found: Vec<Explanation> = if args.kmsg {
         let clock = Clock::now();
         let mut reports = kmsg::read_all_reports()?;
@@ -100,6 +106,41 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
                     println!();
                 }
                 print!("{}", render_text(e));
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn gpu_ooms(args: &ExplainArgs, since_ns: i64, limit: usize) -> anyhow::Result<ExitCode> {
+    use crate::explain::gpu::{GpuOomExplanation, render, verdict};
+    let store = Store::open_ro(&args.store.path)?;
+    let found: Vec<GpuOomExplanation> = store
+        .gpu_ooms(since_ns, args.pid, limit)?
+        .into_iter()
+        .map(|(id, r)| GpuOomExplanation { id, verdict: verdict(&r), gpu_oom: r })
+        .collect();
+    if found.is_empty() {
+        let what = args.pid.map(|p| format!("no GPU out-of-memory error of pid {p}")).unwrap_or_else(|| "no GPU out-of-memory errors".into());
+        if args.all {
+            match args.format {
+                Format::Json => println!("[]"),
+                Format::Text => println!("{what} in {}", args.store.path.display()),
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        eprintln!("tracer: {what} in {} (they are recorded by `tracer record --cuda`)", args.store.path.display());
+        return Ok(ExitCode::from(1));
+    }
+    match (args.format, args.all) {
+        (Format::Json, true) => println!("{}", serde_json::to_string_pretty(&found)?),
+        (Format::Json, false) => println!("{}", serde_json::to_string_pretty(&found[0])?),
+        (Format::Text, _) => {
+            for (i, e) in found.iter().enumerate() {
+                if i > 0 {
+                    println!();
+                }
+                print!("{}", render(e));
             }
         }
     }

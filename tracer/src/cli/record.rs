@@ -13,7 +13,10 @@ use tracer_common::maps;
 use super::StoreArg;
 use crate::{
     collect::{self, ReaderStats},
-    correlate::engine::{Engine, EngineOptions},
+    correlate::{
+        engine::{Engine, EngineOptions},
+        gpu::GpuTracker,
+    },
     model::{ProcessTable, cgroup::CgroupLayout},
     probes::{Probes, layout::MEMCG_ITEM_NAMES},
     store::{Checkpointer, Store},
@@ -37,6 +40,10 @@ pub struct RecordArgs {
     /// Keep the store under this size (oldest events go first, kills last).
     #[arg(long, default_value = "512MiB", value_parser = super::parse_size)]
     pub max_store_size: u64,
+    /// Also trace CUDA allocations of every process on the node (uprobes on
+    /// each distinct libcudart/libcuda file, and cudart linked into executables).
+    #[arg(long)]
+    pub cuda: bool,
 }
 
 /// Capacity of the reader -> engine channels.
@@ -73,16 +80,20 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     crate::probes::caps::require_bpf()?;
     let store = Store::open_rw(&args.store.path)?;
     let _checkpointer = Checkpointer::spawn(&args.store.path, Duration::from_secs(5))?;
-    let mut probes = Probes::load(crate::probes::DATA_RING_BYTES).context("cannot record")?;
+    let ring = if args.cuda { crate::probes::CUDA_DATA_RING_BYTES } else { crate::probes::DATA_RING_BYTES };
+    let mut probes = Probes::load(ring).context("cannot record")?;
+    if args.cuda {
+        probes.load_cuda()?;
+    }
     protect_from_oom_killer();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("tokio runtime")?;
-    rt.block_on(record(args, store, &mut probes))
+    rt.block_on(record(args, store, probes))
 }
 
-async fn record(args: RecordArgs, store: Store, probes: &mut Probes) -> anyhow::Result<ExitCode> {
+async fn record(args: RecordArgs, store: Store, mut probes: Probes) -> anyhow::Result<ExitCode> {
     let stats = Arc::new(ReaderStats::default());
     let (crit_tx, crit_rx) = mpsc::channel(CHANNEL);
     let (data_tx, data_rx) = mpsc::channel(CHANNEL);
@@ -131,7 +142,7 @@ async fn record(args: RecordArgs, store: Store, probes: &mut Probes) -> anyhow::
     let layout = CgroupLayout::detect();
     let model = ProcessTable::new(layout, 300_000_000_000, 1 << 20);
     let session = store.start_session(wall_now_ns(), &hostname(), &uname_release(), &probe_json)?;
-    let items = &probes.notes.memcg_items;
+    let items = probes.notes.memcg_items.clone();
     let opts = EngineOptions {
         sample_interval: args.sample_interval,
         retention: args.retention,
@@ -144,7 +155,10 @@ async fn record(args: RecordArgs, store: Store, probes: &mut Probes) -> anyhow::
             .collect(),
         fault_item: items.get("PGMAJFAULT").copied(),
     };
-    let engine = Engine::new(store, model, session, opts, Some(drops), Some(memcg));
+    // With --cuda the engine owns the probes (it attaches to CUDA libraries
+    // as they appear); otherwise they stay here, attached, until the end.
+    let (gpu, _probes) = if args.cuda { (Some(GpuTracker::new(probes)), None) } else { (None, Some(probes)) };
+    let engine = Engine::new(store, model, session, opts, Some(drops), Some(memcg), gpu);
     let (ready_tx, ready_rx) = oneshot::channel();
     let inputs = collect_inputs(crit_rx, data_rx, kmsg_rx);
     let (done_tx, mut done_rx) = oneshot::channel();

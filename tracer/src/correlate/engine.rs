@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use tracer_common::{CudaCall, cuda};
+
+use super::gpu::GpuTracker;
 use super::{
     Context, kill_from_report, kill_from_signal, kill_from_victim, merge_report,
     record::{KillRecord, Reaping},
@@ -66,6 +69,8 @@ pub struct EngineSummary {
     pub model_entries: usize,
     /// Live processes in the model at the end.
     pub model_live: usize,
+    /// GPU out-of-memory failures recorded.
+    pub gpu_ooms: u64,
     /// Per kill (the last 1,000): µs from the kernel's timestamp of the
     /// kill to the return of its durable commit.
     pub kill_commit_us: Vec<u64>,
@@ -100,6 +105,8 @@ pub struct Engine {
     last_drops_ns: i64,
     pending: Vec<Pending>,
     to_commit: Vec<KillRecord>,
+    gpu: Option<GpuTracker>,
+    gpu_ooms: Vec<CudaCall>,
     unmatched: Vec<(OomReport, i64)>,
     buffer: Vec<EventRow>,
     summary: EngineSummary,
@@ -115,6 +122,7 @@ impl Engine {
         opts: EngineOptions,
         drops: Option<DropCounters>,
         memcg: Option<MemcgCounters>,
+        gpu: Option<GpuTracker>,
     ) -> Self {
         let sampler = Sampler::new(
             model.layout().clone(),
@@ -135,6 +143,8 @@ impl Engine {
             last_drops_ns: wall_now_ns(),
             pending: Vec::new(),
             to_commit: Vec::new(),
+            gpu,
+            gpu_ooms: Vec::new(),
             unmatched: Vec::new(),
             buffer: Vec::new(),
             summary: EngineSummary {
@@ -171,6 +181,14 @@ impl Engine {
                             self.on_event(ev)?;
                         }
                         self.commit_kills()?;
+                        if !self.gpu_ooms.is_empty() {
+                            // The calls before a GPU OOM come on the data ring:
+                            // take them in first, so the ledger is as of the failure.
+                            while let Ok(ev) = inputs.data.try_recv() {
+                                self.on_event(ev)?;
+                            }
+                            self.commit_gpu_ooms()?;
+                        }
                     }
                     None => crit_open = false,
                 },
@@ -271,19 +289,35 @@ impl Engine {
                 }
             }
             Event::Exec(e) => {
-                self.model
-                    .on_exec(e.pid, &c_str(&e.header.comm), &c_str(&e.filename))
+                self.model.on_exec(e.pid, &c_str(&e.header.comm), &c_str(&e.filename));
+                if let Some(gpu) = &mut self.gpu {
+                    gpu.on_exec(e.pid, row.ts_ns);
+                }
             }
             Event::Fork(f) => self
                 .model
                 .on_fork(f.header.pid, f.child_pid, &c_str(&f.header.comm)),
             Event::Exit(x) => {
                 self.model.on_exit(x.pid, row.ts_ns);
+                if let Some(gpu) = &mut self.gpu {
+                    gpu.on_exit(&self.store, self.session_id, x.pid, row.ts_ns)?;
+                }
                 if x.rss_known != 0 {
                     self.memory_at_exit(x)?;
                 }
             }
-            Event::Cuda(_) => {}
+            Event::Cuda(c) => {
+                if c.ret == cuda::OUT_OF_MEMORY && cuda::allocates(c.func) {
+                    self.gpu_ooms.push(*c);
+                    self.buffer.push(row);
+                    return Ok(());
+                }
+                if let Some(gpu) = &mut self.gpu {
+                    gpu.on_call(c, row.ts_ns, &self.model, self.session_id);
+                }
+                // Calls are counted in the ledgers, not stored one by one.
+                return Ok(());
+            }
             Event::MemcgOom(m) => {
                 let path = self.model.layout().memcg_path_by_id(m.memcg_id);
                 row.data["memcg_path"] = path.into();
@@ -303,6 +337,28 @@ impl Engine {
         Ok(())
     }
 
+    /// GPU out-of-memory failures, joined with the ledgers, made durable.
+    fn commit_gpu_ooms(&mut self) -> Result<(), StoreError> {
+        let mut calls = std::mem::take(&mut self.gpu_ooms);
+        calls.sort_by_key(|c| c.header.ts_boot_ns);
+        let Some(gpu) = &mut self.gpu else { return Ok(()) };
+        for c in calls {
+            let ts = self.clock.boot_to_wall(c.header.ts_boot_ns);
+            if let Some(rec) = gpu.on_call(&c, ts, &self.model, self.session_id) {
+                self.store.insert_gpu_oom(&rec)?;
+                tracing::info!(
+                    "GPU out of memory: {} (pid {}) asked {} for {} on device {}",
+                    rec.process.comm,
+                    rec.process.pid,
+                    rec.function,
+                    crate::explain::bytes(rec.size),
+                    rec.device
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// Commits every queued kill, with the events buffered so far, in one
     /// transaction: a burst of kills shares one fsync instead of queueing
     /// behind one another's.
@@ -310,7 +366,12 @@ impl Engine {
         if self.to_commit.is_empty() {
             return Ok(());
         }
-        let kills = std::mem::take(&mut self.to_commit);
+        let mut kills = std::mem::take(&mut self.to_commit);
+        if let Some(gpu) = &self.gpu {
+            for k in &mut kills {
+                k.victim.gpu = gpu.ledger(k.victim.pid);
+            }
+        }
         let events = std::mem::take(&mut self.buffer);
         let t_commit = wall_now_ns();
         let ids = self.store.insert_kills(&kills, &events, t_commit)?;
@@ -460,6 +521,9 @@ impl Engine {
         self.pending.retain(|p| now - p.record.ts_ns < PENDING_NS);
         self.settle_unmatched(now, false)?;
         self.model.prune(now);
+        if let Some(gpu) = &mut self.gpu {
+            gpu.tick(&self.store, self.session_id, now)?;
+        }
         if self.ticks % 10 == 1 {
             self.store.heartbeat(self.session_id, now)?;
         }
@@ -513,6 +577,11 @@ impl Engine {
 
     fn finish(mut self) -> Result<EngineSummary, StoreError> {
         self.commit_kills()?;
+        self.commit_gpu_ooms()?;
+        if let Some(gpu) = self.gpu.take() {
+            self.summary.gpu_ooms = gpu.ooms;
+            gpu.detach();
+        }
         let now = wall_now_ns();
         self.read_drops(now)?;
         self.flush()?;

@@ -2,6 +2,7 @@
 //! the kernel's own OOM report into one [`KillRecord`] per kill.
 
 pub mod engine;
+pub mod gpu;
 pub mod record;
 
 use tracer_common::{OomVictim, SignalKill, victim_field};
@@ -33,7 +34,8 @@ pub struct Context<'a> {
     pub now_ns: i64,
 }
 
-fn proc_ref(pid: u32, comm: String, p: Option<&Process>) -> ProcRef {
+/// A process as reports name it, from the model when it knows it.
+pub fn proc_ref(pid: u32, comm: String, p: Option<&Process>) -> ProcRef {
     ProcRef {
         pid,
         comm,

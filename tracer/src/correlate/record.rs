@@ -82,6 +82,9 @@ pub struct Victim {
     pub memory: VictimMemory,
     /// oom_score_adj.
     pub oom_score_adj: Option<i32>,
+    /// GPU and pinned host memory it held (traced CUDA calls), when traced.
+    #[serde(default)]
+    pub gpu: Option<crate::model::ledger::LedgerSummary>,
 }
 
 /// The task whose allocation triggered a kernel OOM kill.
@@ -170,5 +173,45 @@ pub struct KillRecord {
     /// Wall time of the kernel event that started the kill (boot clock converted).
     pub tracepoint_ns: Option<i64>,
     /// What is not known about this kill, and why.
+    pub gaps: Vec<String>,
+}
+
+/// GPU memory of one process at a moment (from its traced CUDA calls).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuHolder {
+    /// Process.
+    pub process: ProcRef,
+    /// Bytes held on the device in question (all device-side kinds).
+    pub device_bytes: u64,
+    /// Its whole ledger.
+    pub ledger: crate::model::ledger::LedgerSummary,
+}
+
+/// A CUDA allocation that failed with out-of-memory.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuOomRecord {
+    /// Wall time, ns.
+    pub ts_ns: i64,
+    /// The process whose allocation failed.
+    pub process: ProcRef,
+    /// The function that failed.
+    pub function: String,
+    /// Bytes asked for.
+    pub size: u64,
+    /// Kind of memory asked for.
+    pub kind: Option<crate::model::ledger::AllocKind>,
+    /// Device (-1 unknown).
+    pub device: i32,
+    /// The return code (2).
+    pub ret: i32,
+    /// Thread that called.
+    pub tid: u32,
+    /// What the process held when it failed, by kind, with its recent history.
+    pub held: crate::model::ledger::LedgerSummary,
+    /// Other traced processes holding memory on the same device, most first.
+    pub others: Vec<GpuHolder>,
+    /// The recording session.
+    pub session_id: Option<i64>,
+    /// What is not known, and why.
     pub gaps: Vec<String>,
 }

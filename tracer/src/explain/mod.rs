@@ -1,6 +1,8 @@
 //! `explain`: turns a recorded kill into a report a person can act on, in
 //! text or JSON, with a short verdict and everything that is not known.
 
+pub mod gpu;
+
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -70,8 +72,28 @@ pub fn growth(k: &KillRecord) -> Option<(u64, u64, f64)> {
     })
 }
 
-/// Decides the verdict from what was recorded.
+/// Decides the verdict from what was recorded, with a note when the
+/// victim's pinned (page-locked) CUDA host memory is a large part of what its
+/// cgroup was charged.
 pub fn verdict(k: &KillRecord) -> Verdict {
+    let mut v = base_verdict(k);
+    let pinned = k.victim.gpu.as_ref().and_then(|g| g.by_kind.get(&crate::model::ledger::AllocKind::PinnedHost)).map(|t| t.outstanding);
+    let usage = k.memcg.as_ref().and_then(|m| m.usage_bytes);
+    if let (Some(p), Some(u)) = (pinned, usage)
+        && u > 0
+        && p * 10 >= u
+    {
+        let _ = write!(
+            v.summary,
+            "; {} of it was pinned CUDA host memory ({:.0}% of the cgroup's usage), which counts against the memory limit",
+            bytes(p),
+            p as f64 * 100.0 / u as f64
+        );
+    }
+    v
+}
+
+fn base_verdict(k: &KillRecord) -> Verdict {
     if k.killer.kind == "userspace" {
         let s = k.killer.sender.as_ref();
         let who = s
@@ -225,7 +247,7 @@ pub fn explain(
 }
 
 /// A command line on one line (newlines shown as `\n`), cut at `max` chars.
-fn one_line(s: &str, max: usize) -> String {
+pub(crate) fn one_line(s: &str, max: usize) -> String {
     let flat = s.trim().replace('\n', "\\n");
     if flat.chars().count() > max {
         format!("{}...", flat.chars().take(max).collect::<String>())
@@ -308,6 +330,9 @@ pub fn render_text(e: &Explanation) -> String {
         );
     } else {
         let _ = writeln!(o, "  memory     unknown{adj}");
+    }
+    if let Some(g) = &v.gpu {
+        let _ = writeln!(o, "  gpu        {} (traced CUDA allocations)", gpu::held_by_kind(g));
     }
     let _ = writeln!(o, "  killed by  {}", killer_line(k));
     if let Some(t) = &k.trigger {

@@ -6,13 +6,16 @@ use std::path::{Path, PathBuf};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::correlate::record::KillRecord;
+use crate::{
+    correlate::record::{GpuOomRecord, KillRecord},
+    model::ledger::LedgerSummary,
+};
 
 /// Default location of the store.
 pub const DEFAULT_PATH: &str = "/var/lib/tracer/tracer.db";
 
 /// Current schema version (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Store errors.
 #[derive(Debug, thiserror::Error)]
@@ -176,6 +179,27 @@ const MIGRATIONS: &[&str] = &[
         to_ns INTEGER NOT NULL
      );
      CREATE INDEX drops_to ON drops(to_ns);",
+    // 1 -> 2: CUDA tracing.
+    "CREATE TABLE gpu_ooms (
+        id INTEGER PRIMARY KEY,
+        ts_ns INTEGER NOT NULL,
+        pid INTEGER NOT NULL,
+        comm TEXT NOT NULL,
+        device INTEGER NOT NULL,
+        session_id INTEGER,
+        record TEXT NOT NULL
+     );
+     CREATE INDEX gpu_ooms_ts ON gpu_ooms(ts_ns);
+     CREATE TABLE gpu_ledgers (
+        id INTEGER PRIMARY KEY,
+        ts_ns INTEGER NOT NULL,
+        pid INTEGER NOT NULL,
+        comm TEXT NOT NULL,
+        final INTEGER NOT NULL,
+        session_id INTEGER,
+        ledger TEXT NOT NULL
+     );
+     CREATE INDEX gpu_ledgers_pid ON gpu_ledgers(pid, ts_ns);",
 ];
 
 fn classify(path: &Path, e: rusqlite::Error, op: &'static str) -> StoreError {
@@ -578,6 +602,65 @@ impl Store {
         rows.collect::<Result<_, _>>().map_err(sql("events"))
     }
 
+    /// Commits a GPU out-of-memory record (durably, like a kill).
+    pub fn insert_gpu_oom(&mut self, rec: &GpuOomRecord) -> Result<i64, StoreError> {
+        let json = serde_json::to_string(rec).expect("records serialize");
+        self.conn.pragma_update(None, "synchronous", "FULL").map_err(sql("insert gpu oom"))?;
+        let r = self.conn.execute(
+            "INSERT INTO gpu_ooms (ts_ns, pid, comm, device, session_id, record) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![rec.ts_ns, rec.process.pid, rec.process.comm, rec.device, rec.session_id, json],
+        );
+        self.conn.pragma_update(None, "synchronous", "NORMAL").map_err(sql("insert gpu oom"))?;
+        r.map_err(sql("insert gpu oom"))?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// GPU out-of-memory records since `since_ns`, newest first.
+    pub fn gpu_ooms(&self, since_ns: i64, pid: Option<u32>, limit: usize) -> Result<Vec<(i64, GpuOomRecord)>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT id, record FROM gpu_ooms WHERE ts_ns >= ?1 AND (?2 IS NULL OR pid = ?2)
+                 ORDER BY ts_ns DESC, id DESC LIMIT ?3",
+            )
+            .map_err(sql("gpu ooms"))?;
+        let rows = st
+            .query_map(params![since_ns, pid, limit as i64], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+            .map_err(sql("gpu ooms"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, json) = row.map_err(sql("gpu ooms"))?;
+            out.push((id, serde_json::from_str(&json).map_err(|source| StoreError::Record { id, source })?));
+        }
+        Ok(out)
+    }
+
+    /// Stores a snapshot of a process's GPU ledger (`fin`: at its exit).
+    pub fn insert_ledger(&self, session: i64, ts_ns: i64, pid: u32, comm: &str, fin: bool, l: &LedgerSummary) -> Result<(), StoreError> {
+        let json = serde_json::to_string(l).expect("ledgers serialize");
+        self.conn
+            .execute(
+                "INSERT INTO gpu_ledgers (ts_ns, pid, comm, final, session_id, ledger) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![ts_ns, pid, comm, fin, session, json],
+            )
+            .map_err(sql("insert ledger"))?;
+        Ok(())
+    }
+
+    /// The latest ledger snapshot of `pid` at or before `ts_ns`.
+    pub fn ledger_at(&self, pid: u32, ts_ns: i64) -> Result<Option<LedgerSummary>, StoreError> {
+        let row: Option<(i64, String)> = self
+            .conn
+            .query_row(
+                "SELECT id, ledger FROM gpu_ledgers WHERE pid = ?1 AND ts_ns <= ?2 ORDER BY ts_ns DESC LIMIT 1",
+                params![pid, ts_ns],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(sql("ledger"))?;
+        row.map(|(id, json)| serde_json::from_str(&json).map_err(|source| StoreError::Record { id, source })).transpose()
+    }
+
     /// Bytes the database file uses.
     pub fn size_bytes(&self) -> Result<u64, StoreError> {
         let pages: i64 = self
@@ -602,7 +685,7 @@ impl Store {
     ) -> Result<u64, StoreError> {
         let cutoff = now_ns - max_age_ns;
         let mut deleted = 0u64;
-        for table in ["events", "kills", "drops"] {
+        for table in ["events", "kills", "drops", "gpu_ooms", "gpu_ledgers"] {
             let col = if table == "drops" { "to_ns" } else { "ts_ns" };
             deleted += self
                 .conn
@@ -615,7 +698,7 @@ impl Store {
                 [cutoff],
             )
             .map_err(sql("retention"))?;
-        for table in ["events", "kills"] {
+        for table in ["events", "gpu_ledgers", "gpu_ooms", "kills"] {
             while self.used_bytes()? > max_bytes {
                 let n = self
                     .conn

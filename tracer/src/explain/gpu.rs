@@ -1,0 +1,118 @@
+//! `explain --gpu-oom`: a CUDA allocation that failed for lack of GPU memory.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::bytes;
+use crate::{
+    correlate::record::GpuOomRecord,
+    model::ledger::{AllocKind, LedgerSummary},
+    time::format_wall,
+};
+
+/// A GPU OOM with what explain says of it.
+#[derive(Clone, Debug, Serialize)]
+pub struct GpuOomExplanation {
+    /// Store id.
+    pub id: i64,
+    /// The record.
+    pub gpu_oom: GpuOomRecord,
+    /// The short answer.
+    pub verdict: String,
+}
+
+/// `device 1.0 GiB, managed 0 B, ...` for a ledger.
+pub fn held_by_kind(l: &LedgerSummary) -> String {
+    AllocKind::ALL
+        .iter()
+        .map(|k| format!("{} {}", k.name(), bytes(l.by_kind.get(k).map(|t| t.outstanding).unwrap_or(0))))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Decides who filled the device.
+pub fn verdict(r: &GpuOomRecord) -> String {
+    let own = r.held.by_device.get(&r.device).copied().unwrap_or(0);
+    let dev = if r.device >= 0 { format!("device {}", r.device) } else { "the device".to_string() };
+    match r.others.first() {
+        Some(o) if o.device_bytes > own => format!(
+            "another process holds the most on {dev}: {} (pid {}) with {}, this one {}; the request for {} did not fit",
+            o.process.comm,
+            o.process.pid,
+            bytes(o.device_bytes),
+            bytes(own),
+            bytes(r.size)
+        ),
+        _ => {
+            let rest: u64 = r.others.iter().map(|o| o.device_bytes).sum();
+            format!(
+                "the process's own allocations filled {dev}: it held {} (traced), other traced processes {}; the request for {} did not fit",
+                bytes(own),
+                bytes(rest),
+                bytes(r.size)
+            )
+        }
+    }
+}
+
+/// Renders one GPU OOM as text.
+pub fn render(e: &GpuOomExplanation) -> String {
+    let r = &e.gpu_oom;
+    let p = &r.process;
+    let mut o = String::new();
+    let dev = if r.device >= 0 { format!(" on device {}", r.device) } else { String::new() };
+    let _ = writeln!(
+        o,
+        "{} GPU out of memory: {} (pid {}) asked {} for {}{dev}",
+        format_wall(r.ts_ns),
+        p.comm,
+        p.pid,
+        r.function,
+        bytes(r.size)
+    );
+    let _ = writeln!(o);
+    let owner = p.owner.as_ref().and_then(|o| o.short()).map(|s| format!("  [{s}]")).unwrap_or_default();
+    let _ = writeln!(o, "  process    {} (pid {}, thread {}){owner}", p.comm, p.pid, r.tid);
+    if let Some(c) = &p.cmdline {
+        let _ = writeln!(o, "  command    {}", super::one_line(c, 200));
+    }
+    let kind = r.kind.map(|k| k.name()).unwrap_or("memory");
+    let _ = writeln!(o, "  request    {} of {kind}{dev}: error {} (out of memory)", bytes(r.size), r.ret);
+    let h = &r.held;
+    let _ = writeln!(
+        o,
+        "  held       {} = {} in {} allocations (peak {})",
+        held_by_kind(h),
+        bytes(h.total_bytes),
+        h.live_allocations,
+        bytes(h.peak_total_bytes)
+    );
+    for a in &h.largest {
+        let _ = writeln!(o, "             {:>10}  {:<12}  {} at {}", bytes(a.size), a.kind.name(), a.function, format_wall(a.ts_ns));
+    }
+    if !h.recent.is_empty() {
+        let _ = writeln!(o, "  recent calls:");
+        for c in &h.recent {
+            let res = if c.ret == 0 { "ok".to_string() } else { format!("error {}", c.ret) };
+            let _ = writeln!(o, "    {:+.3}s  {:<24} {:>10}  {res}", (c.ts_ns - r.ts_ns) as f64 / 1e9, c.function, bytes(c.size));
+        }
+    }
+    if r.others.is_empty() {
+        let _ = writeln!(o, "  others     no other traced process holds memory{dev}");
+    } else {
+        let _ = writeln!(o, "  others{dev}:");
+        let _ = writeln!(o, "    {:>8}  {:>12}  NAME", "PID", "ON DEVICE");
+        for x in &r.others {
+            let owner = x.process.owner.as_ref().and_then(|o| o.short()).map(|s| format!("  [{s}]")).unwrap_or_default();
+            let _ = writeln!(o, "    {:>8}  {:>12}  {}{owner}", x.process.pid, bytes(x.device_bytes), x.process.comm);
+        }
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(o, "  verdict    {}", e.verdict);
+    for g in &r.gaps {
+        let _ = writeln!(o, "  not known  {g}");
+    }
+    let _ = writeln!(o, "  not known  memory the driver uses outside traced calls (contexts, other libraries) is not counted");
+    o
+}
