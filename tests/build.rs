@@ -4,7 +4,10 @@ use std::{env, path::PathBuf, process::Command};
 
 fn cc(args: &[&str]) {
     let compiler = env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = Command::new(&compiler).args(args).status().unwrap_or_else(|e| panic!("run {compiler}: {e}"));
+    let status = Command::new(&compiler)
+        .args(args)
+        .status()
+        .unwrap_or_else(|e| panic!("run {compiler}: {e}"));
     assert!(status.success(), "{compiler} {args:?} failed");
 }
 
@@ -20,8 +23,25 @@ fn main() {
         let all: Vec<&str> = args.iter().chain(extra).map(String::as_str).collect();
         cc(&all);
     };
-    run(&["-shared".into(), "-fPIC".into(), "-Wl,-soname,libcuda.so.1".into(), "-o".into(), o("libcuda.so.1"), s("driver.c"), "-lpthread".into()]);
-    run(&["-shared".into(), "-fPIC".into(), "-Wl,-soname,libcudart.so.12".into(), "-o".into(), o("libcudart.so.12"), s("runtime.c"), "-ldl".into(), "-lpthread".into()]);
+    run(&[
+        "-shared".into(),
+        "-fPIC".into(),
+        "-Wl,-soname,libcuda.so.1".into(),
+        "-o".into(),
+        o("libcuda.so.1"),
+        s("driver.c"),
+        "-lpthread".into(),
+    ]);
+    run(&[
+        "-shared".into(),
+        "-fPIC".into(),
+        "-Wl,-soname,libcudart.so.12".into(),
+        "-o".into(),
+        o("libcudart.so.12"),
+        s("runtime.c"),
+        "-ldl".into(),
+        "-lpthread".into(),
+    ]);
     run(&["-o".into(), o("cudaload"), s("cudaload.c"), "-ldl".into()]);
     run(&[
         "-DSIMCUDA_STATIC".into(),

@@ -10,6 +10,9 @@
  *   drvmalloc N | drvfree P          the driver API directly
  *   vmm N -> "ok VA HANDLE"; vmmfree VA HANDLE N -> "ok"
  *   loop N BYTES                     N x (cudaMalloc + cudaFree), replies "ok NS" (ns per pair)
+ *   rate CALLS_PER_S SECONDS BYTES [drv]
+ *                                    paced cudaMalloc + cudaFree pairs (cuMemAlloc_v2 +
+ *                                    cuMemFree_v2 with "drv"); replies "ok CALLS PER_S"
  *   dlopen RUNTIME.so [DRIVER.so]    load libraries now
  *   addr SYMBOL                      the address the process calls it at
  *   exit                             exit without freeing anything */
@@ -92,11 +95,11 @@ int main(int argc, char **argv) {
 #endif
     setvbuf(stdout, NULL, _IOLBF, 0);
     printf("ready\n");
-    char line[512], a[128], b[128], c[128];
+    char line[512], a[128], b[128], c[128], e[128];
     while (fgets(line, sizeof line, stdin)) {
-        a[0] = b[0] = c[0] = 0;
+        a[0] = b[0] = c[0] = e[0] = 0;
         char cmd[32] = "";
-        sscanf(line, "%31s %127s %127s %127s", cmd, a, b, c);
+        sscanf(line, "%31s %127s %127s %127s %127s", cmd, a, b, c, e);
         size_t n = strtoull(a, NULL, 0);
         void *p = NULL;
         if (!strcmp(cmd, "malloc")) { NEED(cudaMalloc); int r = p_cudaMalloc(&p, n); reply_ptr(r, p); }
@@ -151,6 +154,37 @@ int main(int argc, char **argv) {
             void *s = dlsym(RTLD_DEFAULT, a);
             if (!strcmp(a, "cudaMalloc") && p_cudaMalloc) s = (void *)p_cudaMalloc;
             if (s) printf("ok %p\n", s); else printf("err -1\n");
+        }
+        else if (!strcmp(cmd, "rate")) {
+            int drv = !strcmp(e, "drv");
+            if (drv) { NEED(cuMemAlloc_v2); NEED(cuMemFree_v2); } else { NEED(cudaMalloc); NEED(cudaFree); }
+            double rate = strtod(a, NULL), secs = strtod(b, NULL);
+            size_t bytes = strtoull(c, NULL, 0), calls = 0;
+            struct timespec t0, t;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            int r = 0;
+            for (;;) {
+                clock_gettime(CLOCK_MONOTONIC, &t);
+                double el = (t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9;
+                if (el >= secs) break;
+                /* Pairs due by now; spin politely when ahead. */
+                if (calls >= rate * el) { struct timespec ns = {0, 20000}; nanosleep(&ns, NULL); continue; }
+                for (int i = 0; i < 64 && !r; i++) {
+                    if (drv) {
+                        CUdeviceptr d = 0;
+                        r = p_cuMemAlloc_v2(&d, bytes);
+                        if (!r) r = p_cuMemFree_v2(d);
+                    } else {
+                        r = p_cudaMalloc(&p, bytes);
+                        if (!r) r = p_cudaFree(p);
+                    }
+                    calls += 2;
+                }
+                if (r) break;
+            }
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            double el = (t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9;
+            if (r) printf("err %d\n", r); else printf("ok %zu %.0f\n", calls, calls / el);
         }
         else if (!strcmp(cmd, "dlopen")) { reply(load(a, b[0] ? b : NULL) ? -1 : 0); }
         else if (!strcmp(cmd, "exit")) { return 0; }

@@ -29,7 +29,8 @@ pub fn real_cudart() -> PathBuf {
     if let Some(p) = std::env::var_os("TRACER_CUDART") {
         return p.into();
     }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/cuda-wheel/nvidia/cuda_runtime/lib/libcudart.so.12")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/cuda-wheel/nvidia/cuda_runtime/lib/libcudart.so.12")
 }
 
 /// Whether privileged tests can run; in CI (`CI=true`) they must.
@@ -407,10 +408,19 @@ pub struct CudaLoad {
 impl CudaLoad {
     /// Starts `cmd` (a cudaload) and waits for its "ready".
     pub fn spawn(mut cmd: Command) -> Self {
-        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("spawn cudaload");
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn cudaload");
         let stdin = child.stdin.take().expect("piped");
         let stdout = BufReader::new(child.stdout.take().expect("piped"));
-        let mut me = Self { child, stdin, stdout };
+        let mut me = Self {
+            child,
+            stdin,
+            stdout,
+        };
         assert_eq!(me.line(), "ready");
         me
     }
@@ -419,7 +429,9 @@ impl CudaLoad {
     pub fn sim(env: &[(&str, &str)]) -> Self {
         let d = simcuda_dir();
         let mut cmd = Command::new(d.join("cudaload"));
-        cmd.arg(d.join("libcudart.so.12")).arg(d.join("libcuda.so.1")).envs(env.iter().copied());
+        cmd.arg(d.join("libcudart.so.12"))
+            .arg(d.join("libcuda.so.1"))
+            .envs(env.iter().copied());
         Self::spawn(cmd)
     }
 
@@ -486,7 +498,12 @@ impl Attach {
     /// Starts `tracer attach --pid PID --json EXTRA...` and waits until it
     /// says it attached (or is waiting for a library).
     pub fn start(pid: u32, extra: &[&str]) -> Self {
-        let mut child = Command::new(tracer_bin())
+        Self::start_bin(&tracer_bin(), pid, extra)
+    }
+
+    /// Same, with the tracer binary at `bin`.
+    pub fn start_bin(bin: &Path, pid: u32, extra: &[&str]) -> Self {
+        let mut child = Command::new(bin)
             .args(["attach", "--json", "--pid", &pid.to_string()])
             .args(extra)
             .stdout(Stdio::piped())
@@ -495,7 +512,10 @@ impl Attach {
             .expect("start tracer attach");
         let lines = Arc::new(Mutex::new(Vec::new()));
         let stderr = Arc::new(Mutex::new(String::new()));
-        let (out, err) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+        let (out, err) = (
+            child.stdout.take().expect("piped"),
+            child.stderr.take().expect("piped"),
+        );
         let sink = lines.clone();
         thread::spawn(move || {
             for l in BufReader::new(out).lines().map_while(Result::ok) {
@@ -509,7 +529,11 @@ impl Attach {
                 sink.lock().expect("lock").push_str(&(l + "\n"));
             }
         });
-        let mut me = Self { child, lines, stderr };
+        let mut me = Self {
+            child,
+            lines,
+            stderr,
+        };
         let ok = wait_for(Duration::from_secs(30), || {
             let e = me.stderr();
             if e.contains("tracer: attached") || e.contains("waiting for one") {
@@ -520,7 +544,11 @@ impl Attach {
             }
             None
         });
-        assert!(ok.is_some(), "tracer attach did not attach: {}", me.stderr());
+        assert!(
+            ok.is_some(),
+            "tracer attach did not attach: {}",
+            me.stderr()
+        );
         me
     }
 
@@ -541,17 +569,33 @@ impl Attach {
     }
 
     /// Waits until `n` call lines satisfy `pred`; returns them.
-    pub fn wait_calls(&self, n: usize, pred: impl Fn(&serde_json::Value) -> bool) -> Vec<serde_json::Value> {
+    pub fn wait_calls(
+        &self,
+        n: usize,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> Vec<serde_json::Value> {
         let got = wait_for(Duration::from_secs(10), || {
-            let v: Vec<_> = self.of_type("call").into_iter().filter(|c| pred(c)).collect();
+            let v: Vec<_> = self
+                .of_type("call")
+                .into_iter()
+                .filter(|c| pred(c))
+                .collect();
             (v.len() >= n).then_some(v)
         });
-        got.unwrap_or_else(|| panic!("fewer than {n} matching calls in {:?}", self.of_type("call")))
+        got.unwrap_or_else(|| {
+            panic!(
+                "fewer than {n} matching calls in {:?}",
+                self.of_type("call")
+            )
+        })
     }
 
     /// Waits for it to end by itself (the target exited); returns the final report.
     pub fn wait_end(mut self) -> serde_json::Value {
-        let status = wait_for(Duration::from_secs(15), || self.child.try_wait().ok().flatten()).expect("attach ended");
+        let status = wait_for(Duration::from_secs(15), || {
+            self.child.try_wait().ok().flatten()
+        })
+        .expect("attach ended");
         assert!(status.success(), "attach failed: {}", self.stderr());
         thread::sleep(Duration::from_millis(100));
         self.final_report()
@@ -559,7 +603,10 @@ impl Attach {
 
     /// Stops it with SIGINT; returns the final report.
     pub fn stop(mut self) -> serde_json::Value {
-        assert!(interrupt(&mut self.child, Duration::from_secs(15)), "attach did not stop");
+        assert!(
+            interrupt(&mut self.child, Duration::from_secs(15)),
+            "attach did not stop"
+        );
         thread::sleep(Duration::from_millis(100));
         self.final_report()
     }
@@ -567,7 +614,8 @@ impl Attach {
     fn final_report(&self) -> serde_json::Value {
         let mut all = self.of_type("exit");
         all.extend(self.of_type("detach"));
-        all.pop().unwrap_or_else(|| panic!("no final report; stderr: {}", self.stderr()))
+        all.pop()
+            .unwrap_or_else(|| panic!("no final report; stderr: {}", self.stderr()))
     }
 }
 

@@ -20,7 +20,11 @@ fn func(c: &Value) -> &str {
 
 fn start_time(pid: u32) -> String {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    stat[stat.rfind(')').unwrap() + 2..].split_whitespace().nth(19).unwrap().to_string()
+    stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .to_string()
 }
 
 #[test]
@@ -30,7 +34,11 @@ fn real_libcudart_calls_are_seen_with_their_return_code() {
     }
     let lib = real_cudart();
     if !lib.exists() {
-        assert!(std::env::var_os("CI").is_none(), "{} missing: cargo xtask setup installs it", lib.display());
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{} missing: cargo xtask setup installs it",
+            lib.display()
+        );
         eprintln!("skipped: {} missing (run cargo xtask setup)", lib.display());
         return;
     }
@@ -40,7 +48,11 @@ fn real_libcudart_calls_are_seen_with_their_return_code() {
     let pid = target.pid();
     let started = start_time(pid);
     let attach = Attach::start(pid, &[]);
-    assert!(attach.stderr().contains("libcudart.so.12"), "{}", attach.stderr());
+    assert!(
+        attach.stderr().contains("libcudart.so.12"),
+        "{}",
+        attach.stderr()
+    );
     // No NVIDIA driver on this machine: the real runtime answers 35.
     assert_eq!(target.cmd("malloc 1048576"), "err 35");
     assert_eq!(target.cmd("malloc 4096"), "err 35");
@@ -81,11 +93,19 @@ fn simulated_driver_ledger_by_kind_leaks_and_gpu_oom() {
     assert_eq!(oom[0]["size"], 268435456);
     assert_eq!(oom[0]["device"], 0);
     let summary = wait_for(Duration::from_secs(5), || {
-        attach.of_type("summary").into_iter().rev().find(|s| s["ledger"]["calls"].as_u64() >= Some(11))
+        attach
+            .of_type("summary")
+            .into_iter()
+            .rev()
+            .find(|s| s["ledger"]["calls"].as_u64() >= Some(11))
     })
     .expect("a summary with every call");
     let k = &summary["ledger"]["by_kind"];
-    assert_eq!(k["device"]["outstanding"], 64 * MIB + 1024 * 100, "pitch 1000 rounds up to 1024");
+    assert_eq!(
+        k["device"]["outstanding"],
+        64 * MIB + 1024 * 100,
+        "pitch 1000 rounds up to 1024"
+    );
     assert_eq!(k["managed"]["outstanding"], 16 * MIB);
     assert_eq!(k["async_pool"]["outstanding"], 6 * MIB);
     assert_eq!(k["pinned_host"]["outstanding"], 0);
@@ -101,7 +121,10 @@ fn simulated_driver_ledger_by_kind_leaks_and_gpu_oom() {
     assert_eq!(leaks[0]["size"], 64 * MIB);
     assert_eq!(leaks[0]["kind"], "device");
     assert_eq!(leaks[0]["function"], "cudaMalloc");
-    assert_eq!(report["ledger"]["total_bytes"], 64 * MIB + 16 * MIB + 6 * MIB + 102400);
+    assert_eq!(
+        report["ledger"]["total_bytes"],
+        64 * MIB + 16 * MIB + 6 * MIB + 102400
+    );
 }
 
 #[test]
@@ -127,11 +150,26 @@ fn runtime_over_driver_counts_once_and_vmm_maps() {
     let count = |f: &str| all.iter().filter(|c| func(c) == f).count();
     assert_eq!(count("cudaMalloc"), 5);
     assert_eq!(count("cudaFree"), 5);
-    assert_eq!(count("cuMemAlloc_v2"), 1, "only the direct driver call: {all:?}");
+    assert_eq!(
+        count("cuMemAlloc_v2"),
+        1,
+        "only the direct driver call: {all:?}"
+    );
     assert_eq!(count("cuMemFree_v2"), 1);
     assert_eq!(count("cudaSetDevice"), 1);
-    assert_eq!(count("cuDevicePrimaryCtxRetain"), 0, "nested in cudaSetDevice");
-    for f in ["cuMemCreate", "cuMemAddressReserve", "cuMemMap", "cuMemUnmap", "cuMemAddressFree", "cuMemRelease"] {
+    assert_eq!(
+        count("cuDevicePrimaryCtxRetain"),
+        0,
+        "nested in cudaSetDevice"
+    );
+    for f in [
+        "cuMemCreate",
+        "cuMemAddressReserve",
+        "cuMemMap",
+        "cuMemUnmap",
+        "cuMemAddressFree",
+        "cuMemRelease",
+    ] {
         assert_eq!(count(f), 1, "{f}");
     }
     let create = all.iter().find(|c| func(c) == "cuMemCreate").unwrap();
@@ -159,11 +197,17 @@ fn a_library_loaded_after_attach_is_picked_up() {
     let attach = Attach::start(target.pid(), &["--wait"]);
     assert!(attach.stderr().contains("waiting for one"));
     let loaded = Instant::now();
-    target.ok(&format!("dlopen {} {}", d.join("libcudart.so.12").display(), d.join("libcuda.so.1").display()));
+    target.ok(&format!(
+        "dlopen {} {}",
+        d.join("libcudart.so.12").display(),
+        d.join("libcuda.so.1").display()
+    ));
     let seen = wait_for(Duration::from_secs(5), || {
         target.ok("malloc 1024");
         let c = attach.of_type("call");
-        c.iter().any(|c| func(c) == "cudaMalloc").then(|| loaded.elapsed())
+        c.iter()
+            .any(|c| func(c) == "cudaMalloc")
+            .then(|| loaded.elapsed())
     })
     .expect("calls traced after the dlopen");
     assert!(seen < Duration::from_millis(1500), "picked up in {seen:?}");
@@ -175,8 +219,17 @@ fn statically_linked_cudart_in_the_executable() {
         return;
     }
     let mut target = CudaLoad::spawn(Command::new(simcuda_dir().join("cudaload-static")));
+    // doctor --pid says what it found, and which probed functions are missing.
+    let out = tracer(&["doctor", "--pid", &target.pid().to_string(), "--store", "/nonexistent/dir/x.db"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(text.contains("cudart linked into the executable"), "{text}");
+    assert!(text.contains("not exported, so not traced: cudaMallocAsync_ptsz"), "{text}");
     let attach = Attach::start(target.pid(), &[]);
-    assert!(attach.stderr().contains("linked into the executable"), "{}", attach.stderr());
+    assert!(
+        attach.stderr().contains("linked into the executable"),
+        "{}",
+        attach.stderr()
+    );
     target.ok("malloc 123456");
     let c = attach.wait_calls(1, |c| func(c) == "cudaMalloc");
     assert_eq!(c[0]["size"], 123456);
@@ -202,7 +255,10 @@ fn a_process_in_another_mount_namespace() {
     let mut cmd = Command::new("unshare");
     cmd.args(["--mount", "--propagation", "private", "sh", "-c", &script]);
     let mut target = CudaLoad::spawn(cmd);
-    assert!(!mnt.join("libcudart.so.12").exists(), "not visible on the host");
+    assert!(
+        !mnt.join("libcudart.so.12").exists(),
+        "not visible on the host"
+    );
     let attach = Attach::start(target.pid(), &[]);
     target.ok("malloc 65536");
     let c = attach.wait_calls(1, |c| func(c) == "cudaMalloc");
@@ -216,7 +272,8 @@ fn detach_leaves_no_probe_behind() {
     }
     let mut target = CudaLoad::sim(&[]);
     let pid = target.pid();
-    let addr = u64::from_str_radix(target.ok("addr cudaMalloc")[0].trim_start_matches("0x"), 16).unwrap();
+    let addr =
+        u64::from_str_radix(target.ok("addr cudaMalloc")[0].trim_start_matches("0x"), 16).unwrap();
     let first_byte = || {
         let mut mem = fs::File::open(format!("/proc/{pid}/mem")).unwrap();
         mem.seek(SeekFrom::Start(addr)).unwrap();
@@ -248,14 +305,18 @@ fn bad_input() {
     assert!(err(&["attach", "--pid", "999999999"]).contains("no process with pid 999999999"));
     let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
     let e = err(&["attach", "--pid", &sleeper.id().to_string()]);
-    assert!(e.contains("has no CUDA library loaded") && e.contains("--wait"), "{e}");
+    assert!(
+        e.contains("has no CUDA library loaded") && e.contains("--wait"),
+        "{e}"
+    );
     let _ = sleeper.kill();
     let _ = sleeper.wait();
     // A process that exits while tracer attaches: a clear end either way.
     let mut short = Command::new("sleep").arg("0.3").spawn().unwrap();
     let out = tracer(&["attach", "--wait", "--pid", &short.id().to_string()]);
     let _ = short.wait();
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(
         (out.status.success() && text.contains("exited")) || text.contains("no process with pid"),
         "{out:?}"
@@ -271,13 +332,22 @@ fn bad_input() {
             .output()
             .unwrap()
     };
-    assert!(String::from_utf8_lossy(&out.stderr).contains("needs root"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("needs root"),
+        "{out:?}"
+    );
 }
 
 /// Waits until the recorder's log says it attached to the simulated runtime.
 fn wait_attached(rec: &tracer_e2e::Recorder) {
-    let ok = wait_for(Duration::from_secs(20), || rec.log().contains("libcudart.so.12 (").then_some(()));
-    assert!(ok.is_some(), "recorder never attached to the CUDA runtime: {}", rec.log());
+    let ok = wait_for(Duration::from_secs(20), || {
+        rec.log().contains("libcudart.so.12 (").then_some(())
+    });
+    assert!(
+        ok.is_some(),
+        "recorder never attached to the CUDA runtime: {}",
+        rec.log()
+    );
 }
 
 #[test]
@@ -299,8 +369,17 @@ fn record_cuda_explains_a_gpu_oom_with_the_other_processes_on_the_device() {
     assert_eq!(victim.cmd("malloc 209715200"), "err 2");
     let store_s = store.to_str().unwrap();
     let v = wait_for(Duration::from_secs(10), || {
-        let out = tracer(&["explain", "--gpu-oom", "--store", store_s, "--format", "json"]);
-        out.status.success().then(|| serde_json::from_slice::<Value>(&out.stdout).unwrap())
+        let out = tracer(&[
+            "explain",
+            "--gpu-oom",
+            "--store",
+            store_s,
+            "--format",
+            "json",
+        ]);
+        out.status
+            .success()
+            .then(|| serde_json::from_slice::<Value>(&out.stdout).unwrap())
     })
     .expect("a GPU OOM in the store");
     let r = &v["gpu_oom"];
@@ -312,15 +391,35 @@ fn record_cuda_explains_a_gpu_oom_with_the_other_processes_on_the_device() {
     assert_eq!(r["device"], 0);
     assert_eq!(r["held"]["by_kind"]["device"]["outstanding"], 104857600);
     assert_eq!(r["held"]["by_kind"]["pinned_host"]["outstanding"], 1048576);
-    let recent: Vec<&str> = r["held"]["recent"].as_array().unwrap().iter().map(|c| c["function"].as_str().unwrap()).collect();
+    let recent: Vec<&str> = r["held"]["recent"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["function"].as_str().unwrap())
+        .collect();
     assert_eq!(recent, ["cudaMalloc", "cudaMallocHost", "cudaMalloc"]);
     let others = r["others"].as_array().unwrap();
     assert_eq!(others.len(), 1, "{others:?}");
     assert_eq!(others[0]["process"]["pid"], neighbour.pid());
     assert_eq!(others[0]["device_bytes"], 52428800);
-    assert!(v["verdict"].as_str().unwrap().contains("own allocations filled device 0"), "{}", v["verdict"]);
-    let text = String::from_utf8_lossy(&tracer(&["explain", "--gpu-oom", "--store", store_s]).stdout).to_string();
-    assert!(text.contains(&format!("GPU out of memory: cudaload (pid {}) asked cudaMalloc for 200.0 MiB on device 0", victim.pid())), "{text}");
+    assert!(
+        v["verdict"]
+            .as_str()
+            .unwrap()
+            .contains("own allocations filled device 0"),
+        "{}",
+        v["verdict"]
+    );
+    let text =
+        String::from_utf8_lossy(&tracer(&["explain", "--gpu-oom", "--store", store_s]).stdout)
+            .to_string();
+    assert!(
+        text.contains(&format!(
+            "GPU out of memory: cudaload (pid {}) asked cudaMalloc for 200.0 MiB on device 0",
+            victim.pid()
+        )),
+        "{text}"
+    );
     assert!(text.contains(&neighbour.pid().to_string()), "{text}");
     drop(rec);
 }
@@ -336,7 +435,8 @@ fn a_host_oom_kill_shows_the_victims_pinned_host_memory() {
     let rec = tracer_e2e::Recorder::start_with(&store, &["--cuda"]);
     let d = simcuda_dir();
     let mut cmd = cg.command(d.join("cudaload"));
-    cmd.arg(d.join("libcudart.so.12")).arg(d.join("libcuda.so.1"));
+    cmd.arg(d.join("libcudart.so.12"))
+        .arg(d.join("libcuda.so.1"));
     let mut target = CudaLoad::spawn(cmd);
     let pid = target.pid();
     wait_attached(&rec);
@@ -350,13 +450,23 @@ fn a_host_oom_kill_shows_the_victims_pinned_host_memory() {
     }
     assert_eq!(cg.oom_kills(), 1, "the cgroup's OOM killer ran");
     let v = wait_for(Duration::from_secs(15), || {
-        let out = tracer(&["explain", "--store", store.to_str().unwrap(), "--pid", &pid.to_string(), "--format", "json"]);
+        let out = tracer(&[
+            "explain",
+            "--store",
+            store.to_str().unwrap(),
+            "--pid",
+            &pid.to_string(),
+            "--format",
+            "json",
+        ]);
         let v: Value = serde_json::from_slice(&out.stdout).ok()?;
         v["kill"]["source"].as_str()?.contains("kmsg").then_some(v)
     })
     .expect("the kill, joined with the kernel report");
     let gpu = &v["kill"]["victim"]["gpu"];
-    let pinned = gpu["by_kind"]["pinned_host"]["outstanding"].as_u64().unwrap();
+    let pinned = gpu["by_kind"]["pinned_host"]["outstanding"]
+        .as_u64()
+        .unwrap();
     assert!(pinned >= 40 * MIB, "pinned host at the kill: {pinned}");
     assert_eq!(gpu["by_kind"]["device"]["outstanding"], 1073741824);
     let verdict = v["verdict"]["summary"].as_str().unwrap();

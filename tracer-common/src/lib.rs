@@ -58,6 +58,10 @@ pub mod programs {
     pub const CUDA_ENTRY: &str = "cuda_entry";
     /// `uretprobe` on every CUDA allocation API.
     pub const CUDA_RETURN: &str = "cuda_return";
+    /// Empty `uprobe` at the same sites (the benchmark's floor).
+    pub const CUDA_FLOOR_ENTRY: &str = "cuda_floor_entry";
+    /// Empty `uretprobe` at the same sites.
+    pub const CUDA_FLOOR_RETURN: &str = "cuda_floor_return";
 }
 
 /// Sizes of the ring buffers, in bytes (powers of two, multiples of the page size).
@@ -70,6 +74,12 @@ pub mod ring {
     pub const COUNT: u32 = 2;
     /// 256 KiB: about 2,000 kill-sized events; the reader wakes on each one.
     pub const CRITICAL_BYTES: u32 = 256 * 1024;
+    /// The data ring wakes its reader only once this much is waiting (the
+    /// reader also polls every [`DATA_POLL_MS`]): a wakeup per event would
+    /// cost more than the event at hundreds of thousands of CUDA calls a second.
+    pub const DATA_WAKEUP_BYTES: u64 = 64 * 1024;
+    /// How often userspace drains the data ring without a wakeup, ms.
+    pub const DATA_POLL_MS: u64 = 20;
     /// 2 MiB for the high-rate events: at 1,000 new processes a second
     /// (fork + exec, about 350 bytes) that is over 5 s of slack for the
     /// reader. Userspace maps the ring twice, so it costs twice this in RSS.
@@ -408,11 +418,23 @@ pub mod cuda {
     /// The shape of function `func` (`None` for unknown ids).
     pub const fn shape(func: u32) -> Option<Shape> {
         Some(match func {
-            MALLOC | MALLOC_MANAGED | MALLOC_ASYNC | MALLOC_ASYNC_PTSZ | MALLOC_FROM_POOL_ASYNC
-            | MALLOC_FROM_POOL_ASYNC_PTSZ | MALLOC_HOST | HOST_ALLOC | MEM_ALLOC
-            | MEM_ALLOC_MANAGED | MEM_ALLOC_ASYNC | MEM_ALLOC_ASYNC_PTSZ
-            | MEM_ALLOC_FROM_POOL_ASYNC | MEM_ALLOC_FROM_POOL_ASYNC_PTSZ | MEM_ALLOC_HOST
-            | MEM_HOST_ALLOC | MEM_ADDRESS_RESERVE => Shape::Alloc,
+            MALLOC
+            | MALLOC_MANAGED
+            | MALLOC_ASYNC
+            | MALLOC_ASYNC_PTSZ
+            | MALLOC_FROM_POOL_ASYNC
+            | MALLOC_FROM_POOL_ASYNC_PTSZ
+            | MALLOC_HOST
+            | HOST_ALLOC
+            | MEM_ALLOC
+            | MEM_ALLOC_MANAGED
+            | MEM_ALLOC_ASYNC
+            | MEM_ALLOC_ASYNC_PTSZ
+            | MEM_ALLOC_FROM_POOL_ASYNC
+            | MEM_ALLOC_FROM_POOL_ASYNC_PTSZ
+            | MEM_ALLOC_HOST
+            | MEM_HOST_ALLOC
+            | MEM_ADDRESS_RESERVE => Shape::Alloc,
             MALLOC_PITCH | MEM_ALLOC_PITCH => Shape::Pitch,
             FREE | FREE_ASYNC | FREE_ASYNC_PTSZ | FREE_HOST | MEM_FREE | MEM_FREE_ASYNC
             | MEM_FREE_ASYNC_PTSZ | MEM_FREE_HOST | MEM_RELEASE => Shape::Free,
@@ -429,8 +451,10 @@ pub mod cuda {
 
     /// Whether `func` allocates (a failure with [`OUT_OF_MEMORY`] is a GPU OOM).
     pub const fn allocates(func: u32) -> bool {
-        matches!(shape(func), Some(Shape::Alloc | Shape::Pitch | Shape::Create))
-            && func != MEM_ADDRESS_RESERVE
+        matches!(
+            shape(func),
+            Some(Shape::Alloc | Shape::Pitch | Shape::Create)
+        ) && func != MEM_ADDRESS_RESERVE
     }
 }
 

@@ -3,7 +3,7 @@
 
 use aya_ebpf::{
     EbpfContext,
-    bindings::BPF_RB_FORCE_WAKEUP,
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel_str_bytes,
         generated::{bpf_get_smp_processor_id, bpf_ktime_get_boot_ns},
@@ -98,9 +98,15 @@ impl Ring {
     fn submit_flags(self) -> u64 {
         match self {
             Ring::Critical => BPF_RB_FORCE_WAKEUP as u64,
-            // Adaptive wakeup: the kernel wakes the reader only when it has
-            // caught up, which batches bursts.
-            Ring::Data => 0,
+            // No wakeup per event: userspace polls, and is woken only when a
+            // burst has piled up.
+            Ring::Data => {
+                if DATA.query(BPF_RB_AVAIL_DATA as u64) >= ring::DATA_WAKEUP_BYTES {
+                    BPF_RB_FORCE_WAKEUP as u64
+                } else {
+                    BPF_RB_NO_WAKEUP as u64
+                }
+            }
         }
     }
 

@@ -49,8 +49,11 @@ enum Verb {
         #[arg(long, default_value_t = 1000)]
         churn_rate: u64,
         /// Run only one benchmark.
-        #[arg(long, value_parser = ["latency", "idle", "churn"])]
+        #[arg(long, value_parser = ["latency", "idle", "churn", "cuda"])]
         only: Option<String>,
+        /// cudaMalloc/cudaFree pairs per measured loop of the CUDA benchmark.
+        #[arg(long, default_value_t = 100_000)]
+        cuda_pairs: u64,
     },
     /// Check this machine (tracer doctor).
     Doctor,
@@ -71,12 +74,14 @@ fn main() -> ExitCode {
             churn_secs,
             churn_rate,
             only,
+            cuda_pairs,
         } => bench::run(bench::Options {
             kills,
             idle_secs,
             churn_secs,
             churn_rate,
             only,
+            cuda_pairs,
         }),
         Verb::Doctor => run_tracer(&["doctor".to_string()]),
         Verb::Demo => demo::run(),

@@ -74,10 +74,22 @@ fn cuda_wheel() -> anyhow::Result<()> {
     }
     let download = dir.join("download");
     sh(Command::new("python3")
-        .args(["-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", CUDA_WHEEL, "-d"])
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            CUDA_WHEEL,
+            "-d",
+        ])
         .arg(&download))?;
     let unpack = "import sys, zipfile, glob; zipfile.ZipFile(glob.glob(sys.argv[1] + '/*.whl')[0]).extractall(sys.argv[2])";
-    sh(Command::new("python3").args(["-c", unpack]).arg(&download).arg(&dir))?;
+    sh(Command::new("python3")
+        .args(["-c", unpack])
+        .arg(&download)
+        .arg(&dir))?;
     if !dir.join("nvidia/cuda_runtime/lib/libcudart.so.12").exists() {
         bail!("{CUDA_WHEEL} has no nvidia/cuda_runtime/lib/libcudart.so.12");
     }

@@ -6,7 +6,10 @@
 
 use aya_ebpf::{
     EbpfContext,
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user, generated::{bpf_get_attach_cookie, bpf_ktime_get_boot_ns}},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_probe_read_user,
+        generated::{bpf_get_attach_cookie, bpf_ktime_get_boot_ns},
+    },
     macros::{uprobe, uretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
@@ -53,7 +56,13 @@ fn try_entry(ctx: &ProbeContext) -> Option<()> {
     let func = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
     let shape = cuda::shape(func)?;
     let arg = |n: usize| ctx.arg::<u64>(n).unwrap_or(0);
-    let mut f = CudaInflight { func, depth: 1, ts_ns: now, device: -1, ..Default::default() };
+    let mut f = CudaInflight {
+        func,
+        depth: 1,
+        ts_ns: now,
+        device: -1,
+        ..Default::default()
+    };
     match shape {
         Shape::Alloc => (f.out_addr, f.size) = (arg(0), arg(1)),
         // Pitch: the pitch out-pointer in aux, width in ptr, height in size.
@@ -64,7 +73,9 @@ fn try_entry(ctx: &ProbeContext) -> Option<()> {
             let prop = arg(2);
             if prop != 0 {
                 // SAFETY: a user pointer the caller passed; the helper faults safely.
-                f.device = unsafe { bpf_probe_read_user((prop + cuda::PROP_LOCATION_ID) as *const i32) }.unwrap_or(-1);
+                f.device =
+                    unsafe { bpf_probe_read_user((prop + cuda::PROP_LOCATION_ID) as *const i32) }
+                        .unwrap_or(-1);
             }
         }
         Shape::Map => (f.ptr, f.size, f.aux) = (arg(0), arg(1), arg(3)),
@@ -111,7 +122,9 @@ fn try_return(ctx: &RetProbeContext) -> Option<()> {
     let ok = ret == 0;
     let read_u64 = |addr: u64| -> Option<u64> {
         // SAFETY: a user pointer the caller passed; the helper faults safely.
-        (addr != 0).then(|| unsafe { bpf_probe_read_user(addr as *const u64) }.ok()).flatten()
+        (addr != 0)
+            .then(|| unsafe { bpf_probe_read_user(addr as *const u64) }.ok())
+            .flatten()
     };
     let shape = cuda::shape(f.func)?;
     let mut out = CudaCall {
@@ -157,9 +170,28 @@ fn try_return(ctx: &RetProbeContext) -> Option<()> {
     }
     if out.device < 0 {
         // SAFETY: reading a plain i32 map value.
-        out.device = unsafe { CUDA_THREAD_DEVICE.get(&tid) }.copied().unwrap_or(-1);
+        out.device = unsafe { CUDA_THREAD_DEVICE.get(&tid) }
+            .copied()
+            .unwrap_or(-1);
     }
-    let ring = if ret == cuda::OUT_OF_MEMORY && cuda::allocates(f.func) { Ring::Critical } else { Ring::Data };
+    let ring = if ret == cuda::OUT_OF_MEMORY && cuda::allocates(f.func) {
+        Ring::Critical
+    } else {
+        Ring::Data
+    };
     ring.reserve::<CudaCall>()?.submit_value(out);
     Some(())
+}
+
+/// An empty `uprobe`, attached by `tracer attach --floor` at the same sites
+/// as [`cuda_entry`]: what a probe costs before any work (benchmarks).
+#[uprobe]
+pub fn cuda_floor_entry(_ctx: ProbeContext) -> u32 {
+    0
+}
+
+/// The empty `uretprobe` twin of [`cuda_floor_entry`].
+#[uretprobe]
+pub fn cuda_floor_return(_ctx: RetProbeContext) -> u32 {
+    0
 }

@@ -17,7 +17,7 @@ use tokio::{
     sync::mpsc,
     task::JoinSet,
 };
-use tracer_common::{CudaCall, cuda, maps};
+use tracer_common::{CudaCall, cuda};
 
 use crate::{
     collect::{self, ReaderStats, decode::Event},
@@ -48,6 +48,10 @@ pub struct AttachArgs {
     /// Print the per-second summaries and the final report, not every call.
     #[arg(long)]
     pub summary_only: bool,
+    /// Benchmarks only: attach empty programs at the same sites (the cost
+    /// of the uprobes themselves); nothing is traced.
+    #[arg(long, hide = true)]
+    pub floor: bool,
 }
 
 /// How often the process's memory maps are read for newly loaded libraries.
@@ -140,11 +144,19 @@ impl Session {
             let _ = writeln!(self.out, "{v}");
             return;
         }
-        let size = if c.size > 0 { format!(" {}", bytes(c.size)) } else { String::new() };
+        let size = if c.size > 0 {
+            format!(" {}", bytes(c.size))
+        } else {
+            String::new()
+        };
         let result = if c.ret == 0 {
             match cuda::shape(c.func) {
-                Some(cuda::Shape::Alloc | cuda::Shape::Pitch | cuda::Shape::Create) => format!("-> {:#x}", c.ptr),
-                Some(cuda::Shape::Free | cuda::Shape::PtrSize | cuda::Shape::Map) => format!("{:#x} ok", c.ptr),
+                Some(cuda::Shape::Alloc | cuda::Shape::Pitch | cuda::Shape::Create) => {
+                    format!("-> {:#x}", c.ptr)
+                }
+                Some(cuda::Shape::Free | cuda::Shape::PtrSize | cuda::Shape::Map) => {
+                    format!("{:#x} ok", c.ptr)
+                }
                 _ => "ok".into(),
             }
         } else {
@@ -168,7 +180,10 @@ impl Session {
                 "calls_per_s": self.calls_this_second, "failed_per_s": self.failed_this_second, "ledger": s });
             let _ = writeln!(self.out, "{v}");
         } else {
-            let kinds: Vec<String> = AllocKind::ALL.iter().map(|k| format!("{} {}", k.name(), bytes(self.ledger.outstanding(*k)))).collect();
+            let kinds: Vec<String> = AllocKind::ALL
+                .iter()
+                .map(|k| format!("{} {}", k.name(), bytes(self.ledger.outstanding(*k))))
+                .collect();
             let _ = writeln!(
                 self.out,
                 "-- pid {}: {}; total {} (peak {}); {} calls/s, {} failed",
@@ -194,8 +209,18 @@ impl Session {
                 "events_lost": lost });
             let _ = writeln!(self.out, "{v}");
         } else {
-            let what = if exited { "exited; never freed" } else { "detached; still held" };
-            let _ = writeln!(self.out, "== pid {} {what}: {} in {} allocations", self.pid, bytes(s.total_bytes), live.len());
+            let what = if exited {
+                "exited; never freed"
+            } else {
+                "detached; still held"
+            };
+            let _ = writeln!(
+                self.out,
+                "== pid {} {what}: {} in {} allocations",
+                self.pid,
+                bytes(s.total_bytes),
+                live.len()
+            );
             for a in live.iter().take(20) {
                 let _ = writeln!(
                     self.out,
@@ -219,7 +244,10 @@ impl Session {
                 s.untracked_frees
             );
             if lost > 0 {
-                let _ = writeln!(self.out, "== {lost} events lost (ring buffer full): the ledger is incomplete");
+                let _ = writeln!(
+                    self.out,
+                    "== {lost} events lost (ring buffer full): the ledger is incomplete"
+                );
             }
         }
         let _ = self.out.flush();
@@ -232,8 +260,9 @@ pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
     crate::probes::caps::require_bpf()?;
     let pidfd = pidfd(args.pid)?;
     let mut probes = Probes::load(CUDA_DATA_RING_BYTES).context("cannot attach")?;
-    probes.load_cuda()?;
-    let libs = libraries_of(args.pid).with_context(|| format!("reading the memory maps of pid {}", args.pid))?;
+    probes.load_cuda(args.floor)?;
+    let libs = libraries_of(args.pid)
+        .with_context(|| format!("reading the memory maps of pid {}", args.pid))?;
     if libs.is_empty() && !args.wait {
         bail!(
             "pid {} ({comm}) has no CUDA library loaded: none of its mapped files is a libcudart or libcuda, \
@@ -241,59 +270,74 @@ pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
             args.pid
         );
     }
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(attach(args, comm, probes, pidfd))
 }
 
-async fn attach(args: AttachArgs, comm: String, mut probes: Probes, pidfd: OwnedFd) -> anyhow::Result<ExitCode> {
+async fn attach(
+    args: AttachArgs,
+    comm: String,
+    mut probes: Probes,
+    pidfd: OwnedFd,
+) -> anyhow::Result<ExitCode> {
     let stats = Arc::new(ReaderStats::default());
     let (tx, mut rx) = mpsc::channel::<Event>(65536);
     let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
-    for ring in [maps::CRITICAL_RING, maps::DATA_RING] {
+    for (ring, opts) in collect::ring_options() {
         let r = probes.take_ring(ring)?;
         let (tx, stats) = (tx.clone(), stats.clone());
-        tasks.spawn(async move { Ok(collect::read_ring(r, ring, tx, stats).await?) });
+        tasks.spawn(async move { Ok(collect::read_ring(r, ring, tx, stats, opts).await?) });
     }
     drop(tx);
     let drops = probes.take_drop_counters()?;
     let mut attached: Vec<CudaAttachment> = Vec::new();
     let mut seen = HashSet::new();
-    let mut attach_new = |probes: &mut Probes, attached: &mut Vec<CudaAttachment>| -> anyhow::Result<()> {
-        let libs = match libraries_of(args.pid) {
-            Ok(l) => l,
-            Err(_) => return Ok(()), // the process is going away; the pidfd says so
-        };
-        for lib in libs {
-            if !seen.insert(lib.id) {
-                continue;
-            }
-            let att = probes.attach_cuda(&lib, Some(args.pid))?;
-            if att.attached() == 0 && !att.failed.is_empty() {
-                if !std::path::Path::new(&format!("/proc/{}", args.pid)).exists() {
-                    bail!("pid {} exited during attach", args.pid);
+    let mut attach_new =
+        |probes: &mut Probes, attached: &mut Vec<CudaAttachment>| -> anyhow::Result<()> {
+            let libs = match libraries_of(args.pid) {
+                Ok(l) => l,
+                Err(_) => return Ok(()), // the process is going away; the pidfd says so
+            };
+            for lib in libs {
+                if !seen.insert(lib.id) {
+                    continue;
                 }
-                bail!("attaching to {}: {}", lib.path, att.failed[0].1);
+                let att = probes.attach_cuda(&lib, Some(args.pid), args.floor)?;
+                if att.attached() == 0 && !att.failed.is_empty() {
+                    if !std::path::Path::new(&format!("/proc/{}", args.pid)).exists() {
+                        bail!("pid {} exited during attach", args.pid);
+                    }
+                    bail!("attaching to {}: {}", lib.path, att.failed[0].1);
+                }
+                eprintln!(
+                    "tracer: attached to {} in pid {} ({} functions{})",
+                    lib.path,
+                    args.pid,
+                    att.attached(),
+                    if lib.executable {
+                        ", linked into the executable"
+                    } else {
+                        ""
+                    }
+                );
+                for sym in &lib.missing {
+                    tracing::info!("{} has no {sym}: not traced", lib.path);
+                }
+                for (sym, why) in &att.failed {
+                    tracing::warn!("{sym} in {}: {why}", lib.path);
+                }
+                attached.push(att);
             }
-            eprintln!(
-                "tracer: attached to {} in pid {} ({} functions{})",
-                lib.path,
-                args.pid,
-                att.attached(),
-                if lib.executable { ", linked into the executable" } else { "" }
-            );
-            for sym in &lib.missing {
-                tracing::info!("{} has no {sym}: not traced", lib.path);
-            }
-            for (sym, why) in &att.failed {
-                tracing::warn!("{sym} in {}: {why}", lib.path);
-            }
-            attached.push(att);
-        }
-        Ok(())
-    };
+            Ok(())
+        };
     attach_new(&mut probes, &mut attached)?;
     if attached.is_empty() {
-        eprintln!("tracer: pid {} ({comm}) has no CUDA library yet; waiting for one to be loaded", args.pid);
+        eprintln!(
+            "tracer: pid {} ({comm}) has no CUDA library yet; waiting for one to be loaded",
+            args.pid
+        );
     }
 
     let mut session = Session {

@@ -20,6 +20,9 @@ pub struct DoctorArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
+    /// Also check the CUDA libraries of this process: which probed functions they have.
+    #[arg(long)]
+    pub pid: Option<u32>,
 }
 
 /// Outcome of one check.
@@ -145,7 +148,10 @@ pub fn checks(store: &Path) -> Vec<Check> {
 
     // The real test: load the object and attach every probe, then detach.
     let loaded = if privileged.is_ok() {
-        Some(Probes::load(crate::probes::DATA_RING_BYTES).and_then(|mut p| p.attach().map(|s| (p, s))))
+        Some(
+            Probes::load(crate::probes::DATA_RING_BYTES)
+                .and_then(|mut p| p.attach().map(|s| (p, s))),
+        )
     } else {
         None
     };
@@ -298,6 +304,51 @@ pub fn checks(store: &Path) -> Vec<Check> {
     out
 }
 
+/// The CUDA libraries of `pid` and the probed functions each lacks.
+fn cuda_checks(pid: u32) -> Vec<Check> {
+    use crate::probes::cuda::libraries_of;
+    let name = format!("CUDA in pid {pid}");
+    match libraries_of(pid) {
+        Err(e) => vec![check(
+            name,
+            Status::Fail,
+            format!("cannot read /proc/{pid}/maps: {e}"),
+            Some("check the pid"),
+        )],
+        Ok(libs) if libs.is_empty() => vec![check(
+            name,
+            Status::Warn,
+            "no CUDA library loaded (no libcudart or libcuda mapped, no cudart in the executable)",
+            Some("tracer attach --wait traces it once one is loaded"),
+        )],
+        Ok(libs) => libs
+            .into_iter()
+            .map(|l| {
+                let what = if l.executable {
+                    " (cudart linked into the executable)"
+                } else {
+                    ""
+                };
+                let missing = if l.missing.is_empty() {
+                    String::new()
+                } else {
+                    format!("; not exported, so not traced: {}", l.missing.join(", "))
+                };
+                check(
+                    name.clone(),
+                    Status::Ok,
+                    format!(
+                        "{}{what}: {} probed functions{missing}",
+                        l.path,
+                        l.functions.len()
+                    ),
+                    None,
+                )
+            })
+            .collect(),
+    }
+}
+
 fn nvml_check() -> Check {
     match nvml_wrapper::Nvml::init() {
         Ok(n) => {
@@ -381,7 +432,10 @@ fn store_check(path: &Path) -> Check {
 
 /// Runs `doctor`; exits 1 when recording cannot work.
 pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
-    let all = checks(&args.store.path);
+    let mut all = checks(&args.store.path);
+    if let Some(pid) = args.pid {
+        all.extend(cuda_checks(pid));
+    }
     let failed = all.iter().any(|c| c.status == Status::Fail);
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&all)?),

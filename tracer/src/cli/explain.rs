@@ -118,10 +118,17 @@ fn gpu_ooms(args: &ExplainArgs, since_ns: i64, limit: usize) -> anyhow::Result<E
     let found: Vec<GpuOomExplanation> = store
         .gpu_ooms(since_ns, args.pid, limit)?
         .into_iter()
-        .map(|(id, r)| GpuOomExplanation { id, verdict: verdict(&r), gpu_oom: r })
+        .map(|(id, r)| GpuOomExplanation {
+            id,
+            verdict: verdict(&r),
+            gpu_oom: r,
+        })
         .collect();
     if found.is_empty() {
-        let what = args.pid.map(|p| format!("no GPU out-of-memory error of pid {p}")).unwrap_or_else(|| "no GPU out-of-memory errors".into());
+        let what = args
+            .pid
+            .map(|p| format!("no GPU out-of-memory error of pid {p}"))
+            .unwrap_or_else(|| "no GPU out-of-memory errors".into());
         if args.all {
             match args.format {
                 Format::Json => println!("[]"),
@@ -129,7 +136,10 @@ fn gpu_ooms(args: &ExplainArgs, since_ns: i64, limit: usize) -> anyhow::Result<E
             }
             return Ok(ExitCode::SUCCESS);
         }
-        eprintln!("tracer: {what} in {} (they are recorded by `tracer record --cuda`)", args.store.path.display());
+        eprintln!(
+            "tracer: {what} in {} (they are recorded by `tracer record --cuda`)",
+            args.store.path.display()
+        );
         return Ok(ExitCode::from(1));
     }
     match (args.format, args.all) {

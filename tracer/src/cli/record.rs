@@ -8,7 +8,6 @@ use tokio::{
     sync::{mpsc, oneshot},
     task::JoinSet,
 };
-use tracer_common::maps;
 
 use super::StoreArg;
 use crate::{
@@ -80,10 +79,14 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     crate::probes::caps::require_bpf()?;
     let store = Store::open_rw(&args.store.path)?;
     let _checkpointer = Checkpointer::spawn(&args.store.path, Duration::from_secs(5))?;
-    let ring = if args.cuda { crate::probes::CUDA_DATA_RING_BYTES } else { crate::probes::DATA_RING_BYTES };
+    let ring = if args.cuda {
+        crate::probes::CUDA_DATA_RING_BYTES
+    } else {
+        crate::probes::DATA_RING_BYTES
+    };
     let mut probes = Probes::load(ring).context("cannot record")?;
     if args.cuda {
-        probes.load_cuda()?;
+        probes.load_cuda(false)?;
     }
     protect_from_oom_killer();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -101,10 +104,10 @@ async fn record(args: RecordArgs, store: Store, mut probes: Probes) -> anyhow::R
     let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
 
     // Readers first, so nothing the probes emit after attach is lost.
-    for (name, tx) in [(maps::CRITICAL_RING, crit_tx), (maps::DATA_RING, data_tx)] {
+    for ((name, opts), tx) in collect::ring_options().into_iter().zip([crit_tx, data_tx]) {
         let ring = probes.take_ring(name)?;
         let stats = stats.clone();
-        tasks.spawn(async move { Ok(collect::read_ring(ring, name, tx, stats).await?) });
+        tasks.spawn(async move { Ok(collect::read_ring(ring, name, tx, stats, opts).await?) });
     }
     {
         let stats = stats.clone();
@@ -157,7 +160,11 @@ async fn record(args: RecordArgs, store: Store, mut probes: Probes) -> anyhow::R
     };
     // With --cuda the engine owns the probes (it attaches to CUDA libraries
     // as they appear); otherwise they stay here, attached, until the end.
-    let (gpu, _probes) = if args.cuda { (Some(GpuTracker::new(probes)), None) } else { (None, Some(probes)) };
+    let (gpu, _probes) = if args.cuda {
+        (Some(GpuTracker::new(probes)), None)
+    } else {
+        (None, Some(probes))
+    };
     let engine = Engine::new(store, model, session, opts, Some(drops), Some(memcg), gpu);
     let (ready_tx, ready_rx) = oneshot::channel();
     let inputs = collect_inputs(crit_rx, data_rx, kmsg_rx);

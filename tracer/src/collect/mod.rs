@@ -64,12 +64,48 @@ pub struct ReaderStats {
     pub kmsg_lost: AtomicU64,
 }
 
+/// How a ring is read.
+#[derive(Clone, Default)]
+pub struct ReadOptions {
+    /// Also drain this often without a wakeup (the data ring submits
+    /// without waking the reader).
+    pub poll: Option<std::time::Duration>,
+    /// Drain at once when this is notified.
+    pub drain_now: Option<Arc<tokio::sync::Notify>>,
+    /// Notify this after each batch read.
+    pub after_batch: Option<Arc<tokio::sync::Notify>>,
+}
+
+/// Moves up to `max` decoded events from the ring into `batch`; returns
+/// whether the ring may hold more.
+fn drain(
+    rb: &mut RingBuf<MapData>,
+    name: &str,
+    batch: &mut Vec<Event>,
+    stats: &ReaderStats,
+) -> bool {
+    const MAX: usize = 4096;
+    while batch.len() < MAX {
+        let Some(item) = rb.next() else { return false };
+        match decode(&item) {
+            Ok(ev) => batch.push(ev),
+            Err(e) => {
+                if stats.decode_errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                    tracing::warn!("ring {name}: {e} (further decode errors are only counted)");
+                }
+            }
+        }
+    }
+    true
+}
+
 /// Reads one ring until the receiver goes away.
 pub async fn read_ring(
     ring: RingBuf<MapData>,
     name: &'static str,
     tx: mpsc::Sender<Event>,
     stats: Arc<ReaderStats>,
+    opts: ReadOptions,
 ) -> Result<(), CollectError> {
     let mut fd = async_fd(ring).map_err(|source| CollectError::Poll { ring: name, source })?;
     let counter = if name == tracer_common::maps::CRITICAL_RING {
@@ -78,36 +114,64 @@ pub async fn read_ring(
         &stats.data
     };
     let mut batch = Vec::with_capacity(256);
+    let poll = opts.poll.unwrap_or(std::time::Duration::from_secs(3600));
+    let never = Arc::new(tokio::sync::Notify::new());
+    let drain_now = opts.drain_now.clone().unwrap_or(never);
     loop {
-        let mut guard = fd
-            .readable_mut()
-            .await
-            .map_err(|source| CollectError::Poll { ring: name, source })?;
-        let rb = guard.get_inner_mut();
-        // Bounded batches keep memory flat while the consumer catches up.
-        while batch.len() < 4096
-            && let Some(item) = rb.next()
-        {
-            match decode(&item) {
-                Ok(ev) => batch.push(ev),
-                Err(e) => {
-                    if stats.decode_errors.fetch_add(1, Ordering::Relaxed) == 0 {
-                        tracing::warn!("ring {name}: {e} (further decode errors are only counted)");
-                    }
+        tokio::select! {
+            guard = fd.readable_mut() => {
+                let mut guard = guard.map_err(|source| CollectError::Poll { ring: name, source })?;
+                // Bounded batches keep memory flat while the consumer catches up.
+                if !drain(guard.get_inner_mut(), name, &mut batch, &stats) {
+                    guard.clear_ready();
                 }
             }
+            _ = tokio::time::sleep(poll), if opts.poll.is_some() => {
+                drain(fd.get_mut(), name, &mut batch, &stats);
+            }
+            _ = drain_now.notified() => {
+                drain(fd.get_mut(), name, &mut batch, &stats);
+            }
         }
-        if batch.len() < 4096 {
-            guard.clear_ready();
+        if batch.is_empty() {
+            continue;
         }
-        drop(guard);
         counter.fetch_add(batch.len() as u64, Ordering::Relaxed);
         for ev in batch.drain(..) {
             if tx.send(ev).await.is_err() {
                 return Ok(());
             }
         }
+        if let Some(n) = &opts.after_batch {
+            n.notify_one();
+        }
     }
+}
+
+/// Read options for the two rings: the data reader polls and drains as
+/// soon as the critical reader has read something, so what led up to a
+/// critical event follows it closely.
+pub fn ring_options() -> [(&'static str, ReadOptions); 2] {
+    let nudge = Arc::new(tokio::sync::Notify::new());
+    [
+        (
+            tracer_common::maps::CRITICAL_RING,
+            ReadOptions {
+                after_batch: Some(nudge.clone()),
+                ..Default::default()
+            },
+        ),
+        (
+            tracer_common::maps::DATA_RING,
+            ReadOptions {
+                poll: Some(std::time::Duration::from_millis(
+                    tracer_common::ring::DATA_POLL_MS,
+                )),
+                drain_now: Some(nudge),
+                after_batch: None,
+            },
+        ),
+    ]
 }
 
 /// Reads /dev/kmsg (from the oldest record the kernel still holds) and

@@ -30,6 +30,8 @@ const PENDING_NS: i64 = 30_000_000_000;
 const UNMATCHED_NS: i64 = 2_000_000_000;
 /// Tracepoint and kernel-log times of one kill are this close.
 const JOIN_WINDOW_NS: i64 = 10_000_000_000;
+/// How long a GPU OOM waits for the data ring's calls before it.
+const GPU_OOM_SETTLE: Duration = Duration::from_millis(30);
 /// Events buffered before a write.
 const EVENT_BUFFER: usize = 4096;
 
@@ -170,6 +172,7 @@ impl Engine {
         // The first sample was just taken: the next one is a period away.
         tick.reset();
         let (mut crit_open, mut data_open, mut kmsg_open) = (true, true, true);
+        let mut gpu_oom_due: Option<tokio::time::Instant> = None;
         while crit_open || data_open || kmsg_open {
             tokio::select! {
                 biased;
@@ -181,13 +184,8 @@ impl Engine {
                             self.on_event(ev)?;
                         }
                         self.commit_kills()?;
-                        if !self.gpu_ooms.is_empty() {
-                            // The calls before a GPU OOM come on the data ring:
-                            // take them in first, so the ledger is as of the failure.
-                            while let Ok(ev) = inputs.data.try_recv() {
-                                self.on_event(ev)?;
-                            }
-                            self.commit_gpu_ooms()?;
+                        if !self.gpu_ooms.is_empty() && gpu_oom_due.is_none() {
+                            gpu_oom_due = Some(tokio::time::Instant::now() + GPU_OOM_SETTLE);
                         }
                     }
                     None => crit_open = false,
@@ -201,6 +199,16 @@ impl Engine {
                     None => data_open = false,
                 },
                 _ = tick.tick() => self.tick()?,
+                _ = sleep_until(gpu_oom_due), if gpu_oom_due.is_some() => {
+                    // The calls before a GPU OOM come on the data ring (its
+                    // reader was nudged): take them in first, so the ledger
+                    // is as of the failure.
+                    while let Ok(ev) = inputs.data.try_recv() {
+                        self.on_event(ev)?;
+                    }
+                    self.commit_gpu_ooms()?;
+                    gpu_oom_due = None;
+                }
             }
         }
         self.finish()
@@ -289,7 +297,8 @@ impl Engine {
                 }
             }
             Event::Exec(e) => {
-                self.model.on_exec(e.pid, &c_str(&e.header.comm), &c_str(&e.filename));
+                self.model
+                    .on_exec(e.pid, &c_str(&e.header.comm), &c_str(&e.filename));
                 if let Some(gpu) = &mut self.gpu {
                     gpu.on_exec(e.pid, row.ts_ns);
                 }
@@ -341,7 +350,9 @@ impl Engine {
     fn commit_gpu_ooms(&mut self) -> Result<(), StoreError> {
         let mut calls = std::mem::take(&mut self.gpu_ooms);
         calls.sort_by_key(|c| c.header.ts_boot_ns);
-        let Some(gpu) = &mut self.gpu else { return Ok(()) };
+        let Some(gpu) = &mut self.gpu else {
+            return Ok(());
+        };
         for c in calls {
             let ts = self.clock.boot_to_wall(c.header.ts_boot_ns);
             if let Some(rec) = gpu.on_call(&c, ts, &self.model, self.session_id) {
@@ -600,4 +611,12 @@ fn joins(rec: &KillRecord, report: &OomReport, clock: &Clock) -> bool {
     rec.killer.kind == "kernel_oom"
         && rec.victim.pid == report.killed.pid
         && (rec.ts_ns - clock.kmsg_to_wall(report.ts_us)).abs() < JOIN_WINDOW_NS
+}
+
+/// Sleeps until `t` (a branch guard keeps `None` from being polled).
+async fn sleep_until(t: Option<tokio::time::Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
 }

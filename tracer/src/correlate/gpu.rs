@@ -6,7 +6,10 @@ use std::collections::{HashMap, HashSet};
 
 use tracer_common::{CudaCall, cuda};
 
-use super::{proc_ref, record::{GpuHolder, GpuOomRecord}};
+use super::{
+    proc_ref,
+    record::{GpuHolder, GpuOomRecord},
+};
 use crate::{
     collect::decode::c_str,
     model::{
@@ -74,13 +77,17 @@ impl GpuTracker {
             if !self.seen.insert(lib.id) {
                 continue;
             }
-            match self.probes.attach_cuda(&lib, None) {
+            match self.probes.attach_cuda(&lib, None, false) {
                 Ok(att) => {
                     tracing::info!(
                         "CUDA: attached to {} ({} functions; found in pid {pid}{})",
                         lib.path,
                         att.attached(),
-                        if lib.executable { ", linked into the executable" } else { "" }
+                        if lib.executable {
+                            ", linked into the executable"
+                        } else {
+                            ""
+                        }
                     );
                     for (sym, why) in &att.failed {
                         tracing::warn!("CUDA: {sym} in {}: {why}", lib.path);
@@ -102,15 +109,24 @@ impl GpuTracker {
 
     /// A process exec'd: look at its libraries a few times as it starts.
     pub fn on_exec(&mut self, pid: u32, now_ns: i64) {
-        self.rescans.extend(RESCAN_AFTER_EXEC_NS.iter().map(|d| (pid, now_ns + d)));
+        self.rescans
+            .extend(RESCAN_AFTER_EXEC_NS.iter().map(|d| (pid, now_ns + d)));
     }
 
     /// Periodic work: due rescans, the full scan, ledger snapshots, pruning.
     pub fn tick(&mut self, store: &Store, session: i64, now_ns: i64) -> Result<(), StoreError> {
-        if self.last_full_scan_ns.is_none_or(|t| now_ns - t >= FULL_SCAN_NS) {
+        if self
+            .last_full_scan_ns
+            .is_none_or(|t| now_ns - t >= FULL_SCAN_NS)
+        {
             self.full_scan(now_ns);
         }
-        let due: Vec<u32> = self.rescans.iter().filter(|(_, t)| *t <= now_ns).map(|(p, _)| *p).collect();
+        let due: Vec<u32> = self
+            .rescans
+            .iter()
+            .filter(|(_, t)| *t <= now_ns)
+            .map(|(p, _)| *p)
+            .collect();
         self.rescans.retain(|(_, t)| *t > now_ns);
         for pid in due {
             self.scan(pid);
@@ -122,13 +138,20 @@ impl GpuTracker {
                 t.stored_ns = now_ns;
             }
         }
-        self.ledgers.retain(|_, t| t.exited_ns.is_none_or(|e| now_ns - e < KEEP_EXITED_NS));
+        self.ledgers
+            .retain(|_, t| t.exited_ns.is_none_or(|e| now_ns - e < KEEP_EXITED_NS));
         Ok(())
     }
 
     /// A traced call. Returns a GPU OOM record when an allocation failed
     /// for lack of memory.
-    pub fn on_call(&mut self, c: &CudaCall, ts_ns: i64, model: &ProcessTable, session: i64) -> Option<GpuOomRecord> {
+    pub fn on_call(
+        &mut self,
+        c: &CudaCall,
+        ts_ns: i64,
+        model: &ProcessTable,
+        session: i64,
+    ) -> Option<GpuOomRecord> {
         let pid = c.header.pid;
         let t = self.ledgers.entry(pid).or_insert_with(|| Tracked {
             ledger: Ledger::default(),
@@ -139,7 +162,9 @@ impl GpuTracker {
         });
         let change = t.ledger.apply(c, ts_ns);
         t.dirty = true;
-        let Change::Failed(kind, size, ret) = change else { return None };
+        let Change::Failed(kind, size, ret) = change else {
+            return None;
+        };
         if ret != cuda::OUT_OF_MEMORY {
             return None;
         }
@@ -154,7 +179,11 @@ impl GpuTracker {
             .filter_map(|(p, t)| {
                 let s = t.ledger.summary();
                 let on_device = s.by_device.get(&device).copied().unwrap_or(0);
-                (on_device > 0).then(|| GpuHolder { process: proc_ref(*p, t.comm.clone(), model.get(*p)), device_bytes: on_device, ledger: s })
+                (on_device > 0).then(|| GpuHolder {
+                    process: proc_ref(*p, t.comm.clone(), model.get(*p)),
+                    device_bytes: on_device,
+                    ledger: s,
+                })
             })
             .collect();
         others.sort_by_key(|h| std::cmp::Reverse(h.device_bytes));
@@ -182,7 +211,13 @@ impl GpuTracker {
     }
 
     /// A process ended: store its final ledger (what it never freed).
-    pub fn on_exit(&mut self, store: &Store, session: i64, pid: u32, now_ns: i64) -> Result<(), StoreError> {
+    pub fn on_exit(
+        &mut self,
+        store: &Store,
+        session: i64,
+        pid: u32,
+        now_ns: i64,
+    ) -> Result<(), StoreError> {
         if let Some(t) = self.ledgers.get_mut(&pid) {
             let s = t.ledger.summary();
             if s.live_allocations > 0 {
@@ -207,7 +242,10 @@ impl GpuTracker {
 
     /// Pinned host memory `pid` holds (it is charged to its memory cgroup).
     pub fn pinned(&self, pid: u32) -> u64 {
-        self.ledgers.get(&pid).map(|t| t.ledger.outstanding(AllocKind::PinnedHost)).unwrap_or(0)
+        self.ledgers
+            .get(&pid)
+            .map(|t| t.ledger.outstanding(AllocKind::PinnedHost))
+            .unwrap_or(0)
     }
 
     /// Removes every probe (slow: a kernel grace period per uprobe).

@@ -26,7 +26,13 @@ pub struct GpuOomExplanation {
 pub fn held_by_kind(l: &LedgerSummary) -> String {
     AllocKind::ALL
         .iter()
-        .map(|k| format!("{} {}", k.name(), bytes(l.by_kind.get(k).map(|t| t.outstanding).unwrap_or(0))))
+        .map(|k| {
+            format!(
+                "{} {}",
+                k.name(),
+                bytes(l.by_kind.get(k).map(|t| t.outstanding).unwrap_or(0))
+            )
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -34,7 +40,11 @@ pub fn held_by_kind(l: &LedgerSummary) -> String {
 /// Decides who filled the device.
 pub fn verdict(r: &GpuOomRecord) -> String {
     let own = r.held.by_device.get(&r.device).copied().unwrap_or(0);
-    let dev = if r.device >= 0 { format!("device {}", r.device) } else { "the device".to_string() };
+    let dev = if r.device >= 0 {
+        format!("device {}", r.device)
+    } else {
+        "the device".to_string()
+    };
     match r.others.first() {
         Some(o) if o.device_bytes > own => format!(
             "another process holds the most on {dev}: {} (pid {}) with {}, this one {}; the request for {} did not fit",
@@ -61,7 +71,11 @@ pub fn render(e: &GpuOomExplanation) -> String {
     let r = &e.gpu_oom;
     let p = &r.process;
     let mut o = String::new();
-    let dev = if r.device >= 0 { format!(" on device {}", r.device) } else { String::new() };
+    let dev = if r.device >= 0 {
+        format!(" on device {}", r.device)
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         o,
         "{} GPU out of memory: {} (pid {}) asked {} for {}{dev}",
@@ -72,13 +86,27 @@ pub fn render(e: &GpuOomExplanation) -> String {
         bytes(r.size)
     );
     let _ = writeln!(o);
-    let owner = p.owner.as_ref().and_then(|o| o.short()).map(|s| format!("  [{s}]")).unwrap_or_default();
-    let _ = writeln!(o, "  process    {} (pid {}, thread {}){owner}", p.comm, p.pid, r.tid);
+    let owner = p
+        .owner
+        .as_ref()
+        .and_then(|o| o.short())
+        .map(|s| format!("  [{s}]"))
+        .unwrap_or_default();
+    let _ = writeln!(
+        o,
+        "  process    {} (pid {}, thread {}){owner}",
+        p.comm, p.pid, r.tid
+    );
     if let Some(c) = &p.cmdline {
         let _ = writeln!(o, "  command    {}", super::one_line(c, 200));
     }
     let kind = r.kind.map(|k| k.name()).unwrap_or("memory");
-    let _ = writeln!(o, "  request    {} of {kind}{dev}: error {} (out of memory)", bytes(r.size), r.ret);
+    let _ = writeln!(
+        o,
+        "  request    {} of {kind}{dev}: error {} (out of memory)",
+        bytes(r.size),
+        r.ret
+    );
     let h = &r.held;
     let _ = writeln!(
         o,
@@ -89,13 +117,30 @@ pub fn render(e: &GpuOomExplanation) -> String {
         bytes(h.peak_total_bytes)
     );
     for a in &h.largest {
-        let _ = writeln!(o, "             {:>10}  {:<12}  {} at {}", bytes(a.size), a.kind.name(), a.function, format_wall(a.ts_ns));
+        let _ = writeln!(
+            o,
+            "             {:>10}  {:<12}  {} at {}",
+            bytes(a.size),
+            a.kind.name(),
+            a.function,
+            format_wall(a.ts_ns)
+        );
     }
     if !h.recent.is_empty() {
         let _ = writeln!(o, "  recent calls:");
         for c in &h.recent {
-            let res = if c.ret == 0 { "ok".to_string() } else { format!("error {}", c.ret) };
-            let _ = writeln!(o, "    {:+.3}s  {:<24} {:>10}  {res}", (c.ts_ns - r.ts_ns) as f64 / 1e9, c.function, bytes(c.size));
+            let res = if c.ret == 0 {
+                "ok".to_string()
+            } else {
+                format!("error {}", c.ret)
+            };
+            let _ = writeln!(
+                o,
+                "    {:+.3}s  {:<24} {:>10}  {res}",
+                (c.ts_ns - r.ts_ns) as f64 / 1e9,
+                c.function,
+                bytes(c.size)
+            );
         }
     }
     if r.others.is_empty() {
@@ -104,8 +149,20 @@ pub fn render(e: &GpuOomExplanation) -> String {
         let _ = writeln!(o, "  others{dev}:");
         let _ = writeln!(o, "    {:>8}  {:>12}  NAME", "PID", "ON DEVICE");
         for x in &r.others {
-            let owner = x.process.owner.as_ref().and_then(|o| o.short()).map(|s| format!("  [{s}]")).unwrap_or_default();
-            let _ = writeln!(o, "    {:>8}  {:>12}  {}{owner}", x.process.pid, bytes(x.device_bytes), x.process.comm);
+            let owner = x
+                .process
+                .owner
+                .as_ref()
+                .and_then(|o| o.short())
+                .map(|s| format!("  [{s}]"))
+                .unwrap_or_default();
+            let _ = writeln!(
+                o,
+                "    {:>8}  {:>12}  {}{owner}",
+                x.process.pid,
+                bytes(x.device_bytes),
+                x.process.comm
+            );
         }
     }
     let _ = writeln!(o);
@@ -113,6 +170,9 @@ pub fn render(e: &GpuOomExplanation) -> String {
     for g in &r.gaps {
         let _ = writeln!(o, "  not known  {g}");
     }
-    let _ = writeln!(o, "  not known  memory the driver uses outside traced calls (contexts, other libraries) is not counted");
+    let _ = writeln!(
+        o,
+        "  not known  memory the driver uses outside traced calls (contexts, other libraries) is not counted"
+    );
     o
 }

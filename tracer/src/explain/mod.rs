@@ -77,7 +77,12 @@ pub fn growth(k: &KillRecord) -> Option<(u64, u64, f64)> {
 /// cgroup was charged.
 pub fn verdict(k: &KillRecord) -> Verdict {
     let mut v = base_verdict(k);
-    let pinned = k.victim.gpu.as_ref().and_then(|g| g.by_kind.get(&crate::model::ledger::AllocKind::PinnedHost)).map(|t| t.outstanding);
+    let pinned = k
+        .victim
+        .gpu
+        .as_ref()
+        .and_then(|g| g.by_kind.get(&crate::model::ledger::AllocKind::PinnedHost))
+        .map(|t| t.outstanding);
     let usage = k.memcg.as_ref().and_then(|m| m.usage_bytes);
     if let (Some(p), Some(u)) = (pinned, usage)
         && u > 0
@@ -332,7 +337,11 @@ pub fn render_text(e: &Explanation) -> String {
         let _ = writeln!(o, "  memory     unknown{adj}");
     }
     if let Some(g) = &v.gpu {
-        let _ = writeln!(o, "  gpu        {} (traced CUDA allocations)", gpu::held_by_kind(g));
+        let _ = writeln!(
+            o,
+            "  gpu        {} (traced CUDA allocations)",
+            gpu::held_by_kind(g)
+        );
     }
     let _ = writeln!(o, "  killed by  {}", killer_line(k));
     if let Some(t) = &k.trigger {

@@ -27,8 +27,13 @@ pub enum AllocKind {
 
 impl AllocKind {
     /// Every kind, in report order.
-    pub const ALL: [AllocKind; 5] =
-        [AllocKind::Device, AllocKind::Managed, AllocKind::PinnedHost, AllocKind::AsyncPool, AllocKind::VmmPhysical];
+    pub const ALL: [AllocKind; 5] = [
+        AllocKind::Device,
+        AllocKind::Managed,
+        AllocKind::PinnedHost,
+        AllocKind::AsyncPool,
+        AllocKind::VmmPhysical,
+    ];
 
     /// The kind a function allocates, if it allocates.
     pub fn of(func: u32) -> Option<AllocKind> {
@@ -37,8 +42,14 @@ impl AllocKind {
             MALLOC | MALLOC_PITCH | MEM_ALLOC | MEM_ALLOC_PITCH => AllocKind::Device,
             MALLOC_MANAGED | MEM_ALLOC_MANAGED => AllocKind::Managed,
             MALLOC_HOST | HOST_ALLOC | MEM_ALLOC_HOST | MEM_HOST_ALLOC => AllocKind::PinnedHost,
-            MALLOC_ASYNC | MALLOC_ASYNC_PTSZ | MALLOC_FROM_POOL_ASYNC | MALLOC_FROM_POOL_ASYNC_PTSZ | MEM_ALLOC_ASYNC
-            | MEM_ALLOC_ASYNC_PTSZ | MEM_ALLOC_FROM_POOL_ASYNC | MEM_ALLOC_FROM_POOL_ASYNC_PTSZ => AllocKind::AsyncPool,
+            MALLOC_ASYNC
+            | MALLOC_ASYNC_PTSZ
+            | MALLOC_FROM_POOL_ASYNC
+            | MALLOC_FROM_POOL_ASYNC_PTSZ
+            | MEM_ALLOC_ASYNC
+            | MEM_ALLOC_ASYNC_PTSZ
+            | MEM_ALLOC_FROM_POOL_ASYNC
+            | MEM_ALLOC_FROM_POOL_ASYNC_PTSZ => AllocKind::AsyncPool,
             MEM_CREATE => AllocKind::VmmPhysical,
             _ => return None,
         })
@@ -77,7 +88,9 @@ enum Space {
 fn free_space(func: u32) -> Option<Space> {
     use cuda::*;
     Some(match func {
-        FREE | FREE_ASYNC | FREE_ASYNC_PTSZ | MEM_FREE | MEM_FREE_ASYNC | MEM_FREE_ASYNC_PTSZ => Space::Device,
+        FREE | FREE_ASYNC | FREE_ASYNC_PTSZ | MEM_FREE | MEM_FREE_ASYNC | MEM_FREE_ASYNC_PTSZ => {
+            Space::Device
+        }
         FREE_HOST | MEM_FREE_HOST => Space::Host,
         MEM_RELEASE => Space::Handle,
         _ => return None,
@@ -172,7 +185,13 @@ impl Ledger {
     pub fn apply(&mut self, c: &CudaCall, ts_ns: i64) -> Change {
         self.calls += 1;
         let function = crate::probes::cuda::name(c.func).to_string();
-        let record = CallRecord { ts_ns, function: function.clone(), size: c.size, ret: c.ret, device: c.device };
+        let record = CallRecord {
+            ts_ns,
+            function: function.clone(),
+            size: c.size,
+            ret: c.ret,
+            device: c.device,
+        };
         let kind = AllocKind::of(c.func);
         if kind.is_some() || free_space(c.func).is_some() {
             if self.recent.len() == RECENT {
@@ -194,7 +213,14 @@ impl Ledger {
             return Change::None;
         }
         if let Some(kind) = kind {
-            let a = Allocation { ptr: format!("{:#x}", c.ptr), size: c.size, kind, device: c.device, function, ts_ns };
+            let a = Allocation {
+                ptr: format!("{:#x}", c.ptr),
+                size: c.size,
+                kind,
+                device: c.device,
+                function,
+                ts_ns,
+            };
             if let Some(old) = self.live.insert((kind.space(), c.ptr), a) {
                 // The same pointer again: the earlier one was freed where we could not see.
                 self.release(&old);
@@ -286,7 +312,12 @@ impl Ledger {
             total_bytes: self.total(),
             peak_total_bytes: self.peak_total,
             by_kind: self.totals.iter().map(|(k, t)| (*k, *t)).collect(),
-            by_device: self.by_device.iter().filter(|(_, b)| **b > 0).map(|(d, b)| (*d, *b)).collect(),
+            by_device: self
+                .by_device
+                .iter()
+                .filter(|(_, b)| **b > 0)
+                .map(|(d, b)| (*d, *b))
+                .collect(),
             live_allocations: live.len() as u64,
             largest: live.into_iter().take(5).collect(),
             calls: self.calls,
@@ -330,13 +361,23 @@ mod tests {
     use super::*;
 
     fn call(func: u32, ret: i32, size: u64, ptr: u64, device: i32) -> CudaCall {
-        CudaCall { func, ret, size, ptr, device, ..Default::default() }
+        CudaCall {
+            func,
+            ret,
+            size,
+            ptr,
+            device,
+            ..Default::default()
+        }
     }
 
     #[test]
     fn tracks_each_kind_peak_and_frees() {
         let mut l = Ledger::default();
-        assert_eq!(l.apply(&call(cuda::MALLOC, 0, 100, 0x1000, 0), 1), Change::Allocated(AllocKind::Device, 100));
+        assert_eq!(
+            l.apply(&call(cuda::MALLOC, 0, 100, 0x1000, 0), 1),
+            Change::Allocated(AllocKind::Device, 100)
+        );
         l.apply(&call(cuda::MALLOC, 0, 50, 0x2000, 1), 2);
         l.apply(&call(cuda::MALLOC_HOST, 0, 30, 0x1000, 0), 3);
         l.apply(&call(cuda::MEM_CREATE, 0, 2 << 20, 0xabc, 0), 4);
@@ -345,10 +386,19 @@ mod tests {
         assert_eq!(l.outstanding(AllocKind::PinnedHost), 30);
         assert_eq!(l.outstanding(AllocKind::VmmPhysical), 2 << 20);
         // Same pointer value in another space is another allocation.
-        assert_eq!(l.apply(&call(cuda::FREE_HOST, 0, 0, 0x1000, 0), 6), Change::Freed(AllocKind::PinnedHost, 30));
+        assert_eq!(
+            l.apply(&call(cuda::FREE_HOST, 0, 0, 0x1000, 0), 6),
+            Change::Freed(AllocKind::PinnedHost, 30)
+        );
         assert_eq!(l.outstanding(AllocKind::Device), 150);
-        assert_eq!(l.apply(&call(cuda::FREE, 0, 0, 0x1000, 0), 7), Change::Freed(AllocKind::Device, 100));
-        assert_eq!(l.apply(&call(cuda::MEM_RELEASE, 0, 0, 0xabc, 0), 8), Change::Freed(AllocKind::VmmPhysical, 2 << 20));
+        assert_eq!(
+            l.apply(&call(cuda::FREE, 0, 0, 0x1000, 0), 7),
+            Change::Freed(AllocKind::Device, 100)
+        );
+        assert_eq!(
+            l.apply(&call(cuda::MEM_RELEASE, 0, 0, 0xabc, 0), 8),
+            Change::Freed(AllocKind::VmmPhysical, 2 << 20)
+        );
         let s = l.summary();
         assert_eq!(s.total_bytes, 57);
         assert_eq!(s.by_kind[&AllocKind::Device].peak, 150);
@@ -361,15 +411,31 @@ mod tests {
     #[test]
     fn failures_untracked_frees_and_resets() {
         let mut l = Ledger::default();
-        assert_eq!(l.apply(&call(cuda::MALLOC, 2, 1 << 30, 0, 0), 1), Change::Failed(Some(AllocKind::Device), 1 << 30, 2));
-        assert_eq!(l.apply(&call(cuda::MALLOC, 35, 10, 0, -1), 2), Change::Failed(Some(AllocKind::Device), 10, 35));
-        assert_eq!(l.apply(&call(cuda::FREE, 0, 0, 0xdead, 0), 3), Change::UntrackedFree);
-        assert_eq!(l.apply(&call(cuda::FREE, 0, 0, 0, 0), 4), Change::None, "cudaFree(NULL)");
+        assert_eq!(
+            l.apply(&call(cuda::MALLOC, 2, 1 << 30, 0, 0), 1),
+            Change::Failed(Some(AllocKind::Device), 1 << 30, 2)
+        );
+        assert_eq!(
+            l.apply(&call(cuda::MALLOC, 35, 10, 0, -1), 2),
+            Change::Failed(Some(AllocKind::Device), 10, 35)
+        );
+        assert_eq!(
+            l.apply(&call(cuda::FREE, 0, 0, 0xdead, 0), 3),
+            Change::UntrackedFree
+        );
+        assert_eq!(
+            l.apply(&call(cuda::FREE, 0, 0, 0, 0), 4),
+            Change::None,
+            "cudaFree(NULL)"
+        );
         l.apply(&call(cuda::MALLOC, 0, 10, 0x10, 0), 5);
         l.apply(&call(cuda::MALLOC_MANAGED, 0, 20, 0x20, 0), 6);
         l.apply(&call(cuda::MALLOC, 0, 40, 0x40, 1), 7);
         l.apply(&call(cuda::MALLOC_HOST, 0, 5, 0x50, 0), 8);
-        assert_eq!(l.apply(&call(cuda::DEVICE_RESET, 0, 0, 0, 0), 9), Change::Reset(2, 30));
+        assert_eq!(
+            l.apply(&call(cuda::DEVICE_RESET, 0, 0, 0, 0), 9),
+            Change::Reset(2, 30)
+        );
         assert_eq!(l.total(), 45, "device 1 and host memory stay");
         let s = l.summary();
         assert_eq!(s.failures.len(), 2);

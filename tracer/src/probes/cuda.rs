@@ -28,7 +28,10 @@ pub const FUNCTIONS: &[(u32, &str)] = &[
     (cuda::MALLOC_ASYNC, "cudaMallocAsync"),
     (cuda::MALLOC_ASYNC_PTSZ, "cudaMallocAsync_ptsz"),
     (cuda::MALLOC_FROM_POOL_ASYNC, "cudaMallocFromPoolAsync"),
-    (cuda::MALLOC_FROM_POOL_ASYNC_PTSZ, "cudaMallocFromPoolAsync_ptsz"),
+    (
+        cuda::MALLOC_FROM_POOL_ASYNC_PTSZ,
+        "cudaMallocFromPoolAsync_ptsz",
+    ),
     (cuda::MALLOC_HOST, "cudaMallocHost"),
     (cuda::HOST_ALLOC, "cudaHostAlloc"),
     (cuda::FREE, "cudaFree"),
@@ -43,7 +46,10 @@ pub const FUNCTIONS: &[(u32, &str)] = &[
     (cuda::MEM_ALLOC_ASYNC, "cuMemAllocAsync"),
     (cuda::MEM_ALLOC_ASYNC_PTSZ, "cuMemAllocAsync_ptsz"),
     (cuda::MEM_ALLOC_FROM_POOL_ASYNC, "cuMemAllocFromPoolAsync"),
-    (cuda::MEM_ALLOC_FROM_POOL_ASYNC_PTSZ, "cuMemAllocFromPoolAsync_ptsz"),
+    (
+        cuda::MEM_ALLOC_FROM_POOL_ASYNC_PTSZ,
+        "cuMemAllocFromPoolAsync_ptsz",
+    ),
     (cuda::MEM_ALLOC_HOST, "cuMemAllocHost_v2"),
     (cuda::MEM_HOST_ALLOC, "cuMemHostAlloc"),
     (cuda::MEM_FREE, "cuMemFree_v2"),
@@ -63,7 +69,11 @@ pub const FUNCTIONS: &[(u32, &str)] = &[
 
 /// The symbol of function `id`.
 pub fn name(id: u32) -> &'static str {
-    FUNCTIONS.iter().find(|(i, _)| *i == id).map(|(_, n)| *n).unwrap_or("?")
+    FUNCTIONS
+        .iter()
+        .find(|(i, _)| *i == id)
+        .map(|(_, n)| *n)
+        .unwrap_or("?")
 }
 
 /// Whether a mapped file's name makes it a CUDA runtime or driver library.
@@ -96,7 +106,10 @@ pub fn mapped_files(pid: u32) -> io::Result<BTreeSet<String>> {
 }
 
 fn parse_maps(maps: &str) -> BTreeSet<String> {
-    maps.lines().filter_map(map_path).map(|p| p.trim_end_matches(" (deleted)").to_string()).collect()
+    maps.lines()
+        .filter_map(map_path)
+        .map(|p| p.trim_end_matches(" (deleted)").to_string())
+        .collect()
 }
 
 /// The path column of a maps line (`address perms offset dev inode path`).
@@ -143,19 +156,34 @@ fn library(pid: u32, path: &str, executable: bool) -> Option<CudaLibrary> {
     let missing = FUNCTIONS
         .iter()
         .filter(|(id, _)| {
-            let layer_present = if *id < cuda::DRIVER { is_runtime } else { is_driver };
+            let layer_present = if *id < cuda::DRIVER {
+                is_runtime
+            } else {
+                is_driver
+            };
             layer_present && !exported.contains(id)
         })
         .map(|(_, n)| *n)
         .collect();
-    Some(CudaLibrary { path: path.to_string(), host_path, id: (meta.dev(), meta.ino()), functions, missing, executable })
+    Some(CudaLibrary {
+        path: path.to_string(),
+        host_path,
+        id: (meta.dev(), meta.ino()),
+        functions,
+        missing,
+        executable,
+    })
 }
 
 /// The CUDA libraries of `pid`: mapped files named like the runtime or the
 /// driver, and the executable itself when it has cudart linked in.
 pub fn libraries_of(pid: u32) -> io::Result<Vec<CudaLibrary>> {
     let files = mapped_files(pid)?;
-    let mut out: Vec<CudaLibrary> = files.iter().filter(|p| is_cuda_library_name(p)).filter_map(|p| library(pid, p, false)).collect();
+    let mut out: Vec<CudaLibrary> = files
+        .iter()
+        .filter(|p| is_cuda_library_name(p))
+        .filter_map(|p| library(pid, p, false))
+        .collect();
     if let Ok(exe) = fs::read_link(format!("/proc/{pid}/exe")) {
         let exe = exe.display().to_string();
         let exe = exe.trim_end_matches(" (deleted)");
@@ -170,11 +198,21 @@ pub fn libraries_of(pid: u32) -> io::Result<Vec<CudaLibrary>> {
     Ok(out)
 }
 
+/// The (entry, return) programs: the real ones, or the empty floor twins.
+fn cuda_programs(floor: bool) -> [&'static str; 2] {
+    if floor {
+        [programs::CUDA_FLOOR_ENTRY, programs::CUDA_FLOOR_RETURN]
+    } else {
+        [programs::CUDA_ENTRY, programs::CUDA_RETURN]
+    }
+}
+
 /// Where the CUDA programs of one library are attached.
 #[derive(Debug)]
 pub struct CudaAttachment {
     /// The library.
     pub library: CudaLibrary,
+    programs: [&'static str; 2],
     entries: Vec<UProbeLinkId>,
     returns: Vec<UProbeLinkId>,
     /// Functions that failed to attach, with why.
@@ -189,12 +227,17 @@ impl CudaAttachment {
 }
 
 impl Probes {
-    /// Loads the two CUDA programs into the kernel (once).
-    pub fn load_cuda(&mut self) -> Result<(), ProbeError> {
-        for name in [programs::CUDA_ENTRY, programs::CUDA_RETURN] {
+    /// Loads the two CUDA programs into the kernel (once); `floor` loads the
+    /// empty twins instead.
+    pub fn load_cuda(&mut self, floor: bool) -> Result<(), ProbeError> {
+        for name in cuda_programs(floor) {
             let prog: &mut UProbe = self.program(name).map_err(|e| e.into_probe_error(name))?;
             if prog.fd().is_err() {
-                prog.load().map_err(|source| ProbeError::Program { program: name, hook: "uprobe".into(), source })?;
+                prog.load().map_err(|source| ProbeError::Program {
+                    program: name,
+                    hook: "uprobe".into(),
+                    source,
+                })?;
             }
         }
         Ok(())
@@ -202,16 +245,33 @@ impl Probes {
 
     /// Attaches the CUDA programs to every probed function `lib` exports,
     /// for process `pid` only or, with `None`, for every process.
-    pub fn attach_cuda(&mut self, lib: &CudaLibrary, pid: Option<u32>) -> Result<CudaAttachment, ProbeError> {
+    pub fn attach_cuda(
+        &mut self,
+        lib: &CudaLibrary,
+        pid: Option<u32>,
+        floor: bool,
+    ) -> Result<CudaAttachment, ProbeError> {
+        let [entry_prog, return_prog] = cuda_programs(floor);
         let scope = match pid.and_then(NonZeroU32::new) {
             Some(p) => UProbeScope::OneProcess(p),
             None => UProbeScope::AllProcesses,
         };
-        let mut att = CudaAttachment { library: lib.clone(), entries: Vec::new(), returns: Vec::new(), failed: Vec::new() };
+        let mut att = CudaAttachment {
+            library: lib.clone(),
+            programs: [entry_prog, return_prog],
+            entries: Vec::new(),
+            returns: Vec::new(),
+            failed: Vec::new(),
+        };
         for &func in &lib.functions {
             let sym = name(func);
-            let point = || UProbeAttachPoint { location: UProbeAttachLocation::Symbol(sym), cookie: Some(u64::from(func)) };
-            let entry: &mut UProbe = self.program(programs::CUDA_ENTRY).map_err(|e| e.into_probe_error(programs::CUDA_ENTRY))?;
+            let point = || UProbeAttachPoint {
+                location: UProbeAttachLocation::Symbol(sym),
+                cookie: Some(u64::from(func)),
+            };
+            let entry: &mut UProbe = self
+                .program(entry_prog)
+                .map_err(|e| e.into_probe_error(entry_prog))?;
             let e = match entry.attach(point(), &lib.host_path, scope) {
                 Ok(id) => id,
                 Err(err) => {
@@ -219,7 +279,9 @@ impl Probes {
                     continue;
                 }
             };
-            let ret: &mut UProbe = self.program(programs::CUDA_RETURN).map_err(|e| e.into_probe_error(programs::CUDA_RETURN))?;
+            let ret: &mut UProbe = self
+                .program(return_prog)
+                .map_err(|e| e.into_probe_error(return_prog))?;
             match ret.attach(point(), &lib.host_path, scope) {
                 Ok(r) => {
                     att.entries.push(e);
@@ -227,7 +289,9 @@ impl Probes {
                 }
                 Err(err) => {
                     att.failed.push((sym, err.to_string()));
-                    let entry: &mut UProbe = self.program(programs::CUDA_ENTRY).map_err(|e| e.into_probe_error(programs::CUDA_ENTRY))?;
+                    let entry: &mut UProbe = self
+                        .program(entry_prog)
+                        .map_err(|e| e.into_probe_error(entry_prog))?;
                     let _ = entry.detach(e);
                 }
             }
@@ -238,7 +302,8 @@ impl Probes {
     /// Removes an attachment's probes.
     pub fn detach_cuda(&mut self, att: CudaAttachment) {
         let mut links = Vec::with_capacity(att.entries.len() * 2);
-        for (name, ids) in [(programs::CUDA_ENTRY, att.entries), (programs::CUDA_RETURN, att.returns)] {
+        let [entry_prog, return_prog] = att.programs;
+        for (name, ids) in [(entry_prog, att.entries), (return_prog, att.returns)] {
             if let Ok(prog) = self.program::<UProbe>(name) {
                 links.extend(ids.into_iter().filter_map(|id| prog.take_link(id).ok()));
             }
@@ -269,7 +334,10 @@ mod tests {
     #[test]
     fn library_names_and_maps() {
         for (p, want) in [
-            ("/usr/local/lib/python3.11/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12", true),
+            (
+                "/usr/local/lib/python3.11/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12",
+                true,
+            ),
             ("/usr/lib/x86_64-linux-gnu/libcuda.so.1", true),
             ("/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", true),
             ("/opt/conda/lib/libcudart-d0da41ae.so.11.0", true),
@@ -286,6 +354,13 @@ mod tests {
 7f00ac000000-7f00ac100000 r-xp 00000000 08:01 778 /tmp/lib with space.so (deleted)
 ";
         let files: Vec<String> = parse_maps(maps).into_iter().collect();
-        assert_eq!(files, ["/opt/venv/lib/libcudart.so.12", "/tmp/lib with space.so", "/usr/bin/python3.11"]);
+        assert_eq!(
+            files,
+            [
+                "/opt/venv/lib/libcudart.so.12",
+                "/tmp/lib with space.so",
+                "/usr/bin/python3.11"
+            ]
+        );
     }
 }

@@ -402,8 +402,15 @@ impl Probes {
 impl Unavailable {
     fn into_probe_error(self, name: &'static str) -> ProbeError {
         match self {
-            Unavailable::Program(source) => ProbeError::Program { program: name, hook: "uprobe".into(), source },
-            _ => ProbeError::Missing { what: "program", name },
+            Unavailable::Program(source) => ProbeError::Program {
+                program: name,
+                hook: "uprobe".into(),
+                source,
+            },
+            _ => ProbeError::Missing {
+                what: "program",
+                name,
+            },
         }
     }
 }

@@ -605,18 +605,27 @@ impl Store {
     /// Commits a GPU out-of-memory record (durably, like a kill).
     pub fn insert_gpu_oom(&mut self, rec: &GpuOomRecord) -> Result<i64, StoreError> {
         let json = serde_json::to_string(rec).expect("records serialize");
-        self.conn.pragma_update(None, "synchronous", "FULL").map_err(sql("insert gpu oom"))?;
+        self.conn
+            .pragma_update(None, "synchronous", "FULL")
+            .map_err(sql("insert gpu oom"))?;
         let r = self.conn.execute(
             "INSERT INTO gpu_ooms (ts_ns, pid, comm, device, session_id, record) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![rec.ts_ns, rec.process.pid, rec.process.comm, rec.device, rec.session_id, json],
         );
-        self.conn.pragma_update(None, "synchronous", "NORMAL").map_err(sql("insert gpu oom"))?;
+        self.conn
+            .pragma_update(None, "synchronous", "NORMAL")
+            .map_err(sql("insert gpu oom"))?;
         r.map_err(sql("insert gpu oom"))?;
         Ok(self.conn.last_insert_rowid())
     }
 
     /// GPU out-of-memory records since `since_ns`, newest first.
-    pub fn gpu_ooms(&self, since_ns: i64, pid: Option<u32>, limit: usize) -> Result<Vec<(i64, GpuOomRecord)>, StoreError> {
+    pub fn gpu_ooms(
+        &self,
+        since_ns: i64,
+        pid: Option<u32>,
+        limit: usize,
+    ) -> Result<Vec<(i64, GpuOomRecord)>, StoreError> {
         let mut st = self
             .conn
             .prepare(
@@ -625,18 +634,31 @@ impl Store {
             )
             .map_err(sql("gpu ooms"))?;
         let rows = st
-            .query_map(params![since_ns, pid, limit as i64], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+            .query_map(params![since_ns, pid, limit as i64], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+            })
             .map_err(sql("gpu ooms"))?;
         let mut out = Vec::new();
         for row in rows {
             let (id, json) = row.map_err(sql("gpu ooms"))?;
-            out.push((id, serde_json::from_str(&json).map_err(|source| StoreError::Record { id, source })?));
+            out.push((
+                id,
+                serde_json::from_str(&json).map_err(|source| StoreError::Record { id, source })?,
+            ));
         }
         Ok(out)
     }
 
     /// Stores a snapshot of a process's GPU ledger (`fin`: at its exit).
-    pub fn insert_ledger(&self, session: i64, ts_ns: i64, pid: u32, comm: &str, fin: bool, l: &LedgerSummary) -> Result<(), StoreError> {
+    pub fn insert_ledger(
+        &self,
+        session: i64,
+        ts_ns: i64,
+        pid: u32,
+        comm: &str,
+        fin: bool,
+        l: &LedgerSummary,
+    ) -> Result<(), StoreError> {
         let json = serde_json::to_string(l).expect("ledgers serialize");
         self.conn
             .execute(
@@ -658,7 +680,10 @@ impl Store {
             )
             .optional()
             .map_err(sql("ledger"))?;
-        row.map(|(id, json)| serde_json::from_str(&json).map_err(|source| StoreError::Record { id, source })).transpose()
+        row.map(|(id, json)| {
+            serde_json::from_str(&json).map_err(|source| StoreError::Record { id, source })
+        })
+        .transpose()
     }
 
     /// Bytes the database file uses.
