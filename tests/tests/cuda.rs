@@ -220,10 +220,19 @@ fn statically_linked_cudart_in_the_executable() {
     }
     let mut target = CudaLoad::spawn(Command::new(simcuda_dir().join("cudaload-static")));
     // doctor --pid says what it found, and which probed functions are missing.
-    let out = tracer(&["doctor", "--pid", &target.pid().to_string(), "--store", "/nonexistent/dir/x.db"]);
+    let out = tracer(&[
+        "doctor",
+        "--pid",
+        &target.pid().to_string(),
+        "--store",
+        "/nonexistent/dir/x.db",
+    ]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(text.contains("cudart linked into the executable"), "{text}");
-    assert!(text.contains("not exported, so not traced: cudaMallocAsync_ptsz"), "{text}");
+    assert!(
+        text.contains("not exported, so not traced: cudaMallocAsync_ptsz"),
+        "{text}"
+    );
     let attach = Attach::start(target.pid(), &[]);
     assert!(
         attach.stderr().contains("linked into the executable"),

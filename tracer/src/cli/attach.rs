@@ -102,6 +102,7 @@ struct Session {
     clock: Clock,
     calls_this_second: u64,
     failed_this_second: u64,
+    quiet_seconds: u32,
     out: std::io::StdoutLock<'static>,
 }
 
@@ -173,7 +174,14 @@ impl Session {
         );
     }
 
+    /// The per-second summary: printed when there were calls, and every
+    /// 10 s of quiet as a heartbeat.
     fn summary(&mut self) {
+        if self.calls_this_second == 0 && self.quiet_seconds < 9 {
+            self.quiet_seconds += 1;
+            return;
+        }
+        self.quiet_seconds = 0;
         let s = self.ledger.summary();
         if self.json {
             let v = json!({ "type": "summary", "time": format_wall(crate::time::wall_now_ns()), "pid": self.pid,
@@ -348,6 +356,7 @@ async fn attach(
         clock: Clock::now(),
         calls_this_second: 0,
         failed_this_second: 0,
+        quiet_seconds: 0,
         out: std::io::stdout().lock(),
     };
     let exit = collect::async_fd(pidfd)?;
