@@ -469,9 +469,11 @@ fn a_host_oom_kill_shows_the_victims_pinned_host_memory() {
             "json",
         ]);
         let v: Value = serde_json::from_slice(&out.stdout).ok()?;
-        v["kill"]["source"].as_str()?.contains("kmsg").then_some(v)
+        let joined =
+            v["kill"]["source"].as_str()?.contains("kmsg") && !v["kill"]["victim"]["gpu"].is_null();
+        joined.then_some(v)
     })
-    .expect("the kill, joined with the kernel report");
+    .expect("the kill, joined with the kernel report and the victim's ledger");
     let gpu = &v["kill"]["victim"]["gpu"];
     let pinned = gpu["by_kind"]["pinned_host"]["outstanding"]
         .as_u64()

@@ -75,11 +75,9 @@ pub mod ring {
     /// 256 KiB: about 2,000 kill-sized events; the reader wakes on each one.
     pub const CRITICAL_BYTES: u32 = 256 * 1024;
     /// The data ring wakes its reader only once this much is waiting (the
-    /// reader also polls every [`DATA_POLL_MS`]): a wakeup per event would
-    /// cost more than the event at hundreds of thousands of CUDA calls a second.
+    /// reader also polls): a wakeup per event would cost more than the event
+    /// at hundreds of thousands of CUDA calls a second.
     pub const DATA_WAKEUP_BYTES: u64 = 64 * 1024;
-    /// How often userspace drains the data ring without a wakeup, ms.
-    pub const DATA_POLL_MS: u64 = 20;
     /// 2 MiB for the high-rate events: at 1,000 new processes a second
     /// (fork + exec, about 350 bytes) that is over 5 s of slack for the
     /// reader. Userspace maps the ring twice, so it costs twice this in RSS.

@@ -293,7 +293,8 @@ async fn attach(
     let stats = Arc::new(ReaderStats::default());
     let (tx, mut rx) = mpsc::channel::<Event>(65536);
     let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
-    for (ring, opts) in collect::ring_options() {
+    // A live view: calls show within 20 ms.
+    for (ring, opts) in collect::ring_options(Duration::from_millis(20)) {
         let r = probes.take_ring(ring)?;
         let (tx, stats) = (tx.clone(), stats.clone());
         tasks.spawn(async move { Ok(collect::read_ring(r, ring, tx, stats, opts).await?) });

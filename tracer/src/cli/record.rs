@@ -45,6 +45,10 @@ pub struct RecordArgs {
     pub cuda: bool,
 }
 
+/// How often the recorder drains the data ring without a wakeup: new
+/// processes reach the model within this (kills nudge it at once).
+const DATA_POLL: Duration = Duration::from_millis(100);
+
 /// Capacity of the reader -> engine channels.
 const CHANNEL: usize = 16384;
 
@@ -104,7 +108,10 @@ async fn record(args: RecordArgs, store: Store, mut probes: Probes) -> anyhow::R
     let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
 
     // Readers first, so nothing the probes emit after attach is lost.
-    for ((name, opts), tx) in collect::ring_options().into_iter().zip([crit_tx, data_tx]) {
+    for ((name, opts), tx) in collect::ring_options(DATA_POLL)
+        .into_iter()
+        .zip([crit_tx, data_tx])
+    {
         let ring = probes.take_ring(name)?;
         let stats = stats.clone();
         tasks.spawn(async move { Ok(collect::read_ring(ring, name, tx, stats, opts).await?) });

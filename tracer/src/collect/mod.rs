@@ -114,7 +114,11 @@ pub async fn read_ring(
         &stats.data
     };
     let mut batch = Vec::with_capacity(256);
-    let poll = opts.poll.unwrap_or(std::time::Duration::from_secs(3600));
+    // Polling backs off while the ring stays empty (an idle node wakes the
+    // reader about once a second) and returns to `poll` as soon as events flow.
+    let base = opts.poll.unwrap_or(std::time::Duration::from_secs(3600));
+    let idle_max = base.max(std::time::Duration::from_secs(1));
+    let mut wait = base;
     let never = Arc::new(tokio::sync::Notify::new());
     let drain_now = opts.drain_now.clone().unwrap_or(never);
     loop {
@@ -126,8 +130,9 @@ pub async fn read_ring(
                     guard.clear_ready();
                 }
             }
-            _ = tokio::time::sleep(poll), if opts.poll.is_some() => {
+            _ = tokio::time::sleep(wait), if opts.poll.is_some() => {
                 drain(fd.get_mut(), name, &mut batch, &stats);
+                wait = if batch.is_empty() { (wait * 2).min(idle_max) } else { base };
             }
             _ = drain_now.notified() => {
                 drain(fd.get_mut(), name, &mut batch, &stats);
@@ -136,6 +141,7 @@ pub async fn read_ring(
         if batch.is_empty() {
             continue;
         }
+        wait = base;
         counter.fetch_add(batch.len() as u64, Ordering::Relaxed);
         for ev in batch.drain(..) {
             if tx.send(ev).await.is_err() {
@@ -148,10 +154,10 @@ pub async fn read_ring(
     }
 }
 
-/// Read options for the two rings: the data reader polls and drains as
-/// soon as the critical reader has read something, so what led up to a
-/// critical event follows it closely.
-pub fn ring_options() -> [(&'static str, ReadOptions); 2] {
+/// Read options for the two rings: the data reader polls every `poll` and
+/// drains as soon as the critical reader has read something, so what led up
+/// to a critical event follows it closely.
+pub fn ring_options(poll: std::time::Duration) -> [(&'static str, ReadOptions); 2] {
     let nudge = Arc::new(tokio::sync::Notify::new());
     [
         (
@@ -164,9 +170,7 @@ pub fn ring_options() -> [(&'static str, ReadOptions); 2] {
         (
             tracer_common::maps::DATA_RING,
             ReadOptions {
-                poll: Some(std::time::Duration::from_millis(
-                    tracer_common::ring::DATA_POLL_MS,
-                )),
+                poll: Some(poll),
                 drain_now: Some(nudge),
                 after_batch: None,
             },

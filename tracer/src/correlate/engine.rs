@@ -30,8 +30,8 @@ const PENDING_NS: i64 = 30_000_000_000;
 const UNMATCHED_NS: i64 = 2_000_000_000;
 /// Tracepoint and kernel-log times of one kill are this close.
 const JOIN_WINDOW_NS: i64 = 10_000_000_000;
-/// How long a GPU OOM waits for the data ring's calls before it.
-const GPU_OOM_SETTLE: Duration = Duration::from_millis(30);
+/// How long GPU OOMs and kills wait for the CUDA calls before them.
+const GPU_SETTLE: Duration = Duration::from_millis(30);
 /// Events buffered before a write.
 const EVENT_BUFFER: usize = 4096;
 
@@ -172,7 +172,7 @@ impl Engine {
         // The first sample was just taken: the next one is a period away.
         tick.reset();
         let (mut crit_open, mut data_open, mut kmsg_open) = (true, true, true);
-        let mut gpu_oom_due: Option<tokio::time::Instant> = None;
+        let mut settle_due: Option<tokio::time::Instant> = None;
         while crit_open || data_open || kmsg_open {
             tokio::select! {
                 biased;
@@ -183,9 +183,9 @@ impl Engine {
                         while let Ok(ev) = inputs.critical.try_recv() {
                             self.on_event(ev)?;
                         }
-                        self.commit_kills()?;
-                        if !self.gpu_ooms.is_empty() && gpu_oom_due.is_none() {
-                            gpu_oom_due = Some(tokio::time::Instant::now() + GPU_OOM_SETTLE);
+                        let killed = self.commit_kills()?;
+                        if self.gpu.is_some() && (killed || !self.gpu_ooms.is_empty()) && settle_due.is_none() {
+                            settle_due = Some(tokio::time::Instant::now() + GPU_SETTLE);
                         }
                     }
                     None => crit_open = false,
@@ -199,15 +199,16 @@ impl Engine {
                     None => data_open = false,
                 },
                 _ = tick.tick() => self.tick()?,
-                _ = sleep_until(gpu_oom_due), if gpu_oom_due.is_some() => {
-                    // The calls before a GPU OOM come on the data ring (its
-                    // reader was nudged): take them in first, so the ledger
-                    // is as of the failure.
+                _ = sleep_until(settle_due), if settle_due.is_some() => {
+                    // The CUDA calls before a GPU OOM or a kill come on the
+                    // data ring (its reader was nudged): take them in first,
+                    // so ledgers are as of the failure or the kill.
                     while let Ok(ev) = inputs.data.try_recv() {
                         self.on_event(ev)?;
                     }
                     self.commit_gpu_ooms()?;
-                    gpu_oom_due = None;
+                    self.refresh_kill_gpu()?;
+                    settle_due = None;
                 }
             }
         }
@@ -346,6 +347,21 @@ impl Engine {
         Ok(())
     }
 
+    /// Kills committed in the last few seconds get their victim's GPU
+    /// ledger again, now that the calls before the kill are counted.
+    fn refresh_kill_gpu(&mut self) -> Result<(), StoreError> {
+        let Some(gpu) = &self.gpu else { return Ok(()) };
+        let recent = wall_now_ns() - 5_000_000_000;
+        for p in self.pending.iter_mut().filter(|p| p.record.ts_ns >= recent) {
+            let ledger = gpu.ledger(p.record.victim.pid);
+            if ledger != p.record.victim.gpu {
+                p.record.victim.gpu = ledger;
+                self.store.update_kill(p.id, &p.record)?;
+            }
+        }
+        Ok(())
+    }
+
     /// GPU out-of-memory failures, joined with the ledgers, made durable.
     fn commit_gpu_ooms(&mut self) -> Result<(), StoreError> {
         let mut calls = std::mem::take(&mut self.gpu_ooms);
@@ -373,9 +389,9 @@ impl Engine {
     /// Commits every queued kill, with the events buffered so far, in one
     /// transaction: a burst of kills shares one fsync instead of queueing
     /// behind one another's.
-    fn commit_kills(&mut self) -> Result<(), StoreError> {
+    fn commit_kills(&mut self) -> Result<bool, StoreError> {
         if self.to_commit.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         let mut kills = std::mem::take(&mut self.to_commit);
         if let Some(gpu) = &self.gpu {
@@ -415,7 +431,7 @@ impl Engine {
             );
             self.pending.push(Pending { id, record: rec });
         }
-        Ok(())
+        Ok(true)
     }
 
     /// A killed process whose memory was unknown at the signal (it was gone
@@ -589,6 +605,7 @@ impl Engine {
     fn finish(mut self) -> Result<EngineSummary, StoreError> {
         self.commit_kills()?;
         self.commit_gpu_ooms()?;
+        self.refresh_kill_gpu()?;
         if let Some(gpu) = self.gpu.take() {
             self.summary.gpu_ooms = gpu.ooms;
             gpu.detach();
