@@ -78,34 +78,50 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     } else {
         args.store.path.display().to_string()
     };
+    let what = match args.pid {
+        Some(p) => format!("no kill of pid {p}"),
+        None => "no kills".to_string(),
+    };
+    let window = args
+        .since
+        .map(|d| format!(" in the last {}", humantime::format_duration(d)))
+        .unwrap_or_default();
+    output(
+        &args,
+        &found,
+        &format!("{what}{window} in {source}"),
+        render_text,
+    )
+}
+
+/// Prints what was found (one or, with `--all`, every match) as text or
+/// JSON; with nothing found, says `none` and, unless `--all`, exits 1.
+fn output<T: serde::Serialize>(
+    args: &ExplainArgs,
+    found: &[T],
+    none: &str,
+    render: impl Fn(&T) -> String,
+) -> anyhow::Result<ExitCode> {
     if found.is_empty() {
-        let what = match args.pid {
-            Some(p) => format!("no kill of pid {p}"),
-            None => "no kills".to_string(),
-        };
-        let window = args
-            .since
-            .map(|d| format!(" in the last {}", humantime::format_duration(d)))
-            .unwrap_or_default();
         if args.all {
             match args.format {
                 Format::Json => println!("[]"),
-                Format::Text => println!("{what}{window} in {source}"),
+                Format::Text => println!("{none}"),
             }
             return Ok(ExitCode::SUCCESS);
         }
-        eprintln!("tracer: {what}{window} in {source}");
+        eprintln!("tracer: {none}");
         return Ok(ExitCode::from(1));
     }
     match (args.format, args.all) {
-        (Format::Json, true) => println!("{}", serde_json::to_string_pretty(&found)?),
+        (Format::Json, true) => println!("{}", serde_json::to_string_pretty(found)?),
         (Format::Json, false) => println!("{}", serde_json::to_string_pretty(&found[0])?),
         (Format::Text, _) => {
             for (i, e) in found.iter().enumerate() {
                 if i > 0 {
                     println!();
                 }
-                print!("{}", render_text(e));
+                print!("{}", render(e));
             }
         }
     }
@@ -124,35 +140,13 @@ fn gpu_ooms(args: &ExplainArgs, since_ns: i64, limit: usize) -> anyhow::Result<E
             gpu_oom: r,
         })
         .collect();
-    if found.is_empty() {
-        let what = args
-            .pid
-            .map(|p| format!("no GPU out-of-memory error of pid {p}"))
-            .unwrap_or_else(|| "no GPU out-of-memory errors".into());
-        if args.all {
-            match args.format {
-                Format::Json => println!("[]"),
-                Format::Text => println!("{what} in {}", args.store.path.display()),
-            }
-            return Ok(ExitCode::SUCCESS);
-        }
-        eprintln!(
-            "tracer: {what} in {} (they are recorded by `tracer record --cuda`)",
-            args.store.path.display()
-        );
-        return Ok(ExitCode::from(1));
-    }
-    match (args.format, args.all) {
-        (Format::Json, true) => println!("{}", serde_json::to_string_pretty(&found)?),
-        (Format::Json, false) => println!("{}", serde_json::to_string_pretty(&found[0])?),
-        (Format::Text, _) => {
-            for (i, e) in found.iter().enumerate() {
-                if i > 0 {
-                    println!();
-                }
-                print!("{}", render(e));
-            }
-        }
-    }
-    Ok(ExitCode::SUCCESS)
+    let what = match args.pid {
+        Some(p) => format!("no GPU out-of-memory error of pid {p}"),
+        None => "no GPU out-of-memory errors".to_string(),
+    };
+    let none = format!(
+        "{what} in {} (they are recorded by `tracer record --cuda`)",
+        args.store.path.display()
+    );
+    output(args, &found, &none, render)
 }

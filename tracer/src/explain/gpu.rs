@@ -86,12 +86,7 @@ pub fn render(e: &GpuOomExplanation) -> String {
         bytes(r.size)
     );
     let _ = writeln!(o);
-    let owner = p
-        .owner
-        .as_ref()
-        .and_then(|o| o.short())
-        .map(|s| format!("  [{s}]"))
-        .unwrap_or_default();
+    let owner = super::owner_tag(p.owner.as_ref());
     let _ = writeln!(
         o,
         "  process    {} (pid {}, thread {}){owner}",
@@ -149,13 +144,7 @@ pub fn render(e: &GpuOomExplanation) -> String {
         let _ = writeln!(o, "  others{dev}:");
         let _ = writeln!(o, "    {:>8}  {:>12}  NAME", "PID", "ON DEVICE");
         for x in &r.others {
-            let owner = x
-                .process
-                .owner
-                .as_ref()
-                .and_then(|o| o.short())
-                .map(|s| format!("  [{s}]"))
-                .unwrap_or_default();
+            let owner = super::owner_tag(x.process.owner.as_ref());
             let _ = writeln!(
                 o,
                 "    {:>8}  {:>12}  {}{owner}",

@@ -38,6 +38,14 @@ pub struct Explanation {
     pub recorder_running: Option<bool>,
 }
 
+/// `  [docker 8f3c5d9e0b1a, pod ...]` for an owner, or nothing.
+pub fn owner_tag(owner: Option<&crate::model::cgroup::Owner>) -> String {
+    owner
+        .and_then(|o| o.short())
+        .map(|s| format!("  [{s}]"))
+        .unwrap_or_default()
+}
+
 /// Human-readable bytes.
 pub fn bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -305,12 +313,7 @@ pub fn render_text(e: &Explanation) -> String {
         let _ = writeln!(o, "  command    {}", one_line(c, 200));
     }
     if let Some(m) = &v.memcg {
-        let owner = v
-            .owner
-            .as_ref()
-            .and_then(|o| o.short())
-            .map(|s| format!("  [{s}]"))
-            .unwrap_or_default();
+        let owner = owner_tag(v.owner.as_ref());
         let _ = writeln!(o, "  cgroup     {m}{owner}");
     }
     let mem = &v.memory;
