@@ -42,6 +42,14 @@ fn main() {
         "-ldl".into(),
         "-lpthread".into(),
     ]);
+    run(&[
+        "-shared".into(),
+        "-fPIC".into(),
+        "-Wl,-soname,libnvidia-ml.so.1".into(),
+        "-o".into(),
+        o("libnvidia-ml.so.1"),
+        s("nvml.c"),
+    ]);
     run(&["-o".into(), o("cudaload"), s("cudaload.c"), "-ldl".into()]);
     run(&[
         "-DSIMCUDA_STATIC".into(),

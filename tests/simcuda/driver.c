@@ -1,5 +1,6 @@
 /* Simulated CUDA driver (libcuda.so.1): see simcuda.h. */
 #include "simcuda.h"
+#include "simstate.h"
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -27,20 +28,33 @@ static void init(void) {
     if (devices < 1 || devices > MAX_DEVICES) devices = 1;
 }
 
+/* With shared state (SIMCUDA_STATE), the device is full when every
+ * process's charges together reach the capacity, as on a real GPU. */
 static CUresult charge(int dev, size_t size) {
     CUresult r = CUDA_SUCCESS;
     pthread_mutex_lock(&mu);
     init();
+    struct sim_slot *slot = (dev >= 0 && dev < devices) ? sim_slot(getpid(), dev) : NULL;
+    size_t in_use = slot ? sim_device_used(dev) : used[dev < 0 || dev >= devices ? 0 : dev];
     if (dev < 0 || dev >= devices) r = CUDA_ERROR_INVALID_DEVICE;
-    else if (used[dev] + size > capacity) r = CUDA_ERROR_OUT_OF_MEMORY;
-    else used[dev] += size;
+    else if (in_use + size > capacity) r = CUDA_ERROR_OUT_OF_MEMORY;
+    else {
+        used[dev] += size;
+        if (slot) __atomic_add_fetch(&slot->bytes, size, __ATOMIC_ACQ_REL);
+    }
     pthread_mutex_unlock(&mu);
     return r;
 }
 
+static void uncharge_locked(int dev, size_t size) {
+    used[dev] -= size;
+    struct sim_slot *slot = sim_slot(getpid(), dev);
+    if (slot) __atomic_sub_fetch(&slot->bytes, size, __ATOMIC_ACQ_REL);
+}
+
 static void uncharge(int dev, size_t size) {
     pthread_mutex_lock(&mu);
-    used[dev] -= size;
+    uncharge_locked(dev, size);
     pthread_mutex_unlock(&mu);
 }
 
@@ -68,7 +82,7 @@ static CUresult device_free(CUdeviceptr p) {
     pthread_mutex_lock(&mu);
     h->magic = 0;
     h->prev->next = h->next; h->next->prev = h->prev;
-    used[h->device] -= h->size;
+    uncharge_locked(h->device, h->size);
     pthread_mutex_unlock(&mu);
     free(h);
     return CUDA_SUCCESS;
@@ -161,7 +175,7 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
         next = h->next;
         if (h->device != dev) continue;
         h->prev->next = h->next; h->next->prev = h->prev;
-        used[dev] -= h->size;
+        uncharge_locked(dev, h->size);
         h->magic = 0;
         free(h);
     }

@@ -108,6 +108,7 @@ pub struct TestCgroup {
     /// The path as /proc/PID/cgroup and the kernel report name it.
     pub path: String,
     v1: bool,
+    parent: Option<PathBuf>,
 }
 
 impl TestCgroup {
@@ -118,13 +119,32 @@ impl TestCgroup {
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         );
+        Self::at(&name, None, limit)
+    }
+
+    /// Makes a cgroup named as docker's systemd driver names a container's
+    /// (`docker-<64 hex>.scope`), under a parent of the test's own.
+    pub fn container(id: &str, limit: u64) -> Self {
+        let parent = format!(
+            "tracer-e2e-ctr-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        Self::at(&format!("{parent}/docker-{id}.scope"), Some(parent), limit)
+    }
+
+    fn at(name: &str, parent: Option<String>, limit: u64) -> Self {
         let (root, v1) = memory_root();
-        let dir = root.join(&name);
+        if let Some(p) = &parent {
+            fs::create_dir(root.join(p)).unwrap_or_else(|e| panic!("mkdir {p}: {e}"));
+        }
+        let dir = root.join(name);
         fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
         let cg = Self {
             dir,
             path: format!("/{name}"),
             v1,
+            parent: parent.map(|p| root.join(p)),
         };
         let limit_file = if v1 {
             "memory.limit_in_bytes"
@@ -197,6 +217,9 @@ impl Drop for TestCgroup {
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }
             if fs::remove_dir(&self.dir).is_ok() {
+                if let Some(p) = &self.parent {
+                    let _ = fs::remove_dir(p);
+                }
                 return;
             }
             thread::sleep(Duration::from_millis(100));
@@ -298,7 +321,18 @@ impl Recorder {
     /// Starts `bin record --store STORE EXTRA...` and waits until it
     /// records; `echo` copies its log lines to stderr.
     pub fn start_bin(bin: &Path, store: &Path, extra: &[&str], echo: bool) -> Self {
+        Self::spawn(bin, store, extra, &[], echo)
+    }
+
+    /// Same, with extra arguments and environment (the simulated NVML
+    /// reads its scenario from the recorder's environment).
+    pub fn start_env(store: &Path, extra: &[&str], env: &[(&str, String)]) -> Self {
+        Self::spawn(&tracer_bin(), store, extra, env, true)
+    }
+
+    fn spawn(bin: &Path, store: &Path, extra: &[&str], env: &[(&str, String)], echo: bool) -> Self {
         let mut child = Command::new(bin)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .arg("record")
             .arg("--store")
             .arg(store)

@@ -11,6 +11,7 @@ pub mod collect;
 pub mod correlate;
 pub mod explain;
 pub mod export;
+pub mod gpu;
 pub mod model;
 pub mod probes;
 pub mod store;

@@ -23,6 +23,9 @@ pub struct DoctorArgs {
     /// Also check the CUDA libraries of this process: which probed functions they have.
     #[arg(long)]
     pub pid: Option<u32>,
+    /// NVML library to check instead of the driver's libnvidia-ml.so.1.
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<std::path::PathBuf>,
 }
 
 /// Outcome of one check.
@@ -67,7 +70,7 @@ fn check(
 }
 
 /// Runs every check.
-pub fn checks(store: &Path) -> Vec<Check> {
+pub fn checks(store: &Path, nvml_lib: Option<&Path>) -> Vec<Check> {
     let mut out = Vec::new();
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
@@ -299,7 +302,7 @@ pub fn checks(store: &Path) -> Vec<Check> {
             Some("run as root, or set kernel.dmesg_restrict=0"),
         ),
     });
-    out.push(nvml_check());
+    out.push(nvml_check(nvml_lib));
     out.push(store_check(store));
     out
 }
@@ -349,27 +352,10 @@ fn cuda_checks(pid: u32) -> Vec<Check> {
     }
 }
 
-fn nvml_check() -> Check {
-    match nvml_wrapper::Nvml::init() {
-        Ok(n) => {
-            let count = n
-                .device_count()
-                .map(|c| c.to_string())
-                .unwrap_or_else(|e| format!("? ({e})"));
-            let driver = n.sys_driver_version().unwrap_or_else(|_| "?".into());
-            check(
-                "NVML",
-                Status::Ok,
-                format!("driver {driver}, {count} GPU(s)"),
-                None,
-            )
-        }
-        Err(e) => check(
-            "NVML",
-            Status::Info,
-            format!("not available ({e}): no NVIDIA driver; host memory tracing works"),
-            None,
-        ),
+fn nvml_check(lib: Option<&Path>) -> Check {
+    match crate::gpu::open(lib) {
+        Ok(n) => check("NVML", Status::Ok, crate::gpu::describe(&n), None),
+        Err(e) => check("NVML", Status::Info, super::chain(&e), None),
     }
 }
 
@@ -432,7 +418,7 @@ fn store_check(path: &Path) -> Check {
 
 /// Runs `doctor`; exits 1 when recording cannot work.
 pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
-    let mut all = checks(&args.store.path);
+    let mut all = checks(&args.store.path, args.nvml_lib.as_deref());
     if let Some(pid) = args.pid {
         all.extend(cuda_checks(pid));
     }

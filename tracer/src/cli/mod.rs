@@ -5,6 +5,7 @@ pub mod doctor;
 pub mod events;
 pub mod explain;
 pub mod record;
+pub mod top;
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -33,6 +34,8 @@ pub enum Command {
     Attach(attach::AttachArgs),
     /// Explain the latest OOM kill, or every kill in a window.
     Explain(explain::ExplainArgs),
+    /// Processes and containers with host and GPU memory, live, closest to a limit first.
+    Top(top::TopArgs),
     /// Print recorded raw events as JSON lines.
     Events(events::EventsArgs),
     /// Check what this kernel and node support, with fixes.
@@ -63,6 +66,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Attach(a) => attach::run(a),
         Command::Explain(a) => explain::run(a),
         Command::Events(a) => events::run(a),
+        Command::Top(a) => top::run(a),
         Command::Doctor(a) => doctor::run(a),
     }
 }

@@ -43,6 +43,12 @@ pub struct RecordArgs {
     /// each distinct libcudart/libcuda file, and cudart linked into executables).
     #[arg(long)]
     pub cuda: bool,
+    /// NVML library to load instead of the driver's libnvidia-ml.so.1.
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<std::path::PathBuf>,
+    /// NVML sampling period (at least 100ms).
+    #[arg(long, default_value = "1s", value_parser = super::parse_duration)]
+    pub gpu_interval: Duration,
 }
 
 /// How often the recorder drains the data ring without a wakeup: new
@@ -79,6 +85,9 @@ fn hostname() -> String {
 pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     if args.sample_interval < Duration::from_millis(100) {
         return Err(anyhow!("--sample-interval must be at least 100ms"));
+    }
+    if args.gpu_interval < Duration::from_millis(100) {
+        return Err(anyhow!("--gpu-interval must be at least 100ms"));
     }
     crate::probes::caps::require_bpf()?;
     let store = Store::open_rw(&args.store.path)?;
@@ -172,9 +181,43 @@ async fn record(args: RecordArgs, store: Store, mut probes: Probes) -> anyhow::R
     } else {
         (None, Some(probes))
     };
-    let engine = Engine::new(store, model, session, opts, Some(drops), Some(memcg), gpu);
+    // NVML on a thread of its own; no driver is a normal state.
+    let (gpu_rx, nvml_missing) = match crate::gpu::open(args.nvml_lib.as_deref()) {
+        Ok(nvml) => {
+            let desc = crate::gpu::describe(&nvml);
+            store.session_gpu(session, &desc)?;
+            let (tx, rx) = mpsc::channel(4);
+            let now = crate::gpu::spawn(nvml, args.gpu_interval, tx)?;
+            tracing::info!(
+                "NVML: {desc}, sampled every {}",
+                humantime::format_duration(args.gpu_interval)
+            );
+            (Some((rx, now)), None)
+        }
+        Err(e) => {
+            let why = super::chain(&e);
+            tracing::info!("{why}");
+            store.session_gpu(session, &why)?;
+            (None, Some(why))
+        }
+    };
+    let mut engine = Engine::new(store, model, session, opts, Some(drops), Some(memcg), gpu);
+    // Records say GPU data is missing when GPUs were asked for.
+    if args.cuda || args.nvml_lib.is_some() {
+        engine.set_nvml_missing(nvml_missing);
+    }
     let (ready_tx, ready_rx) = oneshot::channel();
-    let inputs = collect_inputs(crit_rx, data_rx, kmsg_rx);
+    let (gpu_rx, sample_now) = match gpu_rx {
+        Some((rx, now)) => (Some(rx), Some(now)),
+        None => (None, None),
+    };
+    engine.set_sample_now(sample_now);
+    let inputs = crate::correlate::engine::Inputs {
+        critical: crit_rx,
+        data: data_rx,
+        kmsg: kmsg_rx,
+        gpu: gpu_rx,
+    };
     let (done_tx, mut done_rx) = oneshot::channel();
     let engine_thread = std::thread::Builder::new()
         .name("tracer-engine".into())
@@ -233,16 +276,4 @@ async fn record(args: RecordArgs, store: Store, mut probes: Probes) -> anyhow::R
         }))?
     );
     Ok(ExitCode::SUCCESS)
-}
-
-fn collect_inputs(
-    critical: mpsc::Receiver<crate::collect::decode::Event>,
-    data: mpsc::Receiver<crate::collect::decode::Event>,
-    kmsg: mpsc::Receiver<crate::collect::kmsg::KmsgEvent>,
-) -> crate::correlate::engine::Inputs {
-    crate::correlate::engine::Inputs {
-        critical,
-        data,
-        kmsg,
-    }
 }

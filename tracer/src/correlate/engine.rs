@@ -8,10 +8,14 @@ use tokio::sync::{mpsc, oneshot};
 
 use tracer_common::{CudaCall, cuda};
 
-use super::gpu::GpuTracker;
 use super::{
     Context, kill_from_report, kill_from_signal, kill_from_victim, merge_report,
     record::{KillRecord, Reaping},
+};
+use super::{
+    gpu::GpuTracker,
+    gpuview::{GpuView, TracedMemory},
+    timeline::{AGED_RES_S, DOWNSAMPLE_AFTER_NS, FRESH_RES_S, Window},
 };
 use crate::{
     collect::{
@@ -73,6 +77,14 @@ pub struct EngineSummary {
     pub model_live: usize,
     /// GPU out-of-memory failures recorded.
     pub gpu_ooms: u64,
+    /// NVML samples taken.
+    pub nvml_samples: u64,
+    /// Mean time an NVML sample took, µs.
+    pub nvml_sample_us_mean: u64,
+    /// Longest NVML sample, µs.
+    pub nvml_sample_us_max: u64,
+    /// Timeline rows written (devices and processes).
+    pub timeline_rows: u64,
     /// Per kill (the last 1,000): µs from the kernel's timestamp of the
     /// kill to the return of its durable commit.
     pub kill_commit_us: Vec<u64>,
@@ -86,6 +98,8 @@ pub struct Inputs {
     pub data: mpsc::Receiver<Event>,
     /// Kernel log reports.
     pub kmsg: mpsc::Receiver<KmsgEvent>,
+    /// NVML samples (none without NVML).
+    pub gpu: Option<mpsc::Receiver<crate::gpu::GpuSample>>,
 }
 
 struct Pending {
@@ -109,6 +123,15 @@ pub struct Engine {
     to_commit: Vec<KillRecord>,
     gpu: Option<GpuTracker>,
     gpu_ooms: Vec<CudaCall>,
+    /// NVML's latest picture, joined with the model and the ledgers.
+    gpu_view: Option<GpuView>,
+    /// Why there is no GPU picture, when there is none.
+    nvml_missing: Option<String>,
+    /// Asks the NVML thread for a sample now.
+    sample_now: Option<std::sync::mpsc::Sender<()>>,
+    /// GPU OOMs waiting for an NVML sample taken after them: (id, record).
+    ooms_awaiting_nvml: Vec<(i64, super::record::GpuOomRecord)>,
+    window: Window,
     unmatched: Vec<(OomReport, i64)>,
     buffer: Vec<EventRow>,
     summary: EngineSummary,
@@ -147,6 +170,11 @@ impl Engine {
             to_commit: Vec::new(),
             gpu,
             gpu_ooms: Vec::new(),
+            gpu_view: None,
+            nvml_missing: None,
+            sample_now: None,
+            ooms_awaiting_nvml: Vec::new(),
+            window: Window::default(),
             unmatched: Vec::new(),
             buffer: Vec::new(),
             summary: EngineSummary {
@@ -173,6 +201,7 @@ impl Engine {
         tick.reset();
         let (mut crit_open, mut data_open, mut kmsg_open) = (true, true, true);
         let mut settle_due: Option<tokio::time::Instant> = None;
+        let mut nvml_rx = inputs.gpu.take();
         while crit_open || data_open || kmsg_open {
             tokio::select! {
                 biased;
@@ -199,6 +228,10 @@ impl Engine {
                     None => data_open = false,
                 },
                 _ = tick.tick() => self.tick()?,
+                s = recv_opt(&mut nvml_rx), if nvml_rx.is_some() => match s {
+                    Some(s) => self.on_gpu_sample(s)?,
+                    None => nvml_rx = None,
+                },
                 _ = sleep_until(settle_due), if settle_due.is_some() => {
                     // The CUDA calls before a GPU OOM or a kill come on the
                     // data ring (its reader was nudged): take them in first,
@@ -347,6 +380,54 @@ impl Engine {
         Ok(())
     }
 
+    /// The way to ask the NVML thread for a sample now.
+    pub fn set_sample_now(&mut self, tx: Option<std::sync::mpsc::Sender<()>>) {
+        self.sample_now = tx;
+    }
+
+    /// Sets why GPU figures are missing from every record (no NVML).
+    pub fn set_nvml_missing(&mut self, why: Option<String>) {
+        self.nvml_missing = why;
+    }
+
+    /// An NVML sample: the new GPU picture, folded into the timeline.
+    fn on_gpu_sample(&mut self, s: crate::gpu::GpuSample) -> Result<(), StoreError> {
+        if let Some(e) = &s.error {
+            tracing::debug!("NVML sample: {e}");
+        }
+        let traced = self.gpu.as_ref().map(|g| g as &dyn TracedMemory);
+        let view = super::gpuview::build(&s, &self.model, Some(&self.sampler), traced, s.ts_ns);
+        let n = &mut self.summary;
+        n.nvml_sample_us_mean =
+            (n.nvml_sample_us_mean * n.nvml_samples + s.took_us) / (n.nvml_samples + 1);
+        n.nvml_samples += 1;
+        n.nvml_sample_us_max = n.nvml_sample_us_max.max(s.took_us);
+        if let Some((devices, procs)) = self.window.push(&view, s.ts_ns) {
+            self.store.insert_timeline(FRESH_RES_S, &devices, &procs)?;
+            self.summary.timeline_rows += (devices.len() + procs.len()) as u64;
+        }
+        for d in &s.devices {
+            self.window
+                .device_extras(d.index, d.util_gpu, d.temperature_c, d.power_mw);
+        }
+        // GPU OOMs get the first picture taken after them: who held the
+        // device at that moment.
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.ooms_awaiting_nvml)
+            .into_iter()
+            .partition(|(_, r)| s.ts_ns >= r.ts_ns);
+        self.ooms_awaiting_nvml = waiting;
+        for (id, mut rec) in ready {
+            if rec.device >= 0
+                && let Some(d) = view.device(rec.device as u32)
+            {
+                rec.nvml = Some(d.clone());
+                self.store.update_gpu_oom(id, &rec)?;
+            }
+        }
+        self.gpu_view = Some(view);
+        Ok(())
+    }
+
     /// Kills committed in the last few seconds get their victim's GPU
     /// ledger again, now that the calls before the kill are counted.
     fn refresh_kill_gpu(&mut self) -> Result<(), StoreError> {
@@ -371,8 +452,21 @@ impl Engine {
         };
         for c in calls {
             let ts = self.clock.boot_to_wall(c.header.ts_boot_ns);
-            if let Some(rec) = gpu.on_call(&c, ts, &self.model, self.session_id) {
-                self.store.insert_gpu_oom(&rec)?;
+            if let Some(mut rec) = gpu.on_call(&c, ts, &self.model, self.session_id) {
+                match &self.gpu_view {
+                    Some(v) if rec.device >= 0 => rec.nvml = v.device(rec.device as u32).cloned(),
+                    Some(_) => {}
+                    None => {
+                        if let Some(why) = &self.nvml_missing {
+                            rec.gaps.push(format!("GPU data unavailable: {why}"));
+                        }
+                    }
+                }
+                let id = self.store.insert_gpu_oom(&rec)?;
+                if let Some(now) = &self.sample_now {
+                    let _ = now.send(());
+                    self.ooms_awaiting_nvml.push((id, rec.clone()));
+                }
                 tracing::info!(
                     "GPU out of memory: {} (pid {}) asked {} for {} on device {}",
                     rec.process.comm,
@@ -397,6 +491,13 @@ impl Engine {
         if let Some(gpu) = &self.gpu {
             for k in &mut kills {
                 k.victim.gpu = gpu.ledger(k.victim.pid);
+            }
+        }
+        for k in &mut kills {
+            if let Some(v) = &self.gpu_view {
+                k.gpu_picture = v.of_process(k.victim.pid);
+            } else if let Some(why) = &self.nvml_missing {
+                k.gaps.push(format!("GPU data unavailable: {why}"));
             }
         }
         let events = std::mem::take(&mut self.buffer);
@@ -563,6 +664,8 @@ impl Engine {
             if n > 0 {
                 tracing::debug!("retention removed {n} rows");
             }
+            self.store
+                .downsample_timeline(now - DOWNSAMPLE_AFTER_NS, AGED_RES_S)?;
             // Bursts (churn, kill storms) grow the heap; give it back.
             // SAFETY: malloc_trim only releases free memory.
             unsafe { libc::malloc_trim(0) };
@@ -603,6 +706,8 @@ impl Engine {
     }
 
     fn finish(mut self) -> Result<EngineSummary, StoreError> {
+        let (devices, procs) = self.window.take();
+        self.store.insert_timeline(FRESH_RES_S, &devices, &procs)?;
         self.commit_kills()?;
         self.commit_gpu_ooms()?;
         self.refresh_kill_gpu()?;
@@ -634,6 +739,14 @@ fn joins(rec: &KillRecord, report: &OomReport, clock: &Clock) -> bool {
 async fn sleep_until(t: Option<tokio::time::Instant>) {
     match t {
         Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Receives from an optional channel (a branch guard keeps `None` from being polled).
+async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
+    match rx {
+        Some(rx) => rx.recv().await,
         None => std::future::pending().await,
     }
 }

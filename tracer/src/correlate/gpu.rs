@@ -207,6 +207,7 @@ impl GpuTracker {
             others,
             session_id: Some(session),
             gaps,
+            nvml: None,
         })
     }
 

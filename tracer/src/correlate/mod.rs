@@ -3,7 +3,9 @@
 
 pub mod engine;
 pub mod gpu;
+pub mod gpuview;
 pub mod record;
+pub mod timeline;
 
 use tracer_common::{OomVictim, SignalKill, victim_field};
 

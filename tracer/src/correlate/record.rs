@@ -174,6 +174,10 @@ pub struct KillRecord {
     pub tracepoint_ns: Option<i64>,
     /// What is not known about this kill, and why.
     pub gaps: Vec<String>,
+    /// NVML's picture of the GPUs the victim used, at the last sample
+    /// before the kill: everyone on them, with their containers.
+    #[serde(default)]
+    pub gpu_picture: Vec<super::gpuview::DevicePicture>,
 }
 
 /// GPU memory of one process at a moment (from its traced CUDA calls).
@@ -188,7 +192,7 @@ pub struct GpuHolder {
 }
 
 /// A CUDA allocation that failed with out-of-memory.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct GpuOomRecord {
     /// Wall time, ns.
     pub ts_ns: i64,
@@ -214,4 +218,7 @@ pub struct GpuOomRecord {
     pub session_id: Option<i64>,
     /// What is not known, and why.
     pub gaps: Vec<String>,
+    /// NVML's picture of the device at the last sample before the failure.
+    #[serde(default)]
+    pub nvml: Option<super::gpuview::DevicePicture>,
 }

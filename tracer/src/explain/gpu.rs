@@ -37,8 +37,43 @@ pub fn held_by_kind(l: &LedgerSummary) -> String {
         .join(", ")
 }
 
-/// Decides who filled the device.
+/// Decides who filled the device: from NVML's picture when there is one
+/// (every process, traced or not), else from the traced ledgers.
 pub fn verdict(r: &GpuOomRecord) -> String {
+    if let Some(n) = &r.nvml
+        && let Some(top) = n.processes.first()
+    {
+        let traced = |v: Option<u64>| v.map(bytes).unwrap_or_else(|| "not traced".into());
+        let container = n.containers.first().map(|c| {
+            format!(
+                "; the container holding the most is {} with {} per NVML ({:.0}% of the GPU), {} traced",
+                c.name,
+                bytes(c.nvml_used),
+                c.share_pct,
+                bytes(c.traced_device)
+            )
+        });
+        let who = if top.pid == r.process.pid {
+            "the process itself"
+        } else {
+            "another process"
+        };
+        return format!(
+            "{who} holds the most on device {}: {} (pid {}) with {} per NVML, {} by its traced calls{}; the request for {} did not fit in {} free",
+            n.device,
+            top.comm,
+            top.pid,
+            top.nvml_used.map(bytes).unwrap_or_else(|| "?".into()),
+            traced(top.traced_device),
+            container.unwrap_or_default(),
+            bytes(r.size),
+            bytes(n.free)
+        );
+    }
+    traced_verdict(r)
+}
+
+fn traced_verdict(r: &GpuOomRecord) -> String {
     let own = r.held.by_device.get(&r.device).copied().unwrap_or(0);
     let dev = if r.device >= 0 {
         format!("device {}", r.device)
@@ -154,6 +189,10 @@ pub fn render(e: &GpuOomExplanation) -> String {
             );
         }
     }
+    if let Some(n) = &r.nvml {
+        let _ = writeln!(o);
+        render_picture(&mut o, n, r.ts_ns, Some(p.pid));
+    }
     let _ = writeln!(o);
     let _ = writeln!(o, "  verdict    {}", e.verdict);
     for g in &r.gaps {
@@ -164,4 +203,70 @@ pub fn render(e: &GpuOomExplanation) -> String {
         "  not known  memory the driver uses outside traced calls (contexts, other libraries) is not counted"
     );
     o
+}
+
+/// NVML's picture of one device: used memory, every process with NVML's
+/// and the traced figures side by side, and the containers.
+pub fn render_picture(
+    o: &mut String,
+    n: &crate::correlate::gpuview::DevicePicture,
+    at_ns: i64,
+    mark: Option<u32>,
+) {
+    let age = (at_ns - n.ts_ns) as f64 / 1e9;
+    let when = if age >= 0.0 {
+        format!("{age:.1} s before")
+    } else {
+        format!("{:.1} s after", -age)
+    };
+    let _ = writeln!(
+        o,
+        "  gpu {}      NVML: {} used of {}, {} free (sampled {when})",
+        n.device,
+        bytes(n.used),
+        bytes(n.total),
+        bytes(n.free)
+    );
+    let opt = |v: Option<u64>| v.map(bytes).unwrap_or_else(|| "-".into());
+    let _ = writeln!(
+        o,
+        "    {:>8}  {:>10}  {:>10}  {:>11}  {:<28}  NAME",
+        "PID", "NVML", "TRACED", "UNEXPLAINED", "CONTAINER"
+    );
+    for p in &n.processes {
+        let m = if mark == Some(p.pid) { "  <-" } else { "" };
+        let _ = writeln!(
+            o,
+            "    {:>8}  {:>10}  {:>10}  {:>11}  {:<28}  {}{m}",
+            p.pid,
+            opt(p.nvml_used),
+            opt(p.traced_device),
+            opt(p.unexplained),
+            short(
+                p.container.as_deref().or(p.memcg.as_deref()).unwrap_or("-"),
+                28
+            ),
+            p.comm
+        );
+    }
+    for c in &n.containers {
+        let _ = writeln!(
+            o,
+            "    container {}: {} per NVML ({:.1}% of the GPU), {} traced",
+            c.name,
+            bytes(c.nvml_used),
+            c.share_pct,
+            bytes(c.traced_device)
+        );
+    }
+}
+
+/// `s` cut to its last `max` characters (cgroup paths end in what matters).
+pub fn short(s: &str, max: usize) -> String {
+    let n = s.chars().count();
+    if n <= max {
+        s.to_string()
+    } else {
+        format!("...{}", s.chars().skip(n - max + 3).collect::<String>())
+    }
 }

@@ -346,6 +346,9 @@ pub fn render_text(e: &Explanation) -> String {
             gpu::held_by_kind(g)
         );
     }
+    for n in &k.gpu_picture {
+        gpu::render_picture(&mut o, n, k.ts_ns, Some(v.pid));
+    }
     let _ = writeln!(o, "  killed by  {}", killer_line(k));
     if let Some(t) = &k.trigger {
         let alloc = match (&t.gfp_mask, t.order) {

@@ -15,7 +15,7 @@ use crate::{
 pub const DEFAULT_PATH: &str = "/var/lib/tracer/tracer.db";
 
 /// Current schema version (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Store errors.
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +104,52 @@ pub struct EventRow {
     pub comm: String,
     /// Kind-specific fields.
     pub data: serde_json::Value,
+}
+
+/// One device in the timeline.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DeviceRow {
+    /// Window start, wall ns.
+    pub ts_ns: i64,
+    /// Device index.
+    pub device: u32,
+    /// Total memory.
+    pub total: u64,
+    /// Most used in the window.
+    pub used: u64,
+    /// Highest GPU utilization, percent.
+    pub util_gpu: Option<u32>,
+    /// Highest temperature.
+    pub temperature_c: Option<u32>,
+    /// Highest power, mW.
+    pub power_mw: Option<u32>,
+}
+
+/// One process on one device in the timeline.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProcRow {
+    /// Window start, wall ns.
+    pub ts_ns: i64,
+    /// Device index.
+    pub device: u32,
+    /// Pid.
+    pub pid: u32,
+    /// Name.
+    pub comm: String,
+    /// Container, pod or cgroup.
+    pub container: Option<String>,
+    /// NVML's figure (max in the window).
+    pub nvml_used: Option<u64>,
+    /// Traced device bytes.
+    pub traced_device: Option<u64>,
+    /// Pinned host bytes.
+    pub pinned_host: Option<u64>,
+    /// Host RSS, kB.
+    pub host_rss_kb: Option<u64>,
+    /// Memory cgroup usage.
+    pub memcg_usage: Option<u64>,
+    /// Memory cgroup limit.
+    pub memcg_limit: Option<u64>,
 }
 
 /// A recording session.
@@ -200,6 +246,34 @@ const MIGRATIONS: &[&str] = &[
         ledger TEXT NOT NULL
      );
      CREATE INDEX gpu_ledgers_pid ON gpu_ledgers(pid, ts_ns);",
+    // 2 -> 3: NVML timelines, per device and per process, downsampled as they age.
+    "CREATE TABLE gpu_devices (
+        ts_ns INTEGER NOT NULL,
+        res_s INTEGER NOT NULL,
+        device INTEGER NOT NULL,
+        total INTEGER NOT NULL,
+        used INTEGER NOT NULL,
+        util_gpu INTEGER,
+        temperature_c INTEGER,
+        power_mw INTEGER
+     );
+     CREATE INDEX gpu_devices_ts ON gpu_devices(ts_ns);
+     CREATE TABLE gpu_processes (
+        ts_ns INTEGER NOT NULL,
+        res_s INTEGER NOT NULL,
+        device INTEGER NOT NULL,
+        pid INTEGER NOT NULL,
+        comm TEXT NOT NULL,
+        container TEXT,
+        nvml_used INTEGER,
+        traced_device INTEGER,
+        pinned_host INTEGER,
+        host_rss_kb INTEGER,
+        memcg_usage INTEGER,
+        memcg_limit INTEGER
+     );
+     CREATE INDEX gpu_processes_ts ON gpu_processes(ts_ns);
+     ALTER TABLE sessions ADD COLUMN gpu TEXT;",
 ];
 
 fn classify(path: &Path, e: rusqlite::Error, op: &'static str) -> StoreError {
@@ -619,6 +693,18 @@ impl Store {
         Ok(self.conn.last_insert_rowid())
     }
 
+    /// Replaces a GPU out-of-memory record (NVML's picture joined later).
+    pub fn update_gpu_oom(&self, id: i64, rec: &GpuOomRecord) -> Result<(), StoreError> {
+        let json = serde_json::to_string(rec).expect("records serialize");
+        self.conn
+            .execute(
+                "UPDATE gpu_ooms SET record = ?2 WHERE id = ?1",
+                params![id, json],
+            )
+            .map_err(sql("update gpu oom"))?;
+        Ok(())
+    }
+
     /// GPU out-of-memory records since `since_ns`, newest first.
     pub fn gpu_ooms(
         &self,
@@ -686,6 +772,99 @@ impl Store {
         .transpose()
     }
 
+    /// Says what the session knows of the GPUs (NVML present or why not).
+    pub fn session_gpu(&self, session: i64, gpu: &str) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE sessions SET gpu = ?2 WHERE id = ?1",
+                params![session, gpu],
+            )
+            .map_err(sql("session gpu"))?;
+        Ok(())
+    }
+
+    /// Appends timeline rows (one transaction).
+    pub fn insert_timeline(
+        &mut self,
+        res_s: i64,
+        devices: &[DeviceRow],
+        procs: &[ProcRow],
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction().map_err(sql("timeline"))?;
+        {
+            let mut d = tx
+                .prepare_cached("INSERT INTO gpu_devices VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")
+                .map_err(sql("timeline"))?;
+            for r in devices {
+                d.execute(params![
+                    r.ts_ns,
+                    res_s,
+                    r.device,
+                    r.total as i64,
+                    r.used as i64,
+                    r.util_gpu,
+                    r.temperature_c,
+                    r.power_mw
+                ])
+                .map_err(sql("timeline"))?;
+            }
+            let mut p = tx
+                .prepare_cached("INSERT INTO gpu_processes VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)")
+                .map_err(sql("timeline"))?;
+            let i = |v: Option<u64>| v.map(|x| x as i64);
+            for r in procs {
+                p.execute(params![
+                    r.ts_ns,
+                    res_s,
+                    r.device,
+                    r.pid,
+                    r.comm,
+                    r.container,
+                    i(r.nvml_used),
+                    i(r.traced_device),
+                    i(r.pinned_host),
+                    i(r.host_rss_kb),
+                    i(r.memcg_usage),
+                    i(r.memcg_limit)
+                ])
+                .map_err(sql("timeline"))?;
+            }
+        }
+        tx.commit().map_err(sql("timeline"))
+    }
+
+    /// Folds timeline rows older than `cutoff_ns` at a finer resolution
+    /// into one row per `res_s` seconds (the maximum of each figure).
+    pub fn downsample_timeline(&mut self, cutoff_ns: i64, res_s: i64) -> Result<u64, StoreError> {
+        let b = res_s * 1_000_000_000;
+        let tx = self.conn.transaction().map_err(sql("downsample"))?;
+        tx.execute(
+            "INSERT INTO gpu_devices SELECT (ts_ns / ?2) * ?2, ?3, device, max(total), max(used), max(util_gpu),
+                 max(temperature_c), max(power_mw)
+             FROM gpu_devices WHERE res_s < ?3 AND ts_ns < ?1 GROUP BY ts_ns / ?2, device",
+            params![cutoff_ns, b, res_s],
+        )
+        .map_err(sql("downsample"))?;
+        tx.execute(
+            "INSERT INTO gpu_processes SELECT (ts_ns / ?2) * ?2, ?3, device, pid, max(comm), max(container), max(nvml_used),
+                 max(traced_device), max(pinned_host), max(host_rss_kb), max(memcg_usage), max(memcg_limit)
+             FROM gpu_processes WHERE res_s < ?3 AND ts_ns < ?1 GROUP BY ts_ns / ?2, device, pid",
+            params![cutoff_ns, b, res_s],
+        )
+        .map_err(sql("downsample"))?;
+        let mut n = 0;
+        for t in ["gpu_devices", "gpu_processes"] {
+            n += tx
+                .execute(
+                    &format!("DELETE FROM {t} WHERE res_s < ?2 AND ts_ns < ?1"),
+                    params![cutoff_ns, res_s],
+                )
+                .map_err(sql("downsample"))? as u64;
+        }
+        tx.commit().map_err(sql("downsample"))?;
+        Ok(n)
+    }
+
     /// Bytes the database file uses.
     pub fn size_bytes(&self) -> Result<u64, StoreError> {
         let pages: i64 = self
@@ -710,7 +889,15 @@ impl Store {
     ) -> Result<u64, StoreError> {
         let cutoff = now_ns - max_age_ns;
         let mut deleted = 0u64;
-        for table in ["events", "kills", "drops", "gpu_ooms", "gpu_ledgers"] {
+        for table in [
+            "events",
+            "kills",
+            "drops",
+            "gpu_ooms",
+            "gpu_ledgers",
+            "gpu_devices",
+            "gpu_processes",
+        ] {
             let col = if table == "drops" { "to_ns" } else { "ts_ns" };
             deleted += self
                 .conn
@@ -723,11 +910,18 @@ impl Store {
                 [cutoff],
             )
             .map_err(sql("retention"))?;
-        for table in ["events", "gpu_ledgers", "gpu_ooms", "kills"] {
+        for table in [
+            "events",
+            "gpu_processes",
+            "gpu_devices",
+            "gpu_ledgers",
+            "gpu_ooms",
+            "kills",
+        ] {
             while self.used_bytes()? > max_bytes {
                 let n = self
                     .conn
-                    .execute(&format!("DELETE FROM {table} WHERE id IN (SELECT id FROM {table} ORDER BY ts_ns LIMIT 2000)"), [])
+                    .execute(&format!("DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} ORDER BY ts_ns LIMIT 2000)"), [])
                     .map_err(sql("retention"))?;
                 if n == 0 {
                     break;

@@ -1,0 +1,321 @@
+//! End-to-end tests of the NVML side: the simulated NVML of tests/simcuda
+//! (loaded through nvml-wrapper, sharing state with the simulated CUDA
+//! driver) beside real cgroups and the real recorder.
+
+use std::{process::Command, time::Duration};
+
+use serde_json::Value;
+use tracer_e2e::{
+    CudaLoad, Proc, Recorder, TestCgroup, privileged, simcuda_dir, tracer, tracer_bin, wait_for,
+};
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+const CTX: u64 = 300 * MIB;
+const ID_A: &str = "aaaa1111aaaa1111aaaa1111aaaa1111aaaa1111aaaa1111aaaa1111aaaa1111";
+const ID_B: &str = "bbbb2222bbbb2222bbbb2222bbbb2222bbbb2222bbbb2222bbbb2222bbbb2222";
+
+/// One simulated GPU of 4 GiB whose state the driver and NVML share; each
+/// CUDA context costs 300 MiB that no traced call accounts for.
+struct Gpu {
+    _dir: tempfile::TempDir,
+    env: Vec<(&'static str, String)>,
+}
+
+impl Gpu {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let env = vec![
+            (
+                "SIMCUDA_STATE",
+                dir.path().join("gpu.state").display().to_string(),
+            ),
+            ("SIMCUDA_DEVICE_MEM", (4 * GIB).to_string()),
+            ("SIMNVML_CONTEXT_BYTES", CTX.to_string()),
+        ];
+        Self { _dir: dir, env }
+    }
+
+    fn with(&self, extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+        self.env
+            .iter()
+            .cloned()
+            .chain(extra.iter().cloned())
+            .collect()
+    }
+
+    fn nvml() -> String {
+        simcuda_dir()
+            .join("libnvidia-ml.so.1")
+            .display()
+            .to_string()
+    }
+
+    /// A cudaload in `cg` on this GPU.
+    fn process(&self, cg: &TestCgroup) -> CudaLoad {
+        let d = simcuda_dir();
+        let mut cmd = cg.command(d.join("cudaload"));
+        cmd.arg(d.join("libcudart.so.12"))
+            .arg(d.join("libcuda.so.1"));
+        cmd.envs(self.env.iter().map(|(k, v)| (*k, v.as_str())));
+        CudaLoad::spawn(cmd)
+    }
+}
+
+fn top_json(gpu: &Gpu) -> Vec<Value> {
+    let out = Command::new(tracer_bin())
+        .args([
+            "top",
+            "--once",
+            "--json",
+            "--nvml-lib",
+            &Gpu::nvml(),
+            "--store",
+            "/nonexistent/t.db",
+        ])
+        .envs(gpu.env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn two_containers_on_one_gpu_attribution_and_a_gpu_oom() {
+    if !privileged() {
+        return;
+    }
+    let gpu = Gpu::new();
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let rec = Recorder::start_env(
+        &store,
+        &[
+            "--cuda",
+            "--nvml-lib",
+            &Gpu::nvml(),
+            "--gpu-interval",
+            "200ms",
+        ],
+        &gpu.env,
+    );
+    let (cg_a, cg_b) = (
+        TestCgroup::container(ID_A, 8 * GIB),
+        TestCgroup::container(ID_B, 8 * GIB),
+    );
+    let mut a = gpu.process(&cg_a);
+    let mut b = gpu.process(&cg_b);
+    let attached = wait_for(Duration::from_secs(20), || {
+        rec.log().contains("libcudart.so.12 (").then_some(())
+    });
+    assert!(attached.is_some(), "{}", rec.log());
+    a.ok("setdevice 0");
+    a.ok("malloc 2147483648");
+    b.ok("setdevice 0");
+    b.ok("malloc 1073741824");
+
+    // tracer top: per container, exactly what NVML charges each.
+    let rows = top_json(&gpu);
+    let container = |id: &str| -> Value {
+        rows.iter()
+            .find(|r| {
+                r["type"] == "container"
+                    && r["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with(&format!("docker {}", &id[..12])))
+            })
+            .cloned()
+            .unwrap_or_else(|| panic!("no container {id} in {rows:?}"))
+    };
+    assert_eq!(container(ID_A)["gpu_nvml"], 2 * GIB + CTX);
+    assert_eq!(container(ID_B)["gpu_nvml"], GIB + CTX);
+    assert_eq!(container(ID_A)["pids"], serde_json::json!([a.pid()]));
+    let device = rows.iter().find(|r| r["type"] == "device").unwrap();
+    assert_eq!(device["used"], 3 * GIB + 2 * CTX);
+    let shares: Vec<f64> = device["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["share_pct"].as_f64().unwrap())
+        .collect();
+    assert!(
+        (shares[0] - 57.42).abs() < 0.1 && (shares[1] - 32.42).abs() < 0.1,
+        "{shares:?}"
+    );
+
+    // The device is full: B's next gigabyte fails. explain names A, the
+    // process and the container holding the most, with both figures.
+    assert_eq!(b.cmd("malloc 1073741824"), "err 2");
+    let store_s = store.to_str().unwrap();
+    let v = wait_for(Duration::from_secs(10), || {
+        let out = tracer(&[
+            "explain",
+            "--gpu-oom",
+            "--store",
+            store_s,
+            "--format",
+            "json",
+        ]);
+        let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+        v["gpu_oom"]["nvml"]["processes"]
+            .as_array()
+            .is_some_and(|p| p.len() == 2)
+            .then_some(v)
+    })
+    .expect("a GPU OOM with NVML's picture");
+    let n = &v["gpu_oom"]["nvml"];
+    assert_eq!(v["gpu_oom"]["process"]["pid"], b.pid());
+    assert_eq!(n["processes"][0]["pid"], a.pid());
+    assert_eq!(n["processes"][0]["nvml_used"], 2 * GIB + CTX);
+    assert_eq!(n["processes"][0]["traced_device"], 2 * GIB);
+    assert_eq!(n["processes"][0]["unexplained"], CTX);
+    assert_eq!(
+        n["containers"][0]["name"],
+        format!("docker {}", &ID_A[..12])
+    );
+    assert_eq!(n["containers"][0]["nvml_used"], 2 * GIB + CTX);
+    assert_eq!(n["containers"][0]["traced_device"], 2 * GIB);
+    let verdict = v["verdict"].as_str().unwrap();
+    assert!(
+        verdict.contains(&format!("(pid {})", a.pid()))
+            && verdict.contains("per NVML")
+            && verdict.contains("traced"),
+        "{verdict}"
+    );
+    assert!(
+        verdict.contains(&format!("docker {}", &ID_A[..12])),
+        "{verdict}"
+    );
+    let text =
+        String::from_utf8_lossy(&tracer(&["explain", "--gpu-oom", "--store", store_s]).stdout)
+            .to_string();
+    assert!(
+        text.contains("NVML") && text.contains("UNEXPLAINED") && text.contains("300.0 MiB"),
+        "{text}"
+    );
+    let log = rec.stop();
+    let summary: Value = serde_json::from_str(
+        log.lines()
+            .find_map(|l| l.strip_prefix("tracer: stopped; "))
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(summary["summary"]["nvml_samples"].as_u64().unwrap() > 5);
+    // The timeline holds both processes.
+    let conn = rusqlite::Connection::open(&store).unwrap();
+    let pids: i64 = conn
+        .query_row("SELECT count(DISTINCT pid) FROM gpu_processes", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(pids, 2);
+}
+
+#[test]
+fn without_nvml_the_recorder_runs_and_explain_says_gpu_data_is_unavailable() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let rec = Recorder::start_with(
+        &store,
+        &["--cuda", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1"],
+    );
+    assert!(rec.log().contains("NVML unavailable"), "{}", rec.log());
+    let cg = TestCgroup::new("nonvml", 48 * MIB);
+    let mut cmd = cg.command(env!("CARGO_BIN_EXE_memhog"));
+    cmd.args(["--step-mib", "8", "--interval-ms", "20"]);
+    let mut hog = Proc::spawn(cmd);
+    assert_eq!(
+        hog.wait_signal(Duration::from_secs(30)),
+        Some(libc::SIGKILL)
+    );
+    let pid = hog.pid().to_string();
+    let v = wait_for(Duration::from_secs(10), || {
+        let out = tracer(&[
+            "explain",
+            "--store",
+            store.to_str().unwrap(),
+            "--pid",
+            &pid,
+            "--format",
+            "json",
+        ]);
+        serde_json::from_slice::<Value>(&out.stdout).ok()
+    })
+    .expect("the kill");
+    let gaps: Vec<&str> = v["kill"]["gaps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g.as_str())
+        .collect();
+    assert!(
+        gaps.iter()
+            .any(|g| g.starts_with("GPU data unavailable: NVML unavailable")),
+        "{gaps:?}"
+    );
+    drop(rec);
+}
+
+#[test]
+fn a_slow_nvml_does_not_delay_the_ring_buffers() {
+    if !privileged() {
+        return;
+    }
+    let gpu = Gpu::new();
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    // 200 ms per NVML call: a sample takes seconds, and is asked for every 100 ms.
+    let env = gpu.with(&[("SIMNVML_DELAY_MS", "200".into())]);
+    let rec = Recorder::start_env(
+        &store,
+        &["--nvml-lib", &Gpu::nvml(), "--gpu-interval", "100ms"],
+        &env,
+    );
+    let cg = TestCgroup::new("slownvml", 48 * MIB);
+    let mut hogs = Vec::new();
+    for _ in 0..3 {
+        let mut cmd = cg.command(env!("CARGO_BIN_EXE_memhog"));
+        cmd.args(["--step-mib", "8", "--interval-ms", "20"]);
+        let mut hog = Proc::spawn(cmd);
+        assert_eq!(
+            hog.wait_signal(Duration::from_secs(30)),
+            Some(libc::SIGKILL)
+        );
+        hogs.push(hog);
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    let log = rec.stop();
+    let s: Value = serde_json::from_str(
+        log.lines()
+            .find_map(|l| l.strip_prefix("tracer: stopped; "))
+            .unwrap(),
+    )
+    .unwrap();
+    let s = &s["summary"];
+    assert!(
+        s["nvml_sample_us_mean"].as_u64().unwrap() >= 2_000_000,
+        "NVML was slow: {s}"
+    );
+    // Every kill became durable well within what one NVML call takes.
+    let lat: Vec<u64> = s["kill_commit_us"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert_eq!(lat.len(), 3, "{s}");
+    assert!(
+        lat.iter().all(|&us| us < 100_000),
+        "kill to durable row, us: {lat:?}"
+    );
+}

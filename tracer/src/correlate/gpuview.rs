@@ -1,0 +1,271 @@
+//! Joins NVML's view of each GPU with what tracer knows of each process:
+//! its container, its host memory and memory cgroup, and the device memory
+//! its traced CUDA calls hold. The difference between NVML's figure and the
+//! traced one (CUDA context, caching-allocator slack, untraced libraries)
+//! is shown as such, never hidden.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    gpu::GpuSample,
+    model::{ProcessTable, ledger::AllocKind, proc, sampler::Sampler},
+};
+
+/// One process on one device.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcGpu {
+    /// Pid.
+    pub pid: u32,
+    /// Name.
+    pub comm: String,
+    /// Container/pod/unit, short form.
+    pub container: Option<String>,
+    /// Memory cgroup.
+    pub memcg: Option<String>,
+    /// Device index.
+    pub device: u32,
+    /// What NVML charges it on the device, bytes.
+    pub nvml_used: Option<u64>,
+    /// Device-side bytes its traced CUDA calls hold there.
+    pub traced_device: Option<u64>,
+    /// NVML minus traced: context, allocator slack, untraced libraries.
+    pub unexplained: Option<u64>,
+    /// Pinned host memory it holds (charged to its memory cgroup).
+    pub pinned_host: Option<u64>,
+    /// Host RSS, kB.
+    pub host_rss_kb: Option<u64>,
+    /// Its memory cgroup's usage, bytes.
+    pub memcg_usage: Option<u64>,
+    /// Its memory cgroup's limit, bytes.
+    pub memcg_limit: Option<u64>,
+}
+
+/// One container (or cgroup, when no container is recognised) on one device.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ContainerGpu {
+    /// The container, or the memory cgroup path.
+    pub name: String,
+    /// Device index.
+    pub device: u32,
+    /// What NVML charges its processes there, bytes.
+    pub nvml_used: u64,
+    /// What their traced calls hold there, bytes.
+    pub traced_device: u64,
+    /// Its share of the device's memory, percent of total.
+    pub share_pct: f64,
+    /// Its processes there.
+    pub pids: Vec<u32>,
+}
+
+/// One device at one moment, with everyone on it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DevicePicture {
+    /// Device index.
+    pub device: u32,
+    /// UUID.
+    pub uuid: String,
+    /// NVML sample time, wall ns.
+    pub ts_ns: i64,
+    /// Total memory, bytes.
+    pub total: u64,
+    /// Used, bytes.
+    pub used: u64,
+    /// Free, bytes.
+    pub free: u64,
+    /// Processes on it, most memory first.
+    pub processes: Vec<ProcGpu>,
+    /// Containers on it, most memory first.
+    pub containers: Vec<ContainerGpu>,
+}
+
+/// The whole node's GPU picture at one NVML sample.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuView {
+    /// Per device.
+    pub devices: Vec<DevicePicture>,
+}
+
+impl GpuView {
+    /// The device `index`.
+    pub fn device(&self, index: u32) -> Option<&DevicePicture> {
+        self.devices.iter().find(|d| d.device == index)
+    }
+
+    /// Devices where `pid` holds memory (per NVML or per its traced calls).
+    pub fn of_process(&self, pid: u32) -> Vec<DevicePicture> {
+        self.devices
+            .iter()
+            .filter(|d| d.processes.iter().any(|p| p.pid == pid))
+            .cloned()
+            .collect()
+    }
+}
+
+/// Traced device bytes and pinned host bytes of a process on a device.
+pub trait TracedMemory {
+    /// Device-side bytes `pid` holds on `device` through traced calls.
+    fn device_bytes(&self, pid: u32, device: u32) -> Option<u64>;
+    /// Pinned host bytes `pid` holds.
+    fn pinned(&self, pid: u32) -> Option<u64>;
+}
+
+impl TracedMemory for super::gpu::GpuTracker {
+    fn device_bytes(&self, pid: u32, device: u32) -> Option<u64> {
+        let l = self.ledger(pid)?;
+        Some(l.by_device.get(&(device as i32)).copied().unwrap_or(0))
+    }
+
+    fn pinned(&self, pid: u32) -> Option<u64> {
+        let l = self.ledger(pid)?;
+        Some(
+            l.by_kind
+                .get(&AllocKind::PinnedHost)
+                .map(|t| t.outstanding)
+                .unwrap_or(0),
+        )
+    }
+}
+
+/// Builds the view of one NVML sample.
+pub fn build(
+    sample: &GpuSample,
+    model: &ProcessTable,
+    sampler: Option<&Sampler>,
+    traced: Option<&dyn TracedMemory>,
+    now_ns: i64,
+) -> GpuView {
+    let mut view = GpuView::default();
+    for d in &sample.devices {
+        let mut processes: Vec<ProcGpu> = d
+            .processes
+            .iter()
+            .map(|gp| {
+                let p = model.get(gp.pid);
+                let memcg = p.and_then(|p| p.memcg.clone());
+                let cg = memcg
+                    .as_deref()
+                    .and_then(|m| sampler.and_then(|s| s.window(m, now_ns - 5_000_000_000).pop()));
+                let traced_device = traced.and_then(|t| t.device_bytes(gp.pid, d.index));
+                ProcGpu {
+                    pid: gp.pid,
+                    comm: p.map(|p| p.info.comm.clone()).unwrap_or_default(),
+                    container: p.and_then(|p| p.owner.short()),
+                    memcg,
+                    device: d.index,
+                    nvml_used: gp.used,
+                    traced_device,
+                    unexplained: match (gp.used, traced_device) {
+                        (Some(n), Some(t)) => Some(n.saturating_sub(t)),
+                        _ => None,
+                    },
+                    pinned_host: traced.and_then(|t| t.pinned(gp.pid)),
+                    host_rss_kb: proc::read_status_mem(gp.pid).map(|m| m.rss_kb),
+                    memcg_usage: cg.as_ref().map(|c| c.usage_bytes),
+                    memcg_limit: cg.and_then(|c| c.limit_bytes),
+                }
+            })
+            .collect();
+        processes.sort_by_key(|p| std::cmp::Reverse(p.nvml_used.unwrap_or(0)));
+        let mut groups: BTreeMap<String, ContainerGpu> = BTreeMap::new();
+        for p in &processes {
+            let name = p
+                .container
+                .clone()
+                .or_else(|| p.memcg.clone())
+                .unwrap_or_else(|| "(unknown cgroup)".into());
+            let c = groups.entry(name.clone()).or_insert_with(|| ContainerGpu {
+                name,
+                device: d.index,
+                ..Default::default()
+            });
+            c.nvml_used += p.nvml_used.unwrap_or(0);
+            c.traced_device += p.traced_device.unwrap_or(0);
+            c.pids.push(p.pid);
+        }
+        let mut containers: Vec<ContainerGpu> = groups
+            .into_values()
+            .map(|mut c| {
+                c.share_pct = if d.total > 0 {
+                    c.nvml_used as f64 * 100.0 / d.total as f64
+                } else {
+                    0.0
+                };
+                c
+            })
+            .collect();
+        containers.sort_by_key(|c| std::cmp::Reverse(c.nvml_used));
+        view.devices.push(DevicePicture {
+            device: d.index,
+            uuid: d.uuid.clone(),
+            ts_ns: sample.ts_ns,
+            total: d.total,
+            used: d.used,
+            free: d.free,
+            processes,
+            containers,
+        });
+    }
+    view
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        gpu::{DeviceSample, GpuProcess},
+        model::cgroup::CgroupLayout,
+    };
+
+    struct Fixed;
+    impl TracedMemory for Fixed {
+        fn device_bytes(&self, pid: u32, _device: u32) -> Option<u64> {
+            (pid == 4_000_001).then_some(600)
+        }
+        fn pinned(&self, _pid: u32) -> Option<u64> {
+            None
+        }
+    }
+
+    #[test]
+    fn joins_nvml_with_traced_figures_and_groups_by_container() {
+        let model = ProcessTable::new(CgroupLayout::default(), 0, 10);
+        let sample = GpuSample {
+            ts_ns: 1,
+            devices: vec![DeviceSample {
+                index: 0,
+                total: 10_000,
+                used: 1_500,
+                processes: vec![
+                    GpuProcess {
+                        pid: 4_000_001,
+                        used: Some(1_000),
+                    },
+                    GpuProcess {
+                        pid: 4_000_002,
+                        used: Some(500),
+                    },
+                ],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let v = build(&sample, &model, None, Some(&Fixed), 1);
+        let d = v.device(0).unwrap();
+        assert_eq!(d.processes[0].pid, 4_000_001);
+        assert_eq!(d.processes[0].traced_device, Some(600));
+        assert_eq!(d.processes[0].unexplained, Some(400));
+        assert_eq!(
+            d.processes[1].traced_device, None,
+            "untraced: no made-up zero"
+        );
+        assert_eq!(d.processes[1].unexplained, None);
+        // Unknown processes share the unknown-cgroup group.
+        assert_eq!(d.containers.len(), 1);
+        assert_eq!(d.containers[0].nvml_used, 1_500);
+        assert!((d.containers[0].share_pct - 15.0).abs() < 1e-9);
+        assert_eq!(v.of_process(4_000_002).len(), 1);
+        assert!(v.of_process(7).is_empty());
+    }
+}
