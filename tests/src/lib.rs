@@ -330,7 +330,14 @@ impl Recorder {
         Self::spawn(&tracer_bin(), store, extra, env, true)
     }
 
-    fn spawn(bin: &Path, store: &Path, extra: &[&str], env: &[(&str, String)], echo: bool) -> Self {
+    /// Starts `bin record` with environment `env`.
+    pub fn spawn(
+        bin: &Path,
+        store: &Path,
+        extra: &[&str],
+        env: &[(&str, String)],
+        echo: bool,
+    ) -> Self {
         let mut child = Command::new(bin)
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .arg("record")

@@ -51,6 +51,9 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
     if want("churn") {
         println!("{}", churn(&bins, opts.churn_secs, opts.churn_rate)?);
     }
+    if want("nvml") {
+        println!("{}", nvml_cost(&bins, opts.idle_secs)?);
+    }
     if want("cuda") {
         println!("{}", cuda_cost(&bins, opts.cuda_pairs)?);
         println!("{}", cuda_sustained(&bins)?);
@@ -334,4 +337,106 @@ fn cuda_sustained(bins: &crate::Bins) -> anyhow::Result<String> {
          | {calls} | {rate:.0}/s | {seen} | {lost} | {} |\n",
         if exact { "yes" } else { "NO" },
     ))
+}
+
+/// CPU of a process over `secs`, percent of a core.
+fn cpu_over(pid: u32, secs: u64) -> anyhow::Result<f64> {
+    let (c0, _, _) = usage(pid)?;
+    let t0 = Instant::now();
+    thread::sleep(Duration::from_secs(secs));
+    let (c1, _, _) = usage(pid)?;
+    Ok((c1 - c0) / t0.elapsed().as_secs_f64() * 100.0)
+}
+
+/// NVML sampling on the simulated library with 8 devices and 64 processes:
+/// time per sample and recorder CPU at 1 s and 100 ms, beside a recorder
+/// without NVML; timeline growth, projected to a day after downsampling.
+fn nvml_cost(bins: &crate::Bins, secs: u64) -> anyhow::Result<String> {
+    let dir = tempfile::tempdir()?;
+    let nvml = tracer_e2e::simcuda_dir()
+        .join("libnvidia-ml.so.1")
+        .display()
+        .to_string();
+    let env = [
+        ("SIMNVML_DEVICES", "8".to_string()),
+        ("SIMNVML_FAKE_PROCS", "8".to_string()),
+        ("SIMCUDA_DEVICE_MEM", (80u64 << 30).to_string()),
+    ];
+    let mut rows = Vec::new();
+    let mut bytes_per_row = 0.0;
+    for interval in ["1s", "100ms"] {
+        let store = dir.path().join(format!("nvml-{interval}.db"));
+        let base = Recorder::start_bin(
+            &bins.tracer,
+            &dir.path().join(format!("base-{interval}.db")),
+            &[],
+            false,
+        );
+        let rec = Recorder::spawn(
+            &bins.tracer,
+            &store,
+            &["--nvml-lib", &nvml, "--gpu-interval", interval],
+            &env,
+            false,
+        );
+        thread::sleep(Duration::from_secs(2));
+        let (with, without) = std::thread::scope(|s| {
+            let a = s.spawn(|| cpu_over(rec.pid(), secs));
+            let b = s.spawn(|| cpu_over(base.pid(), secs));
+            (a.join().expect("thread"), b.join().expect("thread"))
+        });
+        let (with, without) = (with?, without?);
+        base.stop();
+        let summary = stop_summary(&rec.stop())?;
+        let s = &summary["summary"];
+        let conn = rusqlite::Connection::open(&store)?;
+        let timeline: i64 = conn.query_row(
+            "SELECT (SELECT count(*) FROM gpu_devices) + (SELECT count(*) FROM gpu_processes)",
+            [],
+            |r| r.get(0),
+        )?;
+        if timeline > 0 && interval == "1s" {
+            bytes_per_row = timeline_row_bytes(&conn, &dir.path().join("rows.db"))?;
+        }
+        rows.push(format!(
+            "| {interval} | {} | {:.1} ms | {:.1} ms | {with:.2} % | {without:.2} % | {timeline} |",
+            s["nvml_samples"],
+            s["nvml_sample_us_mean"].as_f64().unwrap_or(0.0) / 1000.0,
+            s["nvml_sample_us_max"].as_f64().unwrap_or(0.0) / 1000.0,
+        ));
+    }
+    // 8 device rows + 64 process rows per window; the first hour at 10 s,
+    // the rest of the day folded to 1 min.
+    let per_day = 72.0 * (360.0 + 23.0 * 60.0);
+    let mib_day = per_day * bytes_per_row / (1 << 20) as f64;
+    Ok(format!(
+        "### NVML sampling (simulated NVML: 8 devices, 64 processes; {secs} s each, beside a recorder without NVML)\n\n\
+         | interval | samples | mean per sample | slowest | recorder CPU | without NVML | timeline rows |\n|---|---|---|---|---|---|---|\n{}\n\n\
+         Timeline store growth: {bytes_per_row:.0} bytes per row measured; {per_day:.0} rows a day kept after downsampling \
+         = {mib_day:.1} MiB/day (target under 50 MiB/day).\n",
+        rows.join("\n")
+    ))
+}
+
+/// Bytes a timeline row takes in SQLite, indexes included: the rows copied
+/// 20 times into a database of their own (so page rounding does not count),
+/// its size divided by the rows.
+fn timeline_row_bytes(conn: &rusqlite::Connection, scratch: &Path) -> anyhow::Result<f64> {
+    conn.execute("ATTACH DATABASE ?1 AS m", [scratch.display().to_string()])?;
+    conn.execute_batch(
+        "CREATE TABLE m.d AS SELECT * FROM gpu_devices WHERE 0; CREATE TABLE m.p AS SELECT * FROM gpu_processes WHERE 0;
+         CREATE INDEX m.d_ts ON d(ts_ns); CREATE INDEX m.p_ts ON p(ts_ns);",
+    )?;
+    let empty: i64 = conn.query_row("PRAGMA m.page_count", [], |r| r.get(0))?;
+    for _ in 0..20 {
+        conn.execute_batch("INSERT INTO m.d SELECT * FROM gpu_devices; INSERT INTO m.p SELECT * FROM gpu_processes;")?;
+    }
+    let pages: i64 = conn.query_row("PRAGMA m.page_count", [], |r| r.get(0))?;
+    let size: i64 = conn.query_row("PRAGMA m.page_size", [], |r| r.get(0))?;
+    let rows: i64 = conn.query_row(
+        "SELECT (SELECT count(*) FROM m.d) + (SELECT count(*) FROM m.p)",
+        [],
+        |r| r.get(0),
+    )?;
+    Ok(((pages - empty) * size) as f64 / rows.max(1) as f64)
 }

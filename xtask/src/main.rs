@@ -49,7 +49,7 @@ enum Verb {
         #[arg(long, default_value_t = 1000)]
         churn_rate: u64,
         /// Run only one benchmark.
-        #[arg(long, value_parser = ["latency", "idle", "churn", "cuda"])]
+        #[arg(long, value_parser = ["latency", "idle", "churn", "nvml", "cuda"])]
         only: Option<String>,
         /// cudaMalloc/cudaFree pairs per measured loop of the CUDA benchmark.
         #[arg(long, default_value_t = 100_000)]
