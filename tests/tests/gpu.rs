@@ -282,6 +282,9 @@ fn a_slow_nvml_does_not_delay_the_ring_buffers() {
         &env,
     );
     let cg = TestCgroup::new("slownvml", 48 * MIB);
+    // The first sample takes about 3 s (16 calls); kill while NVML is busy
+    // with the next ones.
+    std::thread::sleep(Duration::from_secs(5));
     let mut hogs = Vec::new();
     for _ in 0..3 {
         let mut cmd = cg.command(env!("CARGO_BIN_EXE_memhog"));
@@ -302,6 +305,10 @@ fn a_slow_nvml_does_not_delay_the_ring_buffers() {
     )
     .unwrap();
     let s = &s["summary"];
+    assert!(
+        s["nvml_samples"].as_u64().unwrap() >= 1,
+        "NVML sampled: {s}"
+    );
     assert!(
         s["nvml_sample_us_mean"].as_u64().unwrap() >= 2_000_000,
         "NVML was slow: {s}"
