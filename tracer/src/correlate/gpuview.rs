@@ -14,7 +14,7 @@ use crate::{
 };
 
 /// One process on one device.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProcGpu {
     /// Pid.
     pub pid: u32,
@@ -40,6 +40,8 @@ pub struct ProcGpu {
     pub memcg_usage: Option<u64>,
     /// Its memory cgroup's limit, bytes.
     pub memcg_limit: Option<u64>,
+    /// Pinned host memory as a share of its memory cgroup's limit, percent.
+    pub pinned_pct_of_limit: Option<f64>,
 }
 
 /// One container (or cgroup, when no container is recognised) on one device.
@@ -148,6 +150,8 @@ pub fn build(
                     .as_deref()
                     .and_then(|m| sampler.and_then(|s| s.window(m, now_ns - 5_000_000_000).pop()));
                 let traced_device = traced.and_then(|t| t.device_bytes(gp.pid, d.index));
+                let pinned_host = traced.and_then(|t| t.pinned(gp.pid));
+                let memcg_limit = cg.as_ref().and_then(|c| c.limit_bytes);
                 ProcGpu {
                     pid: gp.pid,
                     comm: p.map(|p| p.info.comm.clone()).unwrap_or_default(),
@@ -160,10 +164,14 @@ pub fn build(
                         (Some(n), Some(t)) => Some(n.saturating_sub(t)),
                         _ => None,
                     },
-                    pinned_host: traced.and_then(|t| t.pinned(gp.pid)),
+                    pinned_host,
                     host_rss_kb: proc::read_status_mem(gp.pid).map(|m| m.rss_kb),
                     memcg_usage: cg.as_ref().map(|c| c.usage_bytes),
-                    memcg_limit: cg.and_then(|c| c.limit_bytes),
+                    memcg_limit,
+                    pinned_pct_of_limit: match (pinned_host, memcg_limit) {
+                        (Some(p), Some(l)) if l > 0 => Some(p as f64 * 100.0 / l as f64),
+                        _ => None,
+                    },
                 }
             })
             .collect();
