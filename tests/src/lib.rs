@@ -537,7 +537,7 @@ pub struct Attach {
 
 impl Attach {
     /// Starts `tracer attach --pid PID --json EXTRA...` and waits until it
-    /// says it attached (or is waiting for a library).
+    /// has attached to every library (or is waiting for one).
     pub fn start(pid: u32, extra: &[&str]) -> Self {
         Self::start_bin(&tracer_bin(), pid, extra)
     }
@@ -577,7 +577,8 @@ impl Attach {
         };
         let ok = wait_for(Duration::from_secs(30), || {
             let e = me.stderr();
-            if e.contains("tracer: attached") || e.contains("waiting for one") {
+            // Every library of the process is attached once it says "tracing".
+            if e.contains("tracer: tracing pid") || e.contains("waiting for one") {
                 return Some(());
             }
             if let Ok(Some(status)) = me.child.try_wait() {
@@ -663,5 +664,40 @@ impl Attach {
 impl Drop for Attach {
     fn drop(&mut self) {
         interrupt(&mut self.child, Duration::from_secs(10));
+    }
+}
+
+/// `tracer explain ARGS --format json`, polled (15 s at most) until it
+/// succeeds and `ready` says the answer is complete (joins happen after
+/// the first commit).
+pub fn explain_json(
+    args: &[&str],
+    ready: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let mut all = vec!["explain"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--format", "json"]);
+    let got = wait_for(Duration::from_secs(15), || {
+        let out = tracer(&all);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        (out.status.success() && ready(&v)).then_some(v)
+    });
+    got.unwrap_or_else(|| panic!("tracer {all:?} gave no complete answer"))
+}
+
+/// The JSON summary a recorder prints when it stops (`tracer: stopped; {...}`).
+pub fn summary_of(log: &str) -> Option<serde_json::Value> {
+    serde_json::from_str(
+        log.lines()
+            .find_map(|l| l.strip_prefix("tracer: stopped; "))?,
+    )
+    .ok()
+}
+
+impl Recorder {
+    /// Stops it and returns the summary it printed.
+    pub fn stop_summary(self) -> serde_json::Value {
+        let log = self.stop();
+        summary_of(&log).unwrap_or_else(|| panic!("no summary in the recorder's log: {log}"))
     }
 }

@@ -10,7 +10,9 @@ use std::{
 };
 
 use serde_json::Value;
-use tracer_e2e::{Attach, CudaLoad, privileged, real_cudart, simcuda_dir, tracer, wait_for};
+use tracer_e2e::{
+    Attach, CudaLoad, explain_json, privileged, real_cudart, simcuda_dir, tracer, wait_for,
+};
 
 const MIB: u64 = 1 << 20;
 
@@ -377,20 +379,7 @@ fn record_cuda_explains_a_gpu_oom_with_the_other_processes_on_the_device() {
     victim.ok("host 1048576");
     assert_eq!(victim.cmd("malloc 209715200"), "err 2");
     let store_s = store.to_str().unwrap();
-    let v = wait_for(Duration::from_secs(10), || {
-        let out = tracer(&[
-            "explain",
-            "--gpu-oom",
-            "--store",
-            store_s,
-            "--format",
-            "json",
-        ]);
-        out.status
-            .success()
-            .then(|| serde_json::from_slice::<Value>(&out.stdout).unwrap())
-    })
-    .expect("a GPU OOM in the store");
+    let v = explain_json(&["--gpu-oom", "--store", store_s], |_| true);
     let r = &v["gpu_oom"];
     assert_eq!(r["process"]["pid"], victim.pid());
     assert_eq!(r["process"]["comm"], "cudaload");
@@ -458,22 +447,17 @@ fn a_host_oom_kill_shows_the_victims_pinned_host_memory() {
         }
     }
     assert_eq!(cg.oom_kills(), 1, "the cgroup's OOM killer ran");
-    let v = wait_for(Duration::from_secs(15), || {
-        let out = tracer(&[
-            "explain",
-            "--store",
-            store.to_str().unwrap(),
-            "--pid",
-            &pid.to_string(),
-            "--format",
-            "json",
-        ]);
-        let v: Value = serde_json::from_slice(&out.stdout).ok()?;
-        let joined =
-            v["kill"]["source"].as_str()?.contains("kmsg") && !v["kill"]["victim"]["gpu"].is_null();
-        joined.then_some(v)
-    })
-    .expect("the kill, joined with the kernel report and the victim's ledger");
+    let pid_s = pid.to_string();
+    // Joined with the kernel's report and with the victim's ledger.
+    let v = explain_json(
+        &["--store", store.to_str().unwrap(), "--pid", &pid_s],
+        |v| {
+            v["kill"]["source"]
+                .as_str()
+                .is_some_and(|s| s.contains("kmsg"))
+                && !v["kill"]["victim"]["gpu"].is_null()
+        },
+    );
     let gpu = &v["kill"]["victim"]["gpu"];
     let pinned = gpu["by_kind"]["pinned_host"]["outstanding"]
         .as_u64()

@@ -11,7 +11,9 @@ use std::{
 use std::os::unix::process::CommandExt as _;
 
 use serde_json::Value;
-use tracer_e2e::{Proc, Recorder, TestCgroup, privileged, tracer, tracer_json, wait_for};
+use tracer_e2e::{
+    Proc, Recorder, TestCgroup, explain_json, privileged, tracer, tracer_json, wait_for,
+};
 
 const MIB: u64 = 1 << 20;
 
@@ -32,22 +34,13 @@ fn memhog(cg: &TestCgroup, step_mib: u64, interval_ms: u64, max_mib: Option<u64>
 /// `explain --pid` JSON once the kill is recorded and joined with the
 /// kernel's report (or after `timeout`, whatever is there).
 fn explain_pid(store: &std::path::Path, pid: u32, want_kmsg: bool) -> Value {
-    let store = store.to_str().expect("utf-8 path");
-    let pid_s = pid.to_string();
-    let got = wait_for(Duration::from_secs(15), || {
-        let out = tracer(&[
-            "explain", "--store", store, "--pid", &pid_s, "--format", "json",
-        ]);
-        if !out.status.success() {
-            return None;
-        }
-        let v: Value = serde_json::from_slice(&out.stdout).ok()?;
-        let joined = v["kill"]["source"]
-            .as_str()
-            .is_some_and(|s| s.contains("kmsg"));
-        (!want_kmsg || joined).then_some(v)
-    });
-    got.unwrap_or_else(|| panic!("no recorded kill of pid {pid} in {store}"))
+    let (store, pid) = (store.to_str().expect("utf-8 path"), pid.to_string());
+    explain_json(&["--store", store, "--pid", &pid], |v| {
+        !want_kmsg
+            || v["kill"]["source"]
+                .as_str()
+                .is_some_and(|s| s.contains("kmsg"))
+    })
 }
 
 #[test]

@@ -6,7 +6,8 @@ use std::{process::Command, time::Duration};
 
 use serde_json::Value;
 use tracer_e2e::{
-    CudaLoad, Proc, Recorder, TestCgroup, privileged, simcuda_dir, tracer, tracer_bin, wait_for,
+    CudaLoad, Proc, Recorder, TestCgroup, explain_json, privileged, simcuda_dir, tracer,
+    tracer_bin, wait_for,
 };
 
 const MIB: u64 = 1 << 20;
@@ -154,22 +155,12 @@ fn two_containers_on_one_gpu_attribution_and_a_gpu_oom() {
     // process and the container holding the most, with both figures.
     assert_eq!(b.cmd("malloc 1073741824"), "err 2");
     let store_s = store.to_str().unwrap();
-    let v = wait_for(Duration::from_secs(10), || {
-        let out = tracer(&[
-            "explain",
-            "--gpu-oom",
-            "--store",
-            store_s,
-            "--format",
-            "json",
-        ]);
-        let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+    // With NVML's picture of the moment, taken after the failure.
+    let v = explain_json(&["--gpu-oom", "--store", store_s], |v| {
         v["gpu_oom"]["nvml"]["processes"]
             .as_array()
             .is_some_and(|p| p.len() == 2)
-            .then_some(v)
-    })
-    .expect("a GPU OOM with NVML's picture");
+    });
     let n = &v["gpu_oom"]["nvml"];
     assert_eq!(v["gpu_oom"]["process"]["pid"], b.pid());
     assert_eq!(n["processes"][0]["pid"], a.pid());
@@ -200,13 +191,7 @@ fn two_containers_on_one_gpu_attribution_and_a_gpu_oom() {
         text.contains("NVML") && text.contains("UNEXPLAINED") && text.contains("300.0 MiB"),
         "{text}"
     );
-    let log = rec.stop();
-    let summary: Value = serde_json::from_str(
-        log.lines()
-            .find_map(|l| l.strip_prefix("tracer: stopped; "))
-            .unwrap(),
-    )
-    .unwrap();
+    let summary = rec.stop_summary();
     assert!(summary["summary"]["nvml_samples"].as_u64().unwrap() > 5);
     // The timeline holds both processes.
     let conn = rusqlite::Connection::open(&store).unwrap();
@@ -239,19 +224,9 @@ fn without_nvml_the_recorder_runs_and_explain_says_gpu_data_is_unavailable() {
         Some(libc::SIGKILL)
     );
     let pid = hog.pid().to_string();
-    let v = wait_for(Duration::from_secs(10), || {
-        let out = tracer(&[
-            "explain",
-            "--store",
-            store.to_str().unwrap(),
-            "--pid",
-            &pid,
-            "--format",
-            "json",
-        ]);
-        serde_json::from_slice::<Value>(&out.stdout).ok()
-    })
-    .expect("the kill");
+    let v = explain_json(&["--store", store.to_str().unwrap(), "--pid", &pid], |_| {
+        true
+    });
     let gaps: Vec<&str> = v["kill"]["gaps"]
         .as_array()
         .unwrap()
@@ -297,13 +272,7 @@ fn a_slow_nvml_does_not_delay_the_ring_buffers() {
         hogs.push(hog);
         std::thread::sleep(Duration::from_millis(700));
     }
-    let log = rec.stop();
-    let s: Value = serde_json::from_str(
-        log.lines()
-            .find_map(|l| l.strip_prefix("tracer: stopped; "))
-            .unwrap(),
-    )
-    .unwrap();
+    let s = rec.stop_summary();
     let s = &s["summary"];
     assert!(
         s["nvml_samples"].as_u64().unwrap() >= 1,

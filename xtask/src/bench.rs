@@ -104,11 +104,7 @@ fn kill_latency(bins: &crate::Bins, kills: usize) -> anyhow::Result<String> {
 
 /// The JSON summary the recorder prints when it stops.
 fn stop_summary(log: &str) -> anyhow::Result<serde_json::Value> {
-    let line = log
-        .lines()
-        .find_map(|l| l.strip_prefix("tracer: stopped; "))
-        .context("recorder summary")?;
-    Ok(serde_json::from_str(line)?)
+    tracer_e2e::summary_of(log).context("no summary in the recorder's log")
 }
 
 /// CPU seconds (user + system) and RSS of a process.
@@ -198,12 +194,7 @@ fn churn(bins: &crate::Bins, secs: u64, rate: u64) -> anyhow::Result<String> {
     let achieved = pids.len() as f64 / secs as f64;
     thread::sleep(Duration::from_secs(2));
     let (cpu1, rss, _) = usage(rec.pid())?;
-    let log = rec.stop();
-    let summary = log
-        .lines()
-        .find_map(|l| l.strip_prefix("tracer: stopped; "))
-        .context("recorder summary")?;
-    let summary: serde_json::Value = serde_json::from_str(summary)?;
+    let summary = stop_summary(&rec.stop())?;
     let conn = rusqlite::Connection::open(&store)?;
     let count = |sql: &str| -> anyhow::Result<HashSet<u32>> {
         let mut st = conn.prepare(sql)?;

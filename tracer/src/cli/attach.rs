@@ -347,6 +347,13 @@ async fn attach(
             "tracer: pid {} ({comm}) has no CUDA library yet; waiting for one to be loaded",
             args.pid
         );
+    } else {
+        let functions: usize = attached.iter().map(|a| a.attached()).sum();
+        eprintln!(
+            "tracer: tracing pid {} ({comm}): {functions} functions in {} files",
+            args.pid,
+            attached.len()
+        );
     }
 
     let mut session = Session {
