@@ -151,6 +151,10 @@ fn two_containers_on_one_gpu_attribution_and_a_gpu_oom() {
         "{shares:?}"
     );
 
+    // An Xid for the simulated device (PCI 18:00) in the kernel log, as the
+    // NVIDIA driver writes them; marked as coming from this test.
+    std::fs::write("/dev/kmsg", "NVRM: Xid (PCI:0000:18:00): 31, pid=1, name=tracer-e2e, MMU Fault injected by tracer's tests\n").unwrap();
+    std::thread::sleep(Duration::from_millis(500));
     // The device is full: B's next gigabyte fails. explain names A, the
     // process and the container holding the most, with both figures.
     assert_eq!(b.cmd("malloc 1073741824"), "err 2");
@@ -172,6 +176,10 @@ fn two_containers_on_one_gpu_attribution_and_a_gpu_oom() {
         format!("docker {}", &ID_A[..12])
     );
     assert_eq!(n["containers"][0]["nvml_used"], 2 * GIB + CTX);
+    assert_eq!(
+        n["xids"][0]["code"], 31,
+        "the Xid is on the device's picture: {n}"
+    );
     assert_eq!(n["containers"][0]["traced_device"], 2 * GIB);
     let verdict = v["verdict"].as_str().unwrap();
     assert!(

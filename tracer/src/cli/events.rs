@@ -17,7 +17,8 @@ pub struct EventsArgs {
     /// How far back (e.g. 10m, 6h).
     #[arg(long, default_value = "10m", value_parser = super::parse_duration)]
     pub since: Duration,
-    /// Only this kind: oom_victim, reap_start, reap_finish, memcg_oom, exec, fork, exit, signal_kill.
+    /// Only this kind: oom_victim, reap_start, reap_finish, memcg_oom, exec, fork, exit,
+    /// signal_kill, cuda_call (GPU out-of-memory failures), gpu_xid.
     #[arg(long)]
     pub kind: Option<String>,
     /// Only events about this process id.

@@ -221,6 +221,64 @@ pub enum KmsgEvent {
     Report(Box<OomReport>),
     /// The reaper finished a victim.
     Reaped(Reaped),
+    /// The NVIDIA driver reported an Xid error.
+    Xid(Xid),
+}
+
+/// An NVIDIA driver Xid error from the kernel log:
+/// `NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.`
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Xid {
+    /// Monotonic time, µs.
+    pub ts_us: u64,
+    /// PCI address as printed (`0000:3b:00`).
+    pub pci: String,
+    /// Xid code (79: fell off the bus, 31: MMU fault, 48: double-bit ECC, ...).
+    pub code: u32,
+    /// Process the driver named, if any.
+    pub pid: Option<u32>,
+    /// Its name, if any.
+    pub name: Option<String>,
+    /// The rest of the message.
+    pub message: String,
+}
+
+/// Parses an Xid line.
+pub fn parse_xid(text: &str) -> Option<Xid> {
+    let rest = &text[text.find("NVRM: Xid (PCI:")? + "NVRM: Xid (PCI:".len()..];
+    let (pci, rest) = rest.split_once("):")?;
+    let mut parts = rest.splitn(2, ',');
+    let code = parts.next()?.trim().parse().ok()?;
+    let mut x = Xid {
+        pci: pci.trim().to_string(),
+        code,
+        ..Default::default()
+    };
+    let mut message = Vec::new();
+    for p in parts.next().unwrap_or("").split(',') {
+        let p = p.trim();
+        if let Some(v) = p.strip_prefix("pid=") {
+            x.pid = v.parse().ok();
+        } else if let Some(v) = p.strip_prefix("name=") {
+            x.name = Some(v.to_string());
+        } else if !p.is_empty() {
+            message.push(p);
+        }
+    }
+    x.message = message.join(", ");
+    Some(x)
+}
+
+/// Bus and device of a PCI address, whatever the domain width and
+/// function: `00000000:3B:00.0` and `0000:3b:00` are the same GPU.
+pub fn pci_key(addr: &str) -> Option<(u32, u32)> {
+    let mut parts = addr.split(':').rev();
+    let dev = parts.next()?.split('.').next()?;
+    let bus = parts.next()?;
+    Some((
+        u32::from_str_radix(bus, 16).ok()?,
+        u32::from_str_radix(dev, 16).ok()?,
+    ))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -257,6 +315,12 @@ impl Assembler {
     /// Feeds one record; returns a report when its `Killed process` line arrives.
     pub fn push(&mut self, rec: &KmsgRecord) -> Option<KmsgEvent> {
         let text = rec.text.trim_end();
+        if let Some(x) = parse_xid(text) {
+            return Some(KmsgEvent::Xid(Xid {
+                ts_us: rec.ts_us,
+                ..x
+            }));
+        }
         if let Some(r) = parse_reaped(text) {
             return Some(KmsgEvent::Reaped(Reaped {
                 ts_us: rec.ts_us,
@@ -746,6 +810,61 @@ mod tests {
         let r = one_report(&lines);
         assert_eq!(r.killed.pid, 999);
         assert!(r.summary.is_none() && r.tasks.is_empty());
+    }
+
+    #[test]
+    fn xid_lines() {
+        // (line, code, pci, pid, name, message start)
+        type Case<'a> = (&'a str, u32, &'a str, Option<u32>, Option<&'a str>, &'a str);
+        let cases: &[Case] = &[
+            (
+                "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.",
+                79,
+                "0000:3b:00",
+                Some(1234),
+                Some("python"),
+                "GPU has fallen off the bus.",
+            ),
+            (
+                "NVRM: Xid (PCI:0000:18:00): 31, pid=2561, name=python3, Ch 00000008, intr 10000000. MMU Fault: ENGINE GRAPHICS",
+                31,
+                "0000:18:00",
+                Some(2561),
+                Some("python3"),
+                "Ch 00000008, intr 10000000. MMU Fault: ENGINE GRAPHICS",
+            ),
+            (
+                "NVRM: Xid (PCI:0000:02:00): 13, Graphics SM Warp Exception on (GPC 0, TPC 1)",
+                13,
+                "0000:02:00",
+                None,
+                None,
+                "Graphics SM Warp Exception on (GPC 0",
+            ),
+        ];
+        for &(line, code, pci, pid, name, msg) in cases {
+            let x = parse_xid(line).unwrap_or_else(|| panic!("{line}"));
+            assert_eq!(
+                (x.code, x.pci.as_str(), x.pid, x.name.as_deref()),
+                (code, pci, pid, name),
+                "{line}"
+            );
+            assert!(x.message.starts_with(msg), "{line}: {}", x.message);
+        }
+        for bad in [
+            "NVRM: Xid (PCI:0000:02:00): abc",
+            "NVRM: loading driver",
+            "Xid 79",
+        ] {
+            assert!(parse_xid(bad).is_none(), "{bad}");
+        }
+        assert_eq!(pci_key("00000000:3B:00.0"), pci_key("0000:3b:00"));
+        assert_eq!(pci_key("0000:3b:00"), Some((0x3b, 0)));
+        assert_ne!(pci_key("0000:3b:00"), pci_key("0000:18:00"));
+        let evs = feed(&[
+            "NVRM: Xid (PCI:0000:3b:00): 48, pid=7, name=x, An uncorrectable double bit error",
+        ]);
+        assert!(matches!(&evs[0], KmsgEvent::Xid(x) if x.code == 48));
     }
 
     #[test]

@@ -127,6 +127,8 @@ pub struct Engine {
     gpu_view: Option<GpuView>,
     /// Why there is no GPU picture, when there is none.
     nvml_missing: Option<String>,
+    /// Recent Xid errors: (PCI address as logged, note).
+    xids: Vec<(String, super::gpuview::XidNote)>,
     /// Asks the NVML thread for a sample now.
     sample_now: Option<std::sync::mpsc::Sender<()>>,
     /// GPU OOMs waiting for an NVML sample taken after them: (id, record).
@@ -172,6 +174,7 @@ impl Engine {
             gpu_ooms: Vec::new(),
             gpu_view: None,
             nvml_missing: None,
+            xids: Vec::new(),
             sample_now: None,
             ooms_awaiting_nvml: Vec::new(),
             window: Window::default(),
@@ -385,6 +388,50 @@ impl Engine {
         self.sample_now = tx;
     }
 
+    /// An Xid error from the NVIDIA driver: stored as an event, and kept
+    /// (an hour, 64 at most) for the pictures of its device.
+    fn on_xid(&mut self, x: crate::collect::kmsg::Xid) -> Result<(), StoreError> {
+        let ts_ns = self.clock.kmsg_to_wall(x.ts_us);
+        tracing::warn!("GPU {} Xid {}: {}", x.pci, x.code, x.message);
+        self.buffer.push(EventRow {
+            ts_ns,
+            kind: "gpu_xid".into(),
+            pid: x.pid.unwrap_or(0),
+            tid: 0,
+            comm: x.name.clone().unwrap_or_default(),
+            data: serde_json::to_value(&x).unwrap_or_default(),
+        });
+        if self.xids.len() == 64 {
+            self.xids.remove(0);
+        }
+        self.xids.push((
+            x.pci.clone(),
+            super::gpuview::XidNote {
+                ts_ns,
+                code: x.code,
+                pid: x.pid,
+                message: x.message,
+            },
+        ));
+        Ok(())
+    }
+
+    /// Puts the last hour's Xid errors of each device into a view.
+    fn annotate_xids(&self, view: &mut GpuView, now_ns: i64) {
+        use crate::collect::kmsg::pci_key;
+        for d in &mut view.devices {
+            let key = pci_key(&d.pci_bus_id);
+            d.xids = self
+                .xids
+                .iter()
+                .filter(|(pci, x)| {
+                    key.is_some() && pci_key(pci) == key && now_ns - x.ts_ns < 3_600_000_000_000
+                })
+                .map(|(_, x)| x.clone())
+                .collect();
+        }
+    }
+
     /// Sets why GPU figures are missing from every record (no NVML).
     pub fn set_nvml_missing(&mut self, why: Option<String>) {
         self.nvml_missing = why;
@@ -396,7 +443,8 @@ impl Engine {
             tracing::debug!("NVML sample: {e}");
         }
         let traced = self.gpu.as_ref().map(|g| g as &dyn TracedMemory);
-        let view = super::gpuview::build(&s, &self.model, Some(&self.sampler), traced, s.ts_ns);
+        let mut view = super::gpuview::build(&s, &self.model, Some(&self.sampler), traced, s.ts_ns);
+        self.annotate_xids(&mut view, s.ts_ns);
         let n = &mut self.summary;
         n.nvml_sample_us_mean =
             (n.nvml_sample_us_mean * n.nvml_samples + s.took_us) / (n.nvml_samples + 1);
@@ -567,8 +615,10 @@ impl Engine {
     }
 
     fn on_kmsg(&mut self, ev: KmsgEvent) -> Result<(), StoreError> {
-        let KmsgEvent::Report(report) = ev else {
-            return Ok(());
+        let report = match ev {
+            KmsgEvent::Report(r) => r,
+            KmsgEvent::Xid(x) => return self.on_xid(x),
+            KmsgEvent::Reaped(_) => return Ok(()),
         };
         let clock = self.clock;
         if let Some(p) = self

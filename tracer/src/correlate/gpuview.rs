@@ -68,6 +68,9 @@ pub struct DevicePicture {
     pub device: u32,
     /// UUID.
     pub uuid: String,
+    /// PCI bus id.
+    #[serde(default)]
+    pub pci_bus_id: String,
     /// NVML sample time, wall ns.
     pub ts_ns: i64,
     /// Total memory, bytes.
@@ -80,6 +83,22 @@ pub struct DevicePicture {
     pub processes: Vec<ProcGpu>,
     /// Containers on it, most memory first.
     pub containers: Vec<ContainerGpu>,
+    /// Xid errors the driver logged for it in the last hour.
+    #[serde(default)]
+    pub xids: Vec<XidNote>,
+}
+
+/// One Xid error of a device.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct XidNote {
+    /// Wall time, ns.
+    pub ts_ns: i64,
+    /// Xid code.
+    pub code: u32,
+    /// Process the driver named.
+    pub pid: Option<u32>,
+    /// The driver's message.
+    pub message: String,
 }
 
 /// The whole node's GPU picture at one NVML sample.
@@ -207,12 +226,14 @@ pub fn build(
         view.devices.push(DevicePicture {
             device: d.index,
             uuid: d.uuid.clone(),
+            pci_bus_id: d.pci_bus_id.clone(),
             ts_ns: sample.ts_ns,
             total: d.total,
             used: d.used,
             free: d.free,
             processes,
             containers,
+            xids: Vec::new(),
         });
     }
     view

@@ -249,6 +249,16 @@ pub fn render_picture(
             p.comm
         );
     }
+    for x in &n.xids {
+        let pid = x.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "    Xid {} at {}{pid}: {}",
+            x.code,
+            format_wall(x.ts_ns),
+            x.message
+        );
+    }
     for c in &n.containers {
         let _ = writeln!(
             o,
