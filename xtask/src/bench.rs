@@ -18,18 +18,25 @@ use tracer_e2e::{Attach, CudaLoad, Proc, Recorder, TestCgroup};
 const MIB: u64 = 1 << 20;
 
 /// Benchmark sizes.
+#[derive(Debug, clap::Args)]
 pub struct Options {
-    /// Kills for the latency benchmark.
+    /// Kills to time for the latency benchmark.
+    #[arg(long, default_value_t = 20)]
     pub kills: usize,
-    /// Seconds of idle measurement.
+    /// Seconds of the idle-cost and NVML benchmarks.
+    #[arg(long, default_value_t = 60)]
     pub idle_secs: u64,
-    /// Seconds of process churn.
+    /// Seconds of the process-churn benchmark.
+    #[arg(long, default_value_t = 10)]
     pub churn_secs: u64,
-    /// Processes per second of churn.
+    /// Processes per second of the churn benchmark.
+    #[arg(long, default_value_t = 1000)]
     pub churn_rate: u64,
-    /// Run only this benchmark: latency, idle, churn or cuda.
+    /// Run only one benchmark.
+    #[arg(long, value_parser = ["latency", "idle", "churn", "nvml", "cuda"])]
     pub only: Option<String>,
-    /// cudaMalloc/cudaFree pairs per measured loop.
+    /// cudaMalloc/cudaFree pairs per measured loop of the CUDA benchmark.
+    #[arg(long, default_value_t = 100_000)]
     pub cuda_pairs: u64,
 }
 

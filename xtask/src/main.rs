@@ -35,26 +35,7 @@ enum Verb {
     /// Run the unit tests and the privileged end-to-end tests.
     Test,
     /// Run the benchmarks and print their figures (markdown).
-    Bench {
-        /// Kills to time for the latency benchmark.
-        #[arg(long, default_value_t = 20)]
-        kills: usize,
-        /// Seconds of the idle-cost benchmark.
-        #[arg(long, default_value_t = 60)]
-        idle_secs: u64,
-        /// Seconds of the process-churn benchmark.
-        #[arg(long, default_value_t = 10)]
-        churn_secs: u64,
-        /// Processes per second of the churn benchmark.
-        #[arg(long, default_value_t = 1000)]
-        churn_rate: u64,
-        /// Run only one benchmark.
-        #[arg(long, value_parser = ["latency", "idle", "churn", "nvml", "cuda"])]
-        only: Option<String>,
-        /// cudaMalloc/cudaFree pairs per measured loop of the CUDA benchmark.
-        #[arg(long, default_value_t = 100_000)]
-        cuda_pairs: u64,
-    },
+    Bench(bench::Options),
     /// Check this machine (tracer doctor).
     Doctor,
     /// Set up, build, record a real OOM kill in a scratch cgroup and explain it.
@@ -68,21 +49,7 @@ fn main() -> ExitCode {
         Verb::Build => build_release().map(|_| ()),
         Verb::Run { args } => run_tracer(&args),
         Verb::Test => test(),
-        Verb::Bench {
-            kills,
-            idle_secs,
-            churn_secs,
-            churn_rate,
-            only,
-            cuda_pairs,
-        } => bench::run(bench::Options {
-            kills,
-            idle_secs,
-            churn_secs,
-            churn_rate,
-            only,
-            cuda_pairs,
-        }),
+        Verb::Bench(opts) => bench::run(opts),
         Verb::Doctor => run_tracer(&["doctor".to_string()]),
         Verb::Demo => demo::run(),
     };
