@@ -420,6 +420,33 @@ fn record_cuda_explains_a_gpu_oom_with_the_other_processes_on_the_device() {
     );
     assert!(text.contains(&neighbour.pid().to_string()), "{text}");
     drop(rec);
+    // Notable calls are events: the 100 MiB allocation and the failure,
+    // not the 1 MiB of pinned memory nor the neighbour's 50 MiB.
+    let out = tracer(&[
+        "events",
+        "--store",
+        store_s,
+        "--kind",
+        "cuda_call",
+        "--since",
+        "1h",
+    ]);
+    let calls: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let sizes: Vec<(u64, u64, i64)> = calls
+        .iter()
+        .map(|c| {
+            (
+                c["pid"].as_u64().unwrap(),
+                c["size"].as_u64().unwrap(),
+                c["ret"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let v = u64::from(victim.pid());
+    assert_eq!(sizes, [(v, 104857600, 0), (v, 209715200, 2)], "{calls:?}");
 }
 
 #[test]

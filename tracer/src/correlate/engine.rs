@@ -34,6 +34,8 @@ const PENDING_NS: i64 = 30_000_000_000;
 const UNMATCHED_NS: i64 = 2_000_000_000;
 /// Tracepoint and kernel-log times of one kill are this close.
 const JOIN_WINDOW_NS: i64 = 10_000_000_000;
+/// CUDA allocations at least this large are stored as events.
+const NOTABLE_CUDA_BYTES: u64 = 64 << 20;
 /// How long GPU OOMs and kills wait for the CUDA calls before them.
 const GPU_SETTLE: Duration = Duration::from_millis(30);
 /// Events buffered before a write.
@@ -361,7 +363,17 @@ impl Engine {
                 if let Some(gpu) = &mut self.gpu {
                     gpu.on_call(c, row.ts_ns, &self.model, self.session_id);
                 }
-                // Calls are counted in the ledgers, not stored one by one.
+                // Calls are counted in the ledgers; only the notable ones
+                // are stored one by one: failures, the virtual memory API
+                // (segments, not single tensors), and allocations of 64 MiB
+                // or more.
+                let vmm = matches!(
+                    c.func,
+                    cuda::MEM_CREATE | cuda::MEM_RELEASE | cuda::MEM_MAP | cuda::MEM_UNMAP
+                );
+                if c.ret != 0 || vmm || (cuda::allocates(c.func) && c.size >= NOTABLE_CUDA_BYTES) {
+                    self.buffer.push(row);
+                }
                 return Ok(());
             }
             Event::MemcgOom(m) => {
