@@ -277,6 +277,9 @@ impl Engine {
 
     fn on_event(&mut self, ev: Event) -> Result<(), StoreError> {
         self.summary.events += 1;
+        if let Event::Cuda(c) = &ev {
+            return self.on_cuda(c, &ev);
+        }
         let mut row = self.row(&ev);
         match &ev {
             Event::OomVictim(v) => {
@@ -354,28 +357,7 @@ impl Engine {
                     self.memory_at_exit(x)?;
                 }
             }
-            Event::Cuda(c) => {
-                if c.ret == cuda::OUT_OF_MEMORY && cuda::allocates(c.func) {
-                    self.gpu_ooms.push(*c);
-                    self.buffer.push(row);
-                    return Ok(());
-                }
-                if let Some(gpu) = &mut self.gpu {
-                    gpu.on_call(c, row.ts_ns, &self.model, self.session_id);
-                }
-                // Calls are counted in the ledgers; only the notable ones
-                // are stored one by one: failures, the virtual memory API
-                // (segments, not single tensors), and allocations of 64 MiB
-                // or more.
-                let vmm = matches!(
-                    c.func,
-                    cuda::MEM_CREATE | cuda::MEM_RELEASE | cuda::MEM_MAP | cuda::MEM_UNMAP
-                );
-                if c.ret != 0 || vmm || (cuda::allocates(c.func) && c.size >= NOTABLE_CUDA_BYTES) {
-                    self.buffer.push(row);
-                }
-                return Ok(());
-            }
+            Event::Cuda(_) => unreachable!("CUDA calls are handled by on_cuda"),
             Event::MemcgOom(m) => {
                 let path = self.model.layout().memcg_path_by_id(m.memcg_id);
                 row.data["memcg_path"] = path.into();
@@ -384,6 +366,35 @@ impl Engine {
         self.buffer.push(row);
         if self.buffer.len() >= EVENT_BUFFER {
             self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// A CUDA call: counted in its process's ledger. Only the notable ones
+    /// become stored events (their row is built only then: this runs for
+    /// every call, hundreds of thousands a second): failures, the virtual
+    /// memory API (segments, not single tensors), and allocations of 64 MiB
+    /// or more. Out-of-memory failures wait for the calls before them.
+    fn on_cuda(&mut self, c: &CudaCall, ev: &Event) -> Result<(), StoreError> {
+        if c.ret == cuda::OUT_OF_MEMORY && cuda::allocates(c.func) {
+            self.gpu_ooms.push(*c);
+            self.buffer.push(self.row(ev));
+            return Ok(());
+        }
+        if let Some(gpu) = &mut self.gpu {
+            gpu.on_call(
+                c,
+                self.clock.boot_to_wall(c.header.ts_boot_ns),
+                &self.model,
+                self.session_id,
+            );
+        }
+        let vmm = matches!(
+            c.func,
+            cuda::MEM_CREATE | cuda::MEM_RELEASE | cuda::MEM_MAP | cuda::MEM_UNMAP
+        );
+        if c.ret != 0 || vmm || (cuda::allocates(c.func) && c.size >= NOTABLE_CUDA_BYTES) {
+            self.buffer.push(self.row(ev));
         }
         Ok(())
     }

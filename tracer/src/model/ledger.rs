@@ -2,7 +2,10 @@
 //! what it holds, by kind and device, its peak, its failures and its
 //! recent history, and what it never freed.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::{
+    borrow::Cow,
+    collections::{BTreeMap, HashMap, VecDeque},
+};
 
 use serde::{Deserialize, Serialize};
 use tracer_common::{CudaCall, cuda};
@@ -109,7 +112,7 @@ pub struct Allocation {
     /// Device (-1 unknown).
     pub device: i32,
     /// The function that made it.
-    pub function: String,
+    pub function: Cow<'static, str>,
     /// Wall time, ns.
     pub ts_ns: i64,
 }
@@ -120,7 +123,7 @@ pub struct CallRecord {
     /// Wall time, ns.
     pub ts_ns: i64,
     /// Function.
-    pub function: String,
+    pub function: Cow<'static, str>,
     /// Bytes.
     pub size: u64,
     /// Return code.
@@ -184,7 +187,8 @@ impl Ledger {
     /// Applies one call made at wall time `ts_ns`.
     pub fn apply(&mut self, c: &CudaCall, ts_ns: i64) -> Change {
         self.calls += 1;
-        let function = crate::probes::cuda::name(c.func).to_string();
+        // Borrowed: no allocation per call on this hot path.
+        let function = Cow::Borrowed(crate::probes::cuda::name(c.func));
         let record = CallRecord {
             ts_ns,
             function: function.clone(),
