@@ -16,3 +16,4 @@ pub mod model;
 pub mod probes;
 pub mod store;
 pub mod time;
+pub mod util;

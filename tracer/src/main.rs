@@ -13,11 +13,16 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false)
+        // A closed or full stderr must not panic the recorder (the default
+        // reports a failed write with eprintln!, which panics then).
+        .log_internal_errors(false)
         .init();
     match run(cli) {
         Ok(code) => code,
+        // The reader of our output went away (`| head`): nothing to say.
+        Err(e) if tracer::util::out::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tracer: {e:#}");
+            tracer::say!("tracer: {e:#}");
             ExitCode::from(2)
         }
     }

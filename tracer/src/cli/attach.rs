@@ -28,6 +28,7 @@ use crate::{
         cuda::{CudaAttachment, libraries_of, name},
     },
     time::{Clock, format_wall},
+    util::term,
 };
 
 /// Options of `tracer attach`.
@@ -59,8 +60,9 @@ const RESCAN: Duration = Duration::from_millis(500);
 
 /// A process's name, or why it cannot be traced.
 fn comm_of(pid: u32) -> anyhow::Result<String> {
-    match std::fs::read_to_string(format!("/proc/{pid}/comm")) {
-        Ok(c) => Ok(c.trim().to_string()),
+    match std::fs::read(format!("/proc/{pid}/comm")) {
+        // Shown on the terminal: escaped (a name is the process's choice).
+        Ok(c) => Ok(term::escape(String::from_utf8_lossy(&c).trim_end_matches('\n')).into_owned()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!("no process with pid {pid}"),
         Err(e) => Err(e).with_context(|| format!("reading /proc/{pid}")),
     }
@@ -318,11 +320,15 @@ async fn attach(
                     if !std::path::Path::new(&format!("/proc/{}", args.pid)).exists() {
                         bail!("pid {} exited during attach", args.pid);
                     }
-                    bail!("attaching to {}: {}", lib.path, att.failed[0].1);
+                    bail!(
+                        "attaching to {}: {}",
+                        term::escape(&lib.path),
+                        att.failed[0].1
+                    );
                 }
-                eprintln!(
+                crate::say!(
                     "tracer: attached to {} in pid {} ({} functions{})",
-                    lib.path,
+                    term::escape(&lib.path),
                     args.pid,
                     att.attached(),
                     if lib.executable {
@@ -332,10 +338,10 @@ async fn attach(
                     }
                 );
                 for sym in &lib.missing {
-                    tracing::info!("{} has no {sym}: not traced", lib.path);
+                    tracing::info!("{} has no {sym}: not traced", term::escape(&lib.path));
                 }
                 for (sym, why) in &att.failed {
-                    tracing::warn!("{sym} in {}: {why}", lib.path);
+                    tracing::warn!("{sym} in {}: {why}", term::escape(&lib.path));
                 }
                 attached.push(att);
             }
@@ -343,13 +349,13 @@ async fn attach(
         };
     attach_new(&mut probes, &mut attached)?;
     if attached.is_empty() {
-        eprintln!(
+        crate::say!(
             "tracer: pid {} ({comm}) has no CUDA library yet; waiting for one to be loaded",
             args.pid
         );
     } else {
         let functions: usize = attached.iter().map(|a| a.attached()).sum();
-        eprintln!(
+        crate::say!(
             "tracer: tracing pid {} ({comm}): {functions} functions in {} files",
             args.pid,
             attached.len()
@@ -430,7 +436,7 @@ async fn attach(
     // (about 0.1 s each here), so a library's worth takes a few seconds.
     let probes_n: usize = attached.iter().map(|a| a.attached() * 2).sum();
     if probes_n > 0 {
-        eprintln!("tracer: removing {probes_n} probes from pid {}", args.pid);
+        crate::say!("tracer: removing {probes_n} probes from pid {}", args.pid);
     }
     for att in attached {
         probes.detach_cuda(att);

@@ -10,6 +10,7 @@ use crate::{
     model::cgroup::CgroupLayout,
     probes::{self, Hook, PROBES, Probes, btf, caps, tracefs},
     store::Store,
+    util::term,
 };
 
 /// Options of `tracer doctor`.
@@ -141,12 +142,24 @@ pub fn checks(store: &Path, nvml_lib: Option<&Path>) -> Vec<Check> {
             format!("mounted at {}", p.display()),
             None,
         ),
-        None => check(
-            "tracefs",
-            Status::Warn,
-            "not mounted; `tracer record` mounts it at /sys/kernel/tracing",
-            Some("mount -t tracefs nodev /sys/kernel/tracing"),
-        ),
+        None => match tracefs::mount_point() {
+            Some(p) => check(
+                "tracefs",
+                Status::Warn,
+                format!(
+                    "mounted at {} but not readable by this user (uid {})",
+                    p.display(),
+                    crate::util::fsafe::euid()
+                ),
+                Some("run tracer as root"),
+            ),
+            None => check(
+                "tracefs",
+                Status::Warn,
+                "not mounted; `tracer record` mounts it at /sys/kernel/tracing",
+                Some("mount -t tracefs nodev /sys/kernel/tracing"),
+            ),
+        },
     });
 
     // The real test: load the object and attach every probe, then detach.
@@ -423,8 +436,10 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
         all.extend(cuda_checks(pid));
     }
     let failed = all.iter().any(|c| c.status == Status::Fail);
+    use std::fmt::Write as _;
+    let mut text = String::new();
     match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&all)?),
+        Format::Json => text = serde_json::to_string_pretty(&all)? + "\n",
         Format::Text => {
             let w = all.iter().map(|c| c.name.len()).max().unwrap_or(10);
             for c in &all {
@@ -434,14 +449,14 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
                     Status::Fail => "FAIL",
                     Status::Info => "info",
                 };
-                println!("{:<w$}  {st:<4}  {}", c.name, c.detail);
+                let _ = writeln!(text, "{:<w$}  {st:<4}  {}", c.name, term::escape(&c.detail));
                 if let Some(f) = &c.fix {
-                    println!("{:<w$}        fix: {f}", "");
+                    let _ = writeln!(text, "{:<w$}        fix: {}", "", term::escape(f));
                 }
             }
-            println!();
-            println!(
-                "{}",
+            let _ = writeln!(
+                text,
+                "\n{}",
                 if failed {
                     "recording cannot work here: see FAIL above"
                 } else {
@@ -450,6 +465,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
+    crate::util::out::stdout(&text)?;
     Ok(if failed {
         ExitCode::from(1)
     } else {

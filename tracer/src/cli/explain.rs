@@ -9,8 +9,10 @@ use crate::{
     collect::kmsg,
     correlate::kill_from_report,
     explain::{Explanation, explain, recorder_running, render_text},
+    say,
     store::Store,
     time::{Clock, wall_now_ns},
+    util::{out, term},
 };
 
 /// Options of `tracer explain`.
@@ -57,19 +59,31 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
             .map(|r| kill_from_report(r, &clock, None))
             .filter(|k| k.ts_ns >= since_ns && args.pid.is_none_or(|p| p == k.victim.pid))
             .take(limit)
-            .map(|k| explain(None, k, Vec::new(), None))
+            .map(|k| explain(None, printable_if(&args, k), Vec::new(), None))
             .collect()
     } else {
         let store = Store::open_ro(&args.store.path)?;
         let sessions = store.sessions()?;
-        let kills = store
-            .kills(since_ns, args.pid, limit.min(i64::MAX as usize))
+        let (kills, damaged) = store
+            .kills_lenient(since_ns, args.pid, limit.min(i64::MAX as usize))
             .context("reading kills")?;
+        for (id, why) in &damaged {
+            say!(
+                "tracer: kill record {id} in {} is damaged and left out: {}",
+                args.store.path.display(),
+                term::escape(why)
+            );
+        }
         let mut out = Vec::with_capacity(kills.len());
         for (id, k) in kills {
             let drops = store.drops_between(k.ts_ns - 60_000_000_000, k.ts_ns + 5_000_000_000)?;
             let running = recorder_running(&sessions, k.ts_ns);
-            out.push(explain(Some(id), k, drops, Some(running)));
+            out.push(explain(
+                Some(id),
+                printable_if(&args, k),
+                drops,
+                Some(running),
+            ));
         }
         out
     };
@@ -102,30 +116,46 @@ fn output<T: serde::Serialize>(
     none: &str,
     render: impl Fn(&T) -> String,
 ) -> anyhow::Result<ExitCode> {
+    let mut text = String::new();
     if found.is_empty() {
         if args.all {
             match args.format {
-                Format::Json => println!("[]"),
-                Format::Text => println!("{none}"),
+                Format::Json => text.push_str("[]\n"),
+                Format::Text => text = format!("{}\n", term::escape(none)),
             }
+            out::stdout(&text)?;
             return Ok(ExitCode::SUCCESS);
         }
-        eprintln!("tracer: {none}");
+        say!("tracer: {}", term::escape(none));
         return Ok(ExitCode::from(1));
     }
     match (args.format, args.all) {
-        (Format::Json, true) => println!("{}", serde_json::to_string_pretty(found)?),
-        (Format::Json, false) => println!("{}", serde_json::to_string_pretty(&found[0])?),
+        (Format::Json, true) => text = serde_json::to_string_pretty(found)? + "\n",
+        (Format::Json, false) => text = serde_json::to_string_pretty(&found[0])? + "\n",
         (Format::Text, _) => {
             for (i, e) in found.iter().enumerate() {
                 if i > 0 {
-                    println!();
+                    text.push('\n');
                 }
-                print!("{}", render(e));
+                text.push_str(&render(e));
             }
         }
     }
+    out::stdout(&text)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// For text output, every string of a record escaped for the terminal
+/// (process names, command lines and cgroup paths are anyone's choice);
+/// JSON keeps the exact bytes.
+fn printable_if<T: serde::Serialize + serde::de::DeserializeOwned>(
+    args: &ExplainArgs,
+    rec: T,
+) -> T {
+    match args.format {
+        Format::Text => term::printable(rec),
+        Format::Json => rec,
+    }
 }
 
 fn gpu_ooms(args: &ExplainArgs, since_ns: i64, limit: usize) -> anyhow::Result<ExitCode> {
@@ -134,10 +164,13 @@ fn gpu_ooms(args: &ExplainArgs, since_ns: i64, limit: usize) -> anyhow::Result<E
     let found: Vec<GpuOomExplanation> = store
         .gpu_ooms(since_ns, args.pid, limit)?
         .into_iter()
-        .map(|(id, r)| GpuOomExplanation {
-            id,
-            verdict: verdict(&r),
-            gpu_oom: r,
+        .map(|(id, r)| {
+            let r = printable_if(args, r);
+            GpuOomExplanation {
+                id,
+                verdict: verdict(&r),
+                gpu_oom: r,
+            }
         })
         .collect();
     let what = match args.pid {

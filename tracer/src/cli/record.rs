@@ -81,6 +81,30 @@ fn hostname() -> String {
         .to_string()
 }
 
+/// Shortest `--retention`: less would delete a kill before anyone could
+/// read it.
+pub const MIN_RETENTION: Duration = Duration::from_secs(3600);
+/// Smallest `--max-store-size`: room for the WAL and a day of kills.
+pub const MIN_STORE_BYTES: u64 = 32 << 20;
+
+/// Refuses bounds that would make the store useless (`--retention 0s`
+/// would delete every kill as soon as it was written).
+fn check_bounds(args: &RecordArgs) -> anyhow::Result<()> {
+    if args.retention < MIN_RETENTION {
+        return Err(anyhow!(
+            "--retention {} is shorter than the minimum of 1h: kills would be deleted before anyone could explain them",
+            humantime::format_duration(args.retention)
+        ));
+    }
+    if args.max_store_size < MIN_STORE_BYTES {
+        return Err(anyhow!(
+            "--max-store-size {} is below the minimum of 32MiB (the WAL alone may use 4MiB)",
+            args.max_store_size
+        ));
+    }
+    Ok(())
+}
+
 /// Runs the recorder until SIGINT or SIGTERM.
 pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     if args.sample_interval < Duration::from_millis(100) {
@@ -89,9 +113,10 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     if args.gpu_interval < Duration::from_millis(100) {
         return Err(anyhow!("--gpu-interval must be at least 100ms"));
     }
+    check_bounds(&args)?;
     crate::probes::caps::require_bpf()?;
     let store = Store::open_rw(&args.store.path)?;
-    let _checkpointer = Checkpointer::spawn(&args.store.path, Duration::from_secs(5))?;
+    let _checkpointer = Checkpointer::spawn(&args.store.path, Duration::from_secs(1))?;
     let ring = if args.cuda {
         crate::probes::CUDA_DATA_RING_BYTES
     } else {
@@ -237,9 +262,12 @@ async fn record(args: RecordArgs, store: Store, mut probes: Probes) -> anyhow::R
 
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
+    // A closed terminal (or `kill -HUP`) is a clean stop like SIGTERM: the
+    // summary is printed and the session closed in the store.
+    let mut sighup = signal(SignalKind::hangup())?;
     tokio::select! {
         r = ready_rx => if r.is_ok() {
-            eprintln!(
+            crate::say!(
                 "tracer: recording to {} (session {session}); {attached}/{} probes attached",
                 args.store.path.display(),
                 statuses.len()
@@ -250,6 +278,7 @@ async fn record(args: RecordArgs, store: Store, mut probes: Probes) -> anyhow::R
     let failure = tokio::select! {
         _ = sigint.recv() => None,
         _ = sigterm.recv() => None,
+        _ = sighup.recv() => None,
         _ = &mut done_rx => Some(anyhow!("the engine stopped")),
         Some(r) = tasks.join_next() => Some(match r {
             Ok(Ok(())) => anyhow!("a reader stopped"),
@@ -267,7 +296,7 @@ async fn record(args: RecordArgs, store: Store, mut probes: Probes) -> anyhow::R
         (Err(e), _) => return Err(e.context("recording failed")),
         (Ok(_), Some(e)) => return Err(e.context("recording failed")),
     };
-    eprintln!(
+    crate::say!(
         "tracer: stopped; {}",
         serde_json::to_string(&serde_json::json!({
             "summary": summary,

@@ -25,6 +25,7 @@ use crate::{
     },
     store::Store,
     time::{format_wall, wall_now_ns},
+    util::term,
 };
 
 /// Options of `tracer top`.
@@ -257,7 +258,7 @@ fn render(rows: &[Row], view: &GpuView, nvml_note: &Option<String>) -> String {
         );
     }
     if let Some(n) = nvml_note {
-        let _ = writeln!(o, "{n}");
+        let _ = writeln!(o, "{}", term::escape(n));
     }
     let _ = writeln!(o);
     let opt = |v: Option<u64>| v.map(bytes).unwrap_or_else(|| "-".into());
@@ -272,7 +273,7 @@ fn render(rows: &[Row], view: &GpuView, nvml_note: &Option<String>) -> String {
             "{:<9} {:>8}  {:<24} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5.0}%  {}",
             r.kind,
             r.pid.map(|p| p.to_string()).unwrap_or_default(),
-            short(&r.name, 24),
+            short(&term::escape(&r.name), 24),
             bytes(r.host_rss),
             opt(r.memcg_usage),
             opt(r.memcg_limit),
@@ -280,7 +281,7 @@ fn render(rows: &[Row], view: &GpuView, nvml_note: &Option<String>) -> String {
             opt(r.gpu_traced),
             r.pressure_pct,
             if r.kind == "process" {
-                r.container.clone().unwrap_or_default()
+                term::escape(r.container.as_deref().unwrap_or_default()).into_owned()
             } else {
                 String::new()
             }
@@ -309,8 +310,12 @@ pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
                 writeln!(out, "{}", serde_json::to_string(r)?)?;
             }
         } else {
-            // Home, clear, then the table: a whole-screen refresh.
-            write!(out, "\x1b[H\x1b[2J{}", render(&rows, &view, &nvml_note))?;
+            // On a terminal, home and clear, then the table: a whole-screen
+            // refresh. Into a pipe or a file, only the table.
+            if std::io::IsTerminal::is_terminal(&out) {
+                write!(out, "\x1b[H\x1b[2J")?;
+            }
+            write!(out, "{}", render(&rows, &view, &nvml_note))?;
         }
         out.flush()?;
         if args.once {

@@ -56,6 +56,10 @@ pub struct KmsgRecord {
     pub ts_us: u64,
     /// Log level (0 = emerg .. 7 = debug).
     pub level: u8,
+    /// Syslog facility: 0 is the kernel. Whatever userspace writes to
+    /// /dev/kmsg gets another (the kernel turns a forged 0 into LOG_USER),
+    /// so only facility 0 can be a kernel report.
+    pub facility: u8,
     /// The message, without continuation (dictionary) lines.
     pub text: String,
 }
@@ -73,6 +77,7 @@ pub fn parse_record(raw: &str) -> Result<KmsgRecord, RecordParseError> {
         seq,
         ts_us,
         level: (prio & 7) as u8,
+        facility: (prio >> 3).min(255) as u8,
         text,
     })
 }
@@ -314,6 +319,10 @@ const MAX_REPORT_SPAN_US: u64 = 10_000_000;
 impl Assembler {
     /// Feeds one record; returns a report when its `Killed process` line arrives.
     pub fn push(&mut self, rec: &KmsgRecord) -> Option<KmsgEvent> {
+        if rec.facility != 0 {
+            // Written by a process, not the kernel: never part of a report.
+            return None;
+        }
         let text = rec.text.trim_end();
         if let Some(x) = parse_xid(text) {
             return Some(KmsgEvent::Xid(Xid {
@@ -628,6 +637,7 @@ mod tests {
                     seq: i as u64,
                     ts_us: 134_488_421 + i as u64 * 10,
                     level: 4,
+                    facility: 0,
                     text: l.to_string(),
                 };
                 asm.push(&rec)
@@ -896,6 +906,24 @@ mod tests {
     }
 
     #[test]
+    fn lines_written_by_userspace_are_never_reports() {
+        // `echo '<3>...' > /dev/kmsg` from a process: facility LOG_USER (prio 11).
+        let mut asm = Assembler::default();
+        let mut out = Vec::new();
+        for (i, l) in V1_MEMCG_6_18.iter().enumerate() {
+            let rec = parse_record(&format!("11,{i},{},-;{l}", 1_000 + i)).unwrap();
+            out.extend(asm.push(&rec));
+        }
+        assert!(out.is_empty(), "{out:?}");
+        // The same lines from the kernel (prio 3) are a report.
+        for (i, l) in V1_MEMCG_6_18.iter().enumerate() {
+            let rec = parse_record(&format!("3,{i},{},-;{l}", 2_000 + i)).unwrap();
+            out.extend(asm.push(&rec));
+        }
+        assert!(out.iter().any(|e| matches!(e, KmsgEvent::Report(_))));
+    }
+
+    #[test]
     fn records() {
         let r =
             parse_record("6,1234,134499307,-;Memory cgroup out of memory: Killed\n SUBSYSTEM=x\n")
@@ -903,6 +931,8 @@ mod tests {
         assert_eq!((r.level, r.seq, r.ts_us), (6, 1234, 134499307));
         assert_eq!(r.text, "Memory cgroup out of memory: Killed");
         assert_eq!(parse_record("12,7,99,c,extra;hi").unwrap().level, 4);
+        assert_eq!(parse_record("12,7,99,c,extra;hi").unwrap().facility, 1);
+        assert_eq!(parse_record("3,7,99,-;hi").unwrap().facility, 0);
         for bad in ["", "no semicolon", "x,1,2,-;msg", "6,1;msg"] {
             assert!(parse_record(bad).is_err(), "{bad}");
         }

@@ -32,8 +32,10 @@ use crate::{
 const PENDING_NS: i64 = 30_000_000_000;
 /// How long a kernel report waits for its tracepoint event.
 const UNMATCHED_NS: i64 = 2_000_000_000;
-/// Tracepoint and kernel-log times of one kill are this close.
-const JOIN_WINDOW_NS: i64 = 10_000_000_000;
+/// Tracepoint and kernel-log times of one kill are this close (both are
+/// stamped within microseconds of each other; the rest is clock
+/// conversion). A pid reused and killed again is further apart than this.
+const JOIN_WINDOW_NS: i64 = 2_000_000_000;
 /// CUDA allocations at least this large are stored as events.
 const NOTABLE_CUDA_BYTES: u64 = 64 << 20;
 /// How long GPU OOMs and kills wait for the CUDA calls before them.
@@ -140,6 +142,8 @@ pub struct Engine {
     buffer: Vec<EventRow>,
     summary: EngineSummary,
     ticks: u64,
+    /// Wall time the engine started (the probes were attached before).
+    started_ns: i64,
 }
 
 impl Engine {
@@ -187,6 +191,7 @@ impl Engine {
                 ..Default::default()
             },
             ticks: 0,
+            started_ns: wall_now_ns(),
         }
     }
 
@@ -225,7 +230,16 @@ impl Engine {
                     None => crit_open = false,
                 },
                 ev = inputs.kmsg.recv(), if kmsg_open => match ev {
-                    Some(ev) => self.on_kmsg(ev)?,
+                    Some(ev) => {
+                        self.on_kmsg(ev)?;
+                        while let Ok(ev) = inputs.kmsg.try_recv() {
+                            self.on_kmsg(ev)?;
+                        }
+                        // The backlog found at start: stored now, in one commit.
+                        if self.unmatched.iter().any(|(_, seen)| *seen == 0) {
+                            self.settle_unmatched(wall_now_ns(), false)?;
+                        }
+                    }
                     None => kmsg_open = false,
                 },
                 ev = inputs.data.recv(), if data_open => match ev {
@@ -294,7 +308,10 @@ impl Engine {
                 if let Some(i) = self
                     .unmatched
                     .iter()
-                    .position(|(r, _)| joins(&rec, r, &self.clock))
+                    .enumerate()
+                    .filter(|(_, (r, _))| joins(&rec, r, &self.clock))
+                    .min_by_key(|(_, (r, _))| (rec.ts_ns - self.clock.kmsg_to_wall(r.ts_us)).abs())
+                    .map(|(i, _)| i)
                 {
                     let (report, _) = self.unmatched.swap_remove(i);
                     merge_report(&mut rec, &report, Some(&self.sampler));
@@ -644,17 +661,26 @@ impl Engine {
             KmsgEvent::Reaped(_) => return Ok(()),
         };
         let clock = self.clock;
+        let ts = clock.kmsg_to_wall(report.ts_us);
         if let Some(p) = self
             .pending
             .iter_mut()
-            .rev()
-            .find(|p| p.record.kmsg.is_none() && joins(&p.record, &report, &clock))
+            .filter(|p| p.record.kmsg.is_none() && joins(&p.record, &report, &clock))
+            .min_by_key(|p| (p.record.ts_ns - ts).abs())
         {
             merge_report(&mut p.record, &report, Some(&self.sampler));
             self.store.update_kill(p.id, &p.record)?;
             return Ok(());
         }
-        self.unmatched.push((*report, wall_now_ns()));
+        // A kill from before the probes were attached has no tracepoint
+        // event to wait for: it is due at once (seen at the epoch), so a
+        // recorder that lives only a moment still stores it.
+        let seen = if ts < self.started_ns {
+            0
+        } else {
+            wall_now_ns()
+        };
+        self.unmatched.push((*report, seen));
         Ok(())
     }
 
@@ -725,9 +751,9 @@ impl Engine {
         if let Some(gpu) = &mut self.gpu {
             gpu.tick(&self.store, self.session_id, now)?;
         }
-        if self.ticks % 10 == 1 {
-            self.store.heartbeat(self.session_id, now)?;
-        }
+        // Every tick: a kill after the last heartbeat of a crashed session
+        // is said to be unrecorded within seconds of the crash.
+        self.store.heartbeat(self.session_id, now)?;
         if self.ticks % per_min == 1 {
             let n = self.store.enforce_retention(
                 now,
@@ -801,11 +827,24 @@ impl Engine {
     }
 }
 
-/// Whether a kernel report is about the kill in `rec`.
+/// Whether a kernel report is about the kill in `rec`: the same pid, at
+/// the same moment, and (where both are known) in the same memory cgroup,
+/// so a pid reused and killed again never takes another kill's report.
 fn joins(rec: &KillRecord, report: &OomReport, clock: &Clock) -> bool {
+    let same_cgroup = match (
+        rec.victim.memcg.as_deref(),
+        report
+            .summary
+            .as_ref()
+            .and_then(|s| s.task_memcg.as_deref()),
+    ) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    };
     rec.killer.kind == "kernel_oom"
         && rec.victim.pid == report.killed.pid
         && (rec.ts_ns - clock.kmsg_to_wall(report.ts_us)).abs() < JOIN_WINDOW_NS
+        && same_cgroup
 }
 
 /// Sleeps until `t` (a branch guard keeps `None` from being polled).

@@ -234,11 +234,14 @@ fn base_verdict(k: &KillRecord) -> Verdict {
     }
 }
 
-/// Whether any session covered `ts_ns` (a session that died without a
-/// clean end is taken to have run until 15 s after its last heartbeat).
+/// A session that died without a clean end is taken to have run until this
+/// long after its last heartbeat (it beats every sampling tick, 1 s).
+pub const HEARTBEAT_GRACE_NS: i64 = 3_000_000_000;
+
+/// Whether any session covered `ts_ns`.
 pub fn recorder_running(sessions: &[Session], ts_ns: i64) -> bool {
     sessions.iter().any(|s| {
-        s.started_ns <= ts_ns && ts_ns <= s.ended_ns.unwrap_or(s.last_seen_ns + 15_000_000_000)
+        s.started_ns <= ts_ns && ts_ns <= s.ended_ns.unwrap_or(s.last_seen_ns + HEARTBEAT_GRACE_NS)
     })
 }
 
@@ -574,8 +577,12 @@ mod tests {
         }];
         assert!(recorder_running(&s, 150));
         assert!(
-            recorder_running(&s, 200 + 14_000_000_000),
+            recorder_running(&s, 200 + 2_000_000_000),
             "grace after the last heartbeat"
+        );
+        assert!(
+            !recorder_running(&s, 200 + 5_000_000_000),
+            "a crashed recorder's downtime is not covered"
         );
         assert!(!recorder_running(&s, 50));
         let ended = [Session {

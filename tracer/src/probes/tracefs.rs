@@ -51,6 +51,21 @@ pub fn find() -> Option<PathBuf> {
         .find(|p| p.join("events").is_dir())
 }
 
+/// Where tracefs is mounted, by /proc/self/mounts, whether or not this
+/// user may look inside it.
+pub fn mount_point() -> Option<PathBuf> {
+    let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
+    mount_point_in(&mounts)
+}
+
+fn mount_point_in(mounts: &str) -> Option<PathBuf> {
+    mounts.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (_, dir, fstype) = (f.next()?, f.next()?, f.next()?);
+        (fstype == "tracefs").then(|| PathBuf::from(dir))
+    })
+}
+
 /// The tracefs root, mounting tracefs at /sys/kernel/tracing if no mount
 /// exists yet (some minimal hosts boot without it). Must run before the
 /// first tracepoint attach: aya resolves the path once per process.
@@ -172,6 +187,16 @@ fn parse_field(rest: &str) -> Option<Field> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tracefs_mount_point_from_mounts() {
+        let m = "proc /proc proc rw 0 0\nnodev /sys/kernel/tracing tracefs rw,relatime 0 0\n";
+        assert_eq!(
+            mount_point_in(m),
+            Some(PathBuf::from("/sys/kernel/tracing"))
+        );
+        assert_eq!(mount_point_in("proc /proc proc rw 0 0\n"), None);
+    }
 
     const MARK_VICTIM_6_18: &str = "name: mark_victim
 ID: 609

@@ -1,6 +1,8 @@
 //! The flight recorder: SQLite (WAL), schema versioned with migrations,
 //! bounded by age and size. A kill is committed as soon as it is seen.
 
+pub mod tables;
+
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
@@ -9,6 +11,7 @@ use serde::Serialize;
 use crate::{
     correlate::record::{GpuOomRecord, KillRecord},
     model::ledger::LedgerSummary,
+    util::fsafe,
 };
 
 /// Default location of the store.
@@ -73,6 +76,25 @@ pub enum StoreError {
         /// Why.
         #[source]
         source: std::io::Error,
+    },
+    /// The path, or a file beside it, is not safe for a privileged writer.
+    #[error("store {path} refused")]
+    Unsafe {
+        /// The store.
+        path: PathBuf,
+        /// What is wrong.
+        #[source]
+        source: crate::util::fsafe::UnsafePath,
+    },
+    /// Another recorder writes to this store.
+    #[error(
+        "store {path} is in use by another recorder ({holder}); stop it first, or pass another --store"
+    )]
+    Locked {
+        /// The store.
+        path: PathBuf,
+        /// Who holds it, as its lock file says.
+        holder: String,
     },
     /// A stored record could not be read back.
     #[error("store record {id} is unreadable")]
@@ -182,6 +204,9 @@ pub struct DropRow {
 pub struct Store {
     conn: Connection,
     path: PathBuf,
+    /// The writer's lock, held as long as the store is open for writing
+    /// (after `conn` in drop order).
+    _lock: Option<StoreLock>,
 }
 
 const MIGRATIONS: &[&str] = &[
@@ -295,40 +320,229 @@ fn classify(path: &Path, e: rusqlite::Error, op: &'static str) -> StoreError {
     }
 }
 
+/// Kills read back (id, record), and the ids of damaged ones with why.
+pub type KillsRead = (Vec<(i64, KillRecord)>, Vec<(i64, String)>);
+
+/// The WAL is cut back to this size after a checkpoint.
+pub const WAL_KEEP_BYTES: u64 = 4 << 20;
+
+/// The files SQLite keeps beside the store.
+fn side_files(path: &Path) -> [PathBuf; 3] {
+    let with = |suffix: &str| {
+        let mut s = path.as_os_str().to_owned();
+        s.push(suffix);
+        PathBuf::from(s)
+    };
+    [with("-wal"), with("-shm"), with("-journal")]
+}
+
+/// Bytes in the store's WAL file (0 when there is none).
+pub fn wal_len(path: &Path) -> u64 {
+    std::fs::symlink_metadata(&side_files(path)[0])
+        .map(|m| m.len())
+        .unwrap_or(0)
+}
+
+/// `path` as the path part of a SQLite `file:` URI.
+fn uri_path(path: &Path) -> String {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.into());
+    let mut out = String::new();
+    for b in abs.as_os_str().as_encoded_bytes() {
+        match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'/' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(*b as char)
+            }
+            b => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// Checks an existing file before anything is written to it: a SQLite
+/// database (header), not damaged, and either empty of tables or a tracer
+/// store of a schema this tracer knows. Read-only: another application's
+/// file is left exactly as it was.
+fn validate(path: &Path) -> Result<(), StoreError> {
+    use std::io::Read as _;
+    let corrupt = |detail: String| StoreError::Corrupt {
+        path: path.into(),
+        detail,
+    };
+    let mut header = [0u8; 100];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut header))
+        .map_err(|source| StoreError::NotWritable {
+            path: path.into(),
+            source,
+        })?;
+    if n < 100 || &header[..16] != b"SQLite format 3\0" {
+        return Err(corrupt("not a SQLite database".into()));
+    }
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_NOFOLLOW,
+    )
+    .map_err(|e| classify(path, e, "open"))?;
+    let check: String = conn
+        .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))
+        .map_err(|e| classify(path, e, "check"))?;
+    if check != "ok" {
+        return Err(corrupt(check));
+    }
+    let v: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|e| classify(path, e, "version"))?;
+    if v > SCHEMA_VERSION {
+        return Err(StoreError::TooNew {
+            path: path.into(),
+            found: v,
+        });
+    }
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+        .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
+        .map_err(|e| classify(path, e, "check"))?;
+    let ours = ["sessions", "events", "kills", "drops"]
+        .iter()
+        .all(|t| tables.iter().any(|n| n == t));
+    match v {
+        0 if tables.is_empty() => Ok(()),
+        0 => Err(corrupt("a SQLite file with other tables".into())),
+        v if v < 0 => Err(corrupt(format!("user_version {v} is not a tracer schema"))),
+        _ if !ours => Err(corrupt(format!(
+            "user_version {v} but not a tracer store's tables"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The single-writer lock of a store: `flock` on `STORE.lock`, which
+/// names the holder's pid. Released when the holder exits, however it ends.
+pub struct StoreLock {
+    _file: std::fs::File,
+}
+
+impl StoreLock {
+    /// Takes the lock of the store at `path`, or says who holds it.
+    pub fn take(path: &Path) -> Result<Self, StoreError> {
+        use std::io::{Read as _, Seek as _, Write as _};
+        use std::os::fd::AsRawFd as _;
+        let mut s = path.as_os_str().to_owned();
+        s.push(".lock");
+        let lock_path = PathBuf::from(s);
+        let mut f = fsafe::open_private(&lock_path).map_err(|source| StoreError::Unsafe {
+            path: path.into(),
+            source,
+        })?;
+        // SAFETY: flock on an fd this function owns.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let mut holder = String::new();
+            let _ = f.read_to_string(&mut holder);
+            let holder = match holder.trim() {
+                "" => "a process that has not written its pid yet".to_string(),
+                h => crate::util::term::escape(h).into_owned(),
+            };
+            return Err(StoreError::Locked {
+                path: path.into(),
+                holder,
+            });
+        }
+        let me = format!("pid {}", std::process::id());
+        let written = f
+            .set_len(0)
+            .and_then(|()| f.rewind())
+            .and_then(|()| f.write_all(me.as_bytes()));
+        if let Err(e) = written {
+            tracing::debug!("writing the store lock's holder: {e}");
+        }
+        Ok(Self { _file: f })
+    }
+}
+
 impl Store {
-    /// Opens (creating if needed) the store for recording.
+    /// Opens (creating if needed) the store for recording, as the one
+    /// writer. Nothing is written before the file has been checked: no link
+    /// is followed, no file of another user or another application (or of a
+    /// newer tracer) is changed, and a second recorder is told who holds it.
     pub fn open_rw(path: &Path) -> Result<Self, StoreError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| StoreError::NotWritable {
+        let refuse = |source| match source {
+            fsafe::UnsafePath::Io { source, .. } => StoreError::NotWritable {
                 path: path.into(),
                 source,
-            })?;
+            },
+            source => StoreError::Unsafe {
+                path: path.into(),
+                source,
+            },
+        };
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        fsafe::private_dir(dir).map_err(refuse)?;
+        let lock = StoreLock::take(path)?;
+        for side in side_files(path) {
+            fsafe::narrow_existing(&side).map_err(refuse)?;
         }
-        let conn = Connection::open(path).map_err(|e| classify(path, e, "open"))?;
+        let existed = fsafe::check_file(path).map_err(refuse)?;
+        if existed && std::fs::metadata(path).map(|m| m.len()).unwrap_or(0) > 0 {
+            validate(path)?;
+        }
+        drop(fsafe::open_private(path).map_err(refuse)?);
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_NOFOLLOW,
+        )
+        .map_err(|e| classify(path, e, "open"))?;
         let store = Self {
             conn,
             path: path.into(),
+            _lock: Some(lock),
         };
         store.configure(true)?;
         store.migrate()?;
         Ok(store)
     }
 
-    /// Opens an existing store for reading.
+    /// Opens an existing store for reading. Writes nothing; a store on a
+    /// read-only mount, or whose -shm file this user cannot write, is read
+    /// as it is on disk.
     pub fn open_ro(path: &Path) -> Result<Self, StoreError> {
         if !path.exists() {
             return Err(StoreError::NotFound { path: path.into() });
         }
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(|e| classify(path, e, "open"))?;
-        let store = Self {
-            conn,
-            path: path.into(),
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI;
+        let open = |immutable: bool| -> Result<Self, StoreError> {
+            let conn = if immutable {
+                let uri = format!("file:{}?immutable=1", uri_path(path));
+                Connection::open_with_flags(uri, flags)
+            } else {
+                Connection::open_with_flags(path, flags)
+            }
+            .map_err(|e| classify(path, e, "open"))?;
+            let store = Self {
+                conn,
+                path: path.into(),
+                _lock: None,
+            };
+            store.configure(false)?;
+            Ok(store)
         };
-        store.configure(false)?;
+        let store = match open(false) {
+            Ok(s) => s,
+            // No -shm can be made here (a read-only mount, a directory this
+            // user cannot write): without a WAL to merge, the file is whole.
+            Err(StoreError::NotWritable { .. } | StoreError::Sql { .. }) if wal_len(path) == 0 => {
+                open(true)?
+            }
+            Err(e) => return Err(e),
+        };
         let v = store.version()?;
         if v > SCHEMA_VERSION {
             return Err(StoreError::TooNew {
@@ -367,17 +581,32 @@ impl Store {
             });
         }
         if rw {
-            // auto_vacuum only takes effect on a new, empty database.
-            self.conn
-                .pragma_update(None, "auto_vacuum", "INCREMENTAL")
-                .map_err(|e| classify(p, e, "auto_vacuum"))?;
+            // auto_vacuum only takes effect on a new, empty database; an
+            // existing store is not written to for it (a restart on a full
+            // disk must get through here).
+            if self.version()? == 0 {
+                self.conn
+                    .pragma_update(None, "auto_vacuum", "INCREMENTAL")
+                    .map_err(|e| classify(p, e, "auto_vacuum"))?;
+            }
             let mode: String = self
                 .conn
-                .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+                .query_row("PRAGMA journal_mode", [], |r| r.get(0))
                 .map_err(|e| classify(p, e, "journal_mode"))?;
+            let mode = if mode.eq_ignore_ascii_case("wal") {
+                mode
+            } else {
+                self.conn
+                    .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+                    .map_err(|e| classify(p, e, "journal_mode"))?
+            };
             if !mode.eq_ignore_ascii_case("wal") {
                 tracing::warn!("store {} is in {mode} mode, not WAL", p.display());
             }
+            // A WAL that a burst grew is cut back to this once checkpointed.
+            self.conn
+                .pragma_update(None, "journal_size_limit", WAL_KEEP_BYTES as i64)
+                .map_err(|e| classify(p, e, "journal_size_limit"))?;
             // Checkpoints run on their own connection and thread (see
             // `Checkpointer`), never inside a kill's commit.
             self.conn
@@ -601,6 +830,37 @@ impl Store {
             out.push((id, rec));
         }
         Ok(out)
+    }
+
+    /// Like [`Store::kills`], but a record that cannot be read back does
+    /// not hide the others: it is returned apart, with why.
+    pub fn kills_lenient(
+        &self,
+        since_ns: i64,
+        pid: Option<u32>,
+        limit: usize,
+    ) -> Result<KillsRead, StoreError> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT id, CAST(record AS BLOB) FROM kills WHERE ts_ns >= ?1 AND (?2 IS NULL OR pid = ?2)
+                 ORDER BY ts_ns DESC, id DESC LIMIT ?3",
+            )
+            .map_err(sql("kills"))?;
+        let rows = st
+            .query_map(params![since_ns, pid, limit as i64], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, Option<Vec<u8>>>(1)?))
+            })
+            .map_err(sql("kills"))?;
+        let (mut good, mut damaged) = (Vec::new(), Vec::new());
+        for row in rows {
+            let (id, json) = row.map_err(sql("kills"))?;
+            match serde_json::from_slice(json.as_deref().unwrap_or_default()) {
+                Ok(rec) => good.push((id, rec)),
+                Err(e) => damaged.push((id, e.to_string())),
+            }
+        }
+        Ok((good, damaged))
     }
 
     /// When each kill became durable (wall ns), by kill id.
@@ -878,9 +1138,21 @@ impl Store {
         Ok((pages * size) as u64)
     }
 
+    /// Copies the WAL into the database and cuts it to nothing, when it has
+    /// grown past `keep` bytes. Returns the WAL's size afterwards.
+    pub fn shrink_wal(&self, keep: u64) -> Result<u64, StoreError> {
+        if wal_len(&self.path) > keep {
+            self.conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                .map_err(sql("checkpoint"))?;
+        }
+        Ok(wal_len(&self.path))
+    }
+
     /// Deletes what is older than `max_age_ns`, then the oldest events (and,
-    /// if still needed, the oldest kills) until the file is under `max_bytes`.
-    /// Returns the rows deleted.
+    /// if still needed, the oldest kills) until the store, its WAL included,
+    /// is under `max_bytes`: the database gets `max_bytes` less the room
+    /// kept for the WAL. Returns the rows deleted.
     pub fn enforce_retention(
         &mut self,
         now_ns: i64,
@@ -889,39 +1161,23 @@ impl Store {
     ) -> Result<u64, StoreError> {
         let cutoff = now_ns - max_age_ns;
         let mut deleted = 0u64;
-        for table in [
-            "events",
-            "kills",
-            "drops",
-            "gpu_ooms",
-            "gpu_ledgers",
-            "gpu_devices",
-            "gpu_processes",
-        ] {
-            let col = if table == "drops" { "to_ns" } else { "ts_ns" };
+        for t in tables::TABLES {
             deleted += self
                 .conn
-                .execute(&format!("DELETE FROM {table} WHERE {col} < ?1"), [cutoff])
+                .execute(
+                    &format!("DELETE FROM {} WHERE {} < ?1", t.name, t.time),
+                    [cutoff],
+                )
                 .map_err(sql("retention"))? as u64;
         }
-        self.conn
-            .execute(
-                "DELETE FROM sessions WHERE coalesce(ended_ns, last_seen_ns) < ?1",
-                [cutoff],
-            )
-            .map_err(sql("retention"))?;
-        for table in [
-            "events",
-            "gpu_processes",
-            "gpu_devices",
-            "gpu_ledgers",
-            "gpu_ooms",
-            "kills",
-        ] {
-            while self.used_bytes()? > max_bytes {
+        let keep = WAL_KEEP_BYTES.min(max_bytes / 8);
+        let wal = self.shrink_wal(keep)?;
+        let budget = max_bytes.saturating_sub(wal.max(keep));
+        for t in tables::BY_SHEDDING_ORDER {
+            while self.used_bytes()? > budget {
                 let n = self
                     .conn
-                    .execute(&format!("DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} ORDER BY ts_ns LIMIT 2000)"), [])
+                    .execute(&format!("DELETE FROM {0} WHERE rowid IN (SELECT rowid FROM {0} ORDER BY {1} LIMIT 2000)", t.name, t.time), [])
                     .map_err(sql("retention"))?;
                 if n == 0 {
                     break;
@@ -933,6 +1189,7 @@ impl Store {
             self.conn
                 .execute_batch("PRAGMA incremental_vacuum;")
                 .map_err(sql("vacuum"))?;
+            self.shrink_wal(keep)?;
         }
         Ok(deleted)
     }
@@ -960,9 +1217,19 @@ pub struct Checkpointer {
 
 impl Checkpointer {
     /// Checkpoints `path` every `every` (PASSIVE: never blocks the writer)
-    /// and once more, fully, when dropped.
+    /// and once more, fully, when dropped. A WAL that grew past
+    /// [`WAL_KEEP_BYTES`] (a burst of commits outran the passive copies) is
+    /// cut back with a TRUNCATE checkpoint, which waits for the writer only
+    /// for the few frames the passive one left.
     pub fn spawn(path: &Path, every: std::time::Duration) -> Result<Self, StoreError> {
-        let conn = Connection::open(path).map_err(|e| classify(path, e, "open checkpointer"))?;
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_NOFOLLOW,
+        )
+        .map_err(|e| classify(path, e, "open checkpointer"))?;
+        let wal_path = path.to_path_buf();
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(sql("checkpointer"))?;
         let (stop, rx) = std::sync::mpsc::channel::<()>();
@@ -978,6 +1245,9 @@ impl Checkpointer {
                 };
                 while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(every) {
                     checkpoint("PASSIVE");
+                    if wal_len(&wal_path) > WAL_KEEP_BYTES {
+                        checkpoint("TRUNCATE");
+                    }
                 }
                 checkpoint("TRUNCATE");
             })
@@ -1134,6 +1404,176 @@ mod tests {
             Store::open_rw(&newer),
             Err(StoreError::TooNew { found: 99, .. })
         ));
+    }
+
+    #[test]
+    fn foreign_newer_and_odd_files_are_not_written() {
+        let dir = tempfile::tempdir().unwrap();
+        // Another application's database in rollback-journal mode.
+        let foreign = dir.path().join("app.db");
+        Connection::open(&foreign)
+            .unwrap()
+            .execute_batch(
+                "PRAGMA journal_mode=DELETE; CREATE TABLE t(x); INSERT INTO t VALUES (1);",
+            )
+            .unwrap();
+        let before = std::fs::read(&foreign).unwrap();
+        assert!(matches!(
+            Store::open_rw(&foreign),
+            Err(StoreError::Corrupt { .. })
+        ));
+        assert_eq!(
+            std::fs::read(&foreign).unwrap(),
+            before,
+            "not switched to WAL"
+        );
+        // A SQLite file that claims a user_version but has none of our tables.
+        let claims = dir.path().join("claims.db");
+        Connection::open(&claims)
+            .unwrap()
+            .execute_batch(
+                "PRAGMA journal_mode=DELETE; CREATE TABLE t(x); PRAGMA user_version = 2;",
+            )
+            .unwrap();
+        let before = std::fs::read(&claims).unwrap();
+        assert!(matches!(
+            Store::open_rw(&claims),
+            Err(StoreError::Corrupt { .. })
+        ));
+        assert_eq!(std::fs::read(&claims).unwrap(), before);
+        // user_version -1.
+        let negative = dir.path().join("neg.db");
+        Connection::open(&negative)
+            .unwrap()
+            .execute_batch("PRAGMA journal_mode=DELETE; PRAGMA user_version = -1;")
+            .unwrap();
+        let before = std::fs::read(&negative).unwrap();
+        assert!(Store::open_rw(&negative).is_err());
+        assert_eq!(std::fs::read(&negative).unwrap(), before);
+        // A newer tracer's store: refused before anything is written.
+        let newer = dir.path().join("newer.db");
+        drop(Store::open_rw(&newer).unwrap());
+        Connection::open(&newer)
+            .unwrap()
+            .execute_batch("PRAGMA wal_checkpoint(TRUNCATE); PRAGMA user_version = 99; PRAGMA wal_checkpoint(TRUNCATE);")
+            .unwrap();
+        let before = std::fs::read(&newer).unwrap();
+        assert!(matches!(
+            Store::open_rw(&newer),
+            Err(StoreError::TooNew { found: 99, .. })
+        ));
+        assert_eq!(std::fs::read(&newer).unwrap(), before);
+    }
+
+    #[test]
+    fn store_files_are_private_and_links_refused() {
+        use std::os::unix::fs::{MetadataExt as _, symlink};
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("var");
+        let path = sub.join("t.db");
+        let mut s = Store::open_rw(&path).unwrap();
+        s.insert_kill(&kill(1, 1), &[], 1).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o777;
+        assert_eq!(mode(&sub), 0o700);
+        assert_eq!(mode(&path), 0o600);
+        for side in side_files(&path).iter().filter(|p| p.exists()) {
+            assert_eq!(mode(side), 0o600, "{}", side.display());
+        }
+        drop(s);
+        // A link where the store belongs: refused, its target untouched.
+        let target = dir.path().join("precious");
+        std::fs::write(&target, b"").unwrap();
+        let link = sub.join("link.db");
+        symlink(&target, &link).unwrap();
+        let err = Store::open_rw(&link).err().expect("link refused");
+        assert!(matches!(err, StoreError::Unsafe { .. }), "{err}");
+        assert_eq!(std::fs::read(&target).unwrap(), b"");
+        // A link planted where the WAL will be.
+        let wal_target = dir.path().join("wal-target");
+        let p2 = sub.join("t2.db");
+        symlink(&wal_target, side_files(&p2)[0].clone()).unwrap();
+        assert!(matches!(
+            Store::open_rw(&p2),
+            Err(StoreError::Unsafe { .. })
+        ));
+        assert!(!wal_target.exists());
+    }
+
+    #[test]
+    fn a_second_writer_is_told_who_holds_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let first = Store::open_rw(&path).unwrap();
+        let err = Store::open_rw(&path).err().expect("second writer refused");
+        match &err {
+            StoreError::Locked { holder, .. } => {
+                assert_eq!(holder, &format!("pid {}", std::process::id()))
+            }
+            e => panic!("{e}"),
+        }
+        // Readers are not writers.
+        drop(Store::open_ro(&path).unwrap());
+        drop(first);
+        drop(Store::open_rw(&path).unwrap());
+    }
+
+    #[test]
+    fn one_damaged_record_does_not_hide_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let mut s = Store::open_rw(&path).unwrap();
+        let ids: Vec<i64> = (0..3)
+            .map(|i| {
+                s.insert_kill(&kill(10 + i, 100 + i as i64), &[], 200)
+                    .unwrap()
+            })
+            .collect();
+        s.conn
+            .execute(
+                "UPDATE kills SET record = '{\"ts_ns\": \"garbage' WHERE id = ?1",
+                [ids[1]],
+            )
+            .unwrap();
+        s.conn
+            .execute(
+                "UPDATE kills SET record = X'FF00FE' WHERE id = ?1",
+                [ids[2]],
+            )
+            .unwrap();
+        drop(s);
+        let r = Store::open_ro(&path).unwrap();
+        let (good, damaged) = r.kills_lenient(0, None, 100).unwrap();
+        assert_eq!(
+            good.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+            vec![ids[0]]
+        );
+        assert_eq!(
+            damaged.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+            vec![ids[2], ids[1]]
+        );
+    }
+
+    #[test]
+    fn the_wal_counts_against_the_size_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let mut s = Store::open_rw(&path).unwrap();
+        // No checkpointer: the WAL grows with every commit.
+        for chunk in 0..40 {
+            let events: Vec<EventRow> = (0..2_000).map(|i| event(chunk * 2_000 + i)).collect();
+            s.insert_events(None, &events).unwrap();
+        }
+        assert!(
+            wal_len(&path) > WAL_KEEP_BYTES,
+            "the WAL grew: {}",
+            wal_len(&path)
+        );
+        s.insert_kill(&kill(7, 90_000), &[], 90_000).unwrap();
+        let max = 4 << 20;
+        s.enforce_retention(90_000, i64::MAX / 2, max).unwrap();
+        let total = std::fs::metadata(&path).unwrap().len() + wal_len(&path);
+        assert!(total <= max, "store and WAL {total} > {max}");
+        assert_eq!(s.kills(0, None, 10).unwrap().len(), 1, "the kill stays");
     }
 
     #[test]
