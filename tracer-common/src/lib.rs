@@ -20,6 +20,9 @@ pub mod maps {
     pub const CRITICAL_RING: &str = "CRITICAL";
     /// Ring buffer for high-rate events (exec, fork; allocations later).
     pub const DATA_RING: &str = "DATA";
+    /// `RingBuf` of kernel OOM kills (victims and reaping) only: no exit or
+    /// signal flood can take its room.
+    pub const OOM_RING: &str = "OOM";
     /// `PerCpuArray<u64>` of events dropped because a ring was full,
     /// indexed by [`super::ring::CRITICAL`] / [`super::ring::DATA`].
     pub const RING_DROPS: &str = "RING_DROPS";
@@ -70,8 +73,12 @@ pub mod ring {
     pub const CRITICAL: u32 = 0;
     /// Index of the data ring in `RING_DROPS`.
     pub const DATA: u32 = 1;
+    /// Index of the OOM ring in `RING_DROPS`.
+    pub const OOM: u32 = 2;
     /// Number of rings.
-    pub const COUNT: u32 = 2;
+    pub const COUNT: u32 = 3;
+    /// 64 KiB: over 400 kill-sized events, for kernel OOM kills alone.
+    pub const OOM_BYTES: u32 = 64 * 1024;
     /// 256 KiB: about 2,000 kill-sized events; the reader wakes on each one.
     pub const CRITICAL_BYTES: u32 = 256 * 1024;
     /// The data ring wakes its reader only once this much is waiting (the

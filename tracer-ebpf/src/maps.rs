@@ -14,6 +14,11 @@ use tracer_common::{
 #[map(name = "CRITICAL")]
 pub static CRITICAL: RingBuf = RingBuf::with_byte_size(ring::CRITICAL_BYTES, 0);
 
+/// Kernel OOM kills and their reaping, and nothing else: a flood of exits
+/// or SIGKILLs on the critical ring can never cost an OOM kill.
+#[map(name = "OOM")]
+pub static OOM: RingBuf = RingBuf::with_byte_size(ring::OOM_BYTES, 0);
+
 /// High-rate events (exec, fork).
 #[map(name = "DATA")]
 pub static DATA: RingBuf = RingBuf::with_byte_size(ring::DATA_BYTES, 0);

@@ -13,7 +13,7 @@ use aya_ebpf::{
 };
 use tracer_common::{EventHeader, FIELD_ABSENT, ProbeConfig, ring};
 
-use crate::maps::{CONFIG, CRITICAL, DATA, RING_DROPS};
+use crate::maps::{CONFIG, CRITICAL, DATA, OOM, RING_DROPS};
 
 /// The configuration written by userspace.
 #[inline(always)]
@@ -78,6 +78,8 @@ pub enum Ring {
     Critical,
     /// High-rate events.
     Data,
+    /// Kernel OOM kills only; wakes the reader at once.
+    Oom,
 }
 
 impl Ring {
@@ -85,6 +87,7 @@ impl Ring {
         match self {
             Ring::Critical => &CRITICAL,
             Ring::Data => &DATA,
+            Ring::Oom => &OOM,
         }
     }
 
@@ -92,12 +95,13 @@ impl Ring {
         match self {
             Ring::Critical => ring::CRITICAL,
             Ring::Data => ring::DATA,
+            Ring::Oom => ring::OOM,
         }
     }
 
     fn submit_flags(self) -> u64 {
         match self {
-            Ring::Critical => BPF_RB_FORCE_WAKEUP as u64,
+            Ring::Critical | Ring::Oom => BPF_RB_FORCE_WAKEUP as u64,
             // No wakeup per event: userspace polls, and is woken only when a
             // burst has piled up.
             Ring::Data => {

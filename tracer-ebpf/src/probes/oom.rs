@@ -16,14 +16,14 @@ pub fn oom_mark_victim(ctx: TracePointContext) -> u32 {
     match try_mark_victim(&ctx) {
         Ok(()) => 0,
         Err(()) => {
-            warn!(&ctx, "mark_victim: critical ring full, OOM kill event lost");
+            warn!(&ctx, "mark_victim: OOM ring full, OOM kill event lost");
             1
         }
     }
 }
 
 fn try_mark_victim(ctx: &TracePointContext) -> Result<(), ()> {
-    let slot = Ring::Critical.reserve::<OomVictim>().ok_or(())?;
+    let slot = Ring::Oom.reserve::<OomVictim>().ok_or(())?;
     let mut present = 0u16;
     let mut flag = |bit: u16, v: Option<u64>| -> u64 {
         if v.is_some() {
@@ -96,7 +96,7 @@ pub fn oom_finish_task_reaping(ctx: TracePointContext) -> u32 {
 }
 
 fn emit_reap(ctx: &TracePointContext, kind: u32) -> u32 {
-    let Some(slot) = Ring::Critical.reserve::<Reap>() else {
+    let Some(slot) = Ring::Oom.reserve::<Reap>() else {
         return 1;
     };
     slot.submit_value(Reap {

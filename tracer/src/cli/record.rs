@@ -136,6 +136,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
 
 async fn record(args: RecordArgs, store: Store, mut probes: Probes) -> anyhow::Result<ExitCode> {
     let stats = Arc::new(ReaderStats::default());
+    let (oom_tx, oom_rx) = mpsc::channel(1024);
     let (crit_tx, crit_rx) = mpsc::channel(CHANNEL);
     let (data_tx, data_rx) = mpsc::channel(CHANNEL);
     let (kmsg_tx, kmsg_rx) = mpsc::channel(256);
@@ -144,7 +145,7 @@ async fn record(args: RecordArgs, store: Store, mut probes: Probes) -> anyhow::R
     // Readers first, so nothing the probes emit after attach is lost.
     for ((name, opts), tx) in collect::ring_options(DATA_POLL)
         .into_iter()
-        .zip([crit_tx, data_tx])
+        .zip([oom_tx, crit_tx, data_tx])
     {
         let ring = probes.take_ring(name)?;
         let stats = stats.clone();
@@ -237,7 +238,10 @@ async fn record(args: RecordArgs, store: Store, mut probes: Probes) -> anyhow::R
         None => (None, None),
     };
     engine.set_sample_now(sample_now);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let inputs = crate::correlate::engine::Inputs {
+        stop: stop_rx,
+        oom: oom_rx,
         critical: crit_rx,
         data: data_rx,
         kmsg: kmsg_rx,
@@ -286,7 +290,9 @@ async fn record(args: RecordArgs, store: Store, mut probes: Probes) -> anyhow::R
             Err(e) => anyhow!("a reader panicked: {e}"),
         }),
     };
-    // Stopping the readers closes the channels; the engine drains and ends.
+    // The engine takes in what is queued (briefly, OOM kills first), then
+    // ends; stopping the readers closes its channels.
+    let _ = stop_tx.send(true);
     tasks.shutdown().await;
     let summary = engine_thread
         .join()
@@ -300,7 +306,7 @@ async fn record(args: RecordArgs, store: Store, mut probes: Probes) -> anyhow::R
         "tracer: stopped; {}",
         serde_json::to_string(&serde_json::json!({
             "summary": summary,
-            "read": { "critical": stats.critical.load(std::sync::atomic::Ordering::Relaxed), "data": stats.data.load(std::sync::atomic::Ordering::Relaxed) },
+            "read": { "oom": stats.oom.load(std::sync::atomic::Ordering::Relaxed), "critical": stats.critical.load(std::sync::atomic::Ordering::Relaxed), "data": stats.data.load(std::sync::atomic::Ordering::Relaxed) },
             "decode_errors": stats.decode_errors.load(std::sync::atomic::Ordering::Relaxed),
         }))?
     );

@@ -58,6 +58,8 @@ pub struct ReaderStats {
     pub critical: AtomicU64,
     /// Events read from the data ring.
     pub data: AtomicU64,
+    /// Events read from the OOM ring.
+    pub oom: AtomicU64,
     /// Records that failed to decode.
     pub decode_errors: AtomicU64,
     /// kmsg records the kernel overwrote before we read them.
@@ -108,10 +110,10 @@ pub async fn read_ring(
     opts: ReadOptions,
 ) -> Result<(), CollectError> {
     let mut fd = async_fd(ring).map_err(|source| CollectError::Poll { ring: name, source })?;
-    let counter = if name == tracer_common::maps::CRITICAL_RING {
-        &stats.critical
-    } else {
-        &stats.data
+    let counter = match name {
+        tracer_common::maps::CRITICAL_RING => &stats.critical,
+        tracer_common::maps::OOM_RING => &stats.oom,
+        _ => &stats.data,
     };
     let mut batch = Vec::with_capacity(256);
     // Polling backs off while the ring stays empty (an idle node wakes the
@@ -154,24 +156,24 @@ pub async fn read_ring(
     }
 }
 
-/// Read options for the two rings: the data reader polls every `poll` and
-/// drains as soon as the critical reader has read something, so what led up
-/// to a critical event follows it closely.
-pub fn ring_options(poll: std::time::Duration) -> [(&'static str, ReadOptions); 2] {
+/// Read options for the three rings, in the order the recorder serves
+/// them: OOM kills, critical events, data. The data reader polls every
+/// `poll` and drains as soon as another reader has read something, so what
+/// led up to a kill follows it closely.
+pub fn ring_options(poll: std::time::Duration) -> [(&'static str, ReadOptions); 3] {
     let nudge = Arc::new(tokio::sync::Notify::new());
+    let wakes = || ReadOptions {
+        after_batch: Some(nudge.clone()),
+        ..Default::default()
+    };
     [
-        (
-            tracer_common::maps::CRITICAL_RING,
-            ReadOptions {
-                after_batch: Some(nudge.clone()),
-                ..Default::default()
-            },
-        ),
+        (tracer_common::maps::OOM_RING, wakes()),
+        (tracer_common::maps::CRITICAL_RING, wakes()),
         (
             tracer_common::maps::DATA_RING,
             ReadOptions {
                 poll: Some(poll),
-                drain_now: Some(nudge),
+                drain_now: Some(nudge.clone()),
                 after_batch: None,
             },
         ),

@@ -42,6 +42,10 @@ const NOTABLE_CUDA_BYTES: u64 = 64 << 20;
 const GPU_SETTLE: Duration = Duration::from_millis(30);
 /// Events buffered before a write.
 const EVENT_BUFFER: usize = 4096;
+/// How long the engine keeps taking in queued events once asked to stop
+/// (OOM kills are all taken in whatever this says): the recorder stops
+/// within 2 s of SIGTERM even when a storm has filled its queues.
+const STOP_DRAIN: Duration = Duration::from_millis(700);
 
 /// Settings of the engine.
 #[derive(Clone, Debug)]
@@ -71,6 +75,8 @@ pub struct EngineSummary {
     pub kills: u64,
     /// Kills found in the kernel log only.
     pub kmsg_only_kills: u64,
+    /// Userspace kills folded into aggregate records (a SIGKILL storm).
+    pub folded_kills: u64,
     /// Drops by ring.
     pub drops: Drops,
     /// Model counters.
@@ -96,6 +102,8 @@ pub struct EngineSummary {
 
 /// The channels the engine reads.
 pub struct Inputs {
+    /// OOM ring events (kernel OOM kills): served before anything else.
+    pub oom: mpsc::Receiver<Event>,
     /// Critical ring events.
     pub critical: mpsc::Receiver<Event>,
     /// Data ring events.
@@ -104,6 +112,8 @@ pub struct Inputs {
     pub kmsg: mpsc::Receiver<KmsgEvent>,
     /// NVML samples (none without NVML).
     pub gpu: Option<mpsc::Receiver<crate::gpu::GpuSample>>,
+    /// Set to true when the recorder is asked to stop.
+    pub stop: tokio::sync::watch::Receiver<bool>,
 }
 
 struct Pending {
@@ -144,6 +154,8 @@ pub struct Engine {
     ticks: u64,
     /// Wall time the engine started (the probes were attached before).
     started_ns: i64,
+    /// Userspace SIGKILLs past the rate of full records.
+    storm: super::storm::SignalStorm,
 }
 
 impl Engine {
@@ -192,6 +204,7 @@ impl Engine {
             },
             ticks: 0,
             started_ns: wall_now_ns(),
+            storm: Default::default(),
         }
     }
 
@@ -209,20 +222,24 @@ impl Engine {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // The first sample was just taken: the next one is a period away.
         tick.reset();
-        let (mut crit_open, mut data_open, mut kmsg_open) = (true, true, true);
+        let (mut oom_open, mut crit_open, mut data_open, mut kmsg_open) = (true, true, true, true);
         let mut settle_due: Option<tokio::time::Instant> = None;
         let mut nvml_rx = inputs.gpu.take();
-        while crit_open || data_open || kmsg_open {
+        while oom_open || crit_open || data_open || kmsg_open {
             tokio::select! {
                 biased;
+                ev = inputs.oom.recv(), if oom_open => match ev {
+                    Some(ev) => {
+                        let killed = self.on_kill_batch(ev, &mut inputs.oom)?;
+                        if self.gpu.is_some() && killed && settle_due.is_none() {
+                            settle_due = Some(tokio::time::Instant::now() + GPU_SETTLE);
+                        }
+                    }
+                    None => oom_open = false,
+                },
                 ev = inputs.critical.recv(), if crit_open => match ev {
                     Some(ev) => {
-                        self.on_event(ev)?;
-                        // Whatever else is already queued joins this commit.
-                        while let Ok(ev) = inputs.critical.try_recv() {
-                            self.on_event(ev)?;
-                        }
-                        let killed = self.commit_kills()?;
+                        let killed = self.on_kill_batch(ev, &mut inputs.critical)?;
                         if self.gpu.is_some() && (killed || !self.gpu_ooms.is_empty()) && settle_due.is_none() {
                             settle_due = Some(tokio::time::Instant::now() + GPU_SETTLE);
                         }
@@ -251,6 +268,10 @@ impl Engine {
                     Some(s) => self.on_gpu_sample(s)?,
                     None => nvml_rx = None,
                 },
+                _ = inputs.stop.changed() => {
+                    self.drain_for_stop(&mut inputs)?;
+                    break;
+                }
                 _ = sleep_until(settle_due), if settle_due.is_some() => {
                     // The CUDA calls before a GPU OOM or a kill come on the
                     // data ring (its reader was nudged): take them in first,
@@ -265,6 +286,60 @@ impl Engine {
             }
         }
         self.finish()
+    }
+
+    /// An event of a ring that carries kills, with whatever else is already
+    /// queued behind it: all of it in one durable commit. Returns whether a
+    /// kill was committed.
+    fn on_kill_batch(
+        &mut self,
+        first: Event,
+        rx: &mut mpsc::Receiver<Event>,
+    ) -> Result<bool, StoreError> {
+        self.on_event(first)?;
+        while let Ok(ev) = rx.try_recv() {
+            self.on_event(ev)?;
+        }
+        self.commit_kills()
+    }
+
+    /// Asked to stop: every queued OOM kill, then whatever else is queued
+    /// until [`STOP_DRAIN`] has passed; what is left is counted as lost.
+    fn drain_for_stop(&mut self, inputs: &mut Inputs) -> Result<(), StoreError> {
+        while let Ok(ev) = inputs.oom.try_recv() {
+            self.on_event(ev)?;
+        }
+        self.commit_kills()?;
+        let deadline = std::time::Instant::now() + STOP_DRAIN;
+        while std::time::Instant::now() < deadline {
+            let ev = match inputs.critical.try_recv() {
+                Ok(ev) => ev,
+                Err(_) => match inputs.data.try_recv() {
+                    Ok(ev) => ev,
+                    Err(_) => break,
+                },
+            };
+            self.on_event(ev)?;
+            if !self.to_commit.is_empty() && self.to_commit.len() >= 64 {
+                self.commit_kills()?;
+            }
+        }
+        self.commit_kills()?;
+        let left = (inputs.critical.len() + inputs.data.len()) as u64;
+        if left > 0 {
+            let now = wall_now_ns();
+            tracing::warn!("{left} queued events not processed: the recorder was asked to stop");
+            self.store.insert_drops(
+                self.session_id,
+                &DropRow {
+                    ring: "stop".into(),
+                    count: left,
+                    from_ns: now,
+                    to_ns: now,
+                },
+            )?;
+        }
+        Ok(())
     }
 
     fn ctx(&self) -> Context<'_> {
@@ -320,7 +395,27 @@ impl Engine {
                 self.commit_kill(rec)?;
                 return Ok(());
             }
-            Event::SignalKill(s) => {
+            Event::SignalKill(s) if s.code != super::SI_KERNEL && s.result == 0 => {
+                // Past the rate of full records: folded, no /proc read, no row.
+                if !self.storm.admit(row.ts_ns) {
+                    let memcg = self.model.get(s.target_pid).and_then(|p| p.memcg.clone());
+                    let comm = c_str(&s.target_comm);
+                    let ctx = Context {
+                        clock: &self.clock,
+                        model: &self.model,
+                        sampler: &self.sampler,
+                        session_id: Some(self.session_id),
+                        now_ns: row.ts_ns,
+                    };
+                    self.storm.fold(
+                        s.header.pid,
+                        memcg,
+                        row.ts_ns,
+                        (s.target_pid, &comm),
+                        || super::kill_from_signal_lean(&ctx, s),
+                    );
+                    return Ok(());
+                }
                 self.model.get_or_read(s.header.pid);
                 if let Some(rec) = kill_from_signal(&self.ctx(), s) {
                     self.buffer.push(row);
@@ -328,6 +423,8 @@ impl Engine {
                     return Ok(());
                 }
             }
+            // The kernel's own SIGKILLs and undelivered signals: a raw event only.
+            Event::SignalKill(_) => {}
             Event::Reap(r) => {
                 let start = r.header.kind == tracer_common::kind::REAP_START;
                 let set = |rec: &mut KillRecord| {
@@ -362,9 +459,10 @@ impl Engine {
                     gpu.on_exec(e.pid, row.ts_ns);
                 }
             }
-            Event::Fork(f) => self
-                .model
-                .on_fork(f.header.pid, f.child_pid, &c_str(&f.header.comm)),
+            Event::Fork(f) => {
+                self.model
+                    .on_fork_at(f.header.pid, f.child_pid, &c_str(&f.header.comm), row.ts_ns)
+            }
             Event::Exit(x) => {
                 self.model.on_exit(x.pid, row.ts_ns);
                 if let Some(gpu) = &mut self.gpu {
@@ -626,6 +724,15 @@ impl Engine {
     /// A killed process whose memory was unknown at the signal (it was gone
     /// before /proc could be read) gets the RSS the kernel had at its exit.
     fn memory_at_exit(&mut self, x: &tracer_common::ProcExit) -> Result<(), StoreError> {
+        // Most exits are of processes no kill record waits for: one lookup.
+        if !self
+            .to_commit
+            .iter()
+            .chain(self.pending.iter().map(|p| &p.record))
+            .any(|r| r.victim.memory.source.is_none())
+        {
+            return Ok(());
+        }
         let fill = |rec: &mut KillRecord| -> bool {
             if rec.victim.pid != x.pid || rec.victim.memory.source.is_some() {
                 return false;
@@ -717,6 +824,31 @@ impl Engine {
         Ok(())
     }
 
+    /// Stores the SIGKILL aggregates whose window has closed (all of them
+    /// with `all`).
+    fn commit_storms(&mut self, now_ns: i64, all: bool) -> Result<(), StoreError> {
+        let due = self.storm.take_due(now_ns, all);
+        if due.is_empty() {
+            return Ok(());
+        }
+        for r in &due {
+            if let Some(a) = &r.aggregate {
+                tracing::warn!(
+                    "{} SIGKILLs from {} (pid {}) folded into one record",
+                    a.count,
+                    crate::util::term::escape(
+                        r.killer.sender.as_ref().map_or("?", |s| s.comm.as_str())
+                    ),
+                    r.killer.sender.as_ref().map_or(0, |s| s.pid),
+                );
+            }
+        }
+        self.summary.folded_kills = self.storm.folded;
+        self.to_commit.extend(due);
+        self.commit_kills()?;
+        Ok(())
+    }
+
     fn flush(&mut self) -> Result<(), StoreError> {
         let events = std::mem::take(&mut self.buffer);
         self.store.insert_events(Some(self.session_id), &events)
@@ -744,6 +876,7 @@ impl Engine {
         self.sampler
             .sample(paths.iter().map(String::as_str), &counters, now);
         self.read_drops(now)?;
+        self.commit_storms(now, false)?;
         self.flush()?;
         self.pending.retain(|p| now - p.record.ts_ns < PENDING_NS);
         self.settle_unmatched(now, false)?;
@@ -784,6 +917,7 @@ impl Engine {
         for (ring, before, after) in [
             ("critical", self.last_drops.critical, cur.critical),
             ("data", self.last_drops.data, cur.data),
+            ("oom", self.last_drops.oom, cur.oom),
         ] {
             if after > before {
                 let row = DropRow {
@@ -807,6 +941,7 @@ impl Engine {
     fn finish(mut self) -> Result<EngineSummary, StoreError> {
         let (devices, procs) = self.window.take();
         self.store.insert_timeline(FRESH_RES_S, &devices, &procs)?;
+        self.commit_storms(wall_now_ns(), true)?;
         self.commit_kills()?;
         self.commit_gpu_ooms()?;
         self.refresh_kill_gpu()?;

@@ -5,6 +5,7 @@ pub mod engine;
 pub mod gpu;
 pub mod gpuview;
 pub mod record;
+pub mod storm;
 pub mod timeline;
 
 use tracer_common::{OomVictim, SignalKill, victim_field};
@@ -118,7 +119,11 @@ fn sampled_memcg(
     (Some(memcg), leadup)
 }
 
-/// Tasks of the memcg from the model, with RSS read from /proc now.
+/// Most tasks of a cgroup whose /proc is read for one kill record.
+const MAX_TASKS_READ: usize = 256;
+
+/// Tasks of the memcg from the model, with RSS read from /proc now (at
+/// most [`MAX_TASKS_READ`] of them).
 fn tasks_from_model(
     ctx: &Context<'_>,
     path: &str,
@@ -128,6 +133,8 @@ fn tasks_from_model(
     let mut out: Vec<TaskAtKill> = ctx
         .model
         .in_memcg(path, ctx.now_ns - 5_000_000_000)
+        .filter(|p| p.exited_ns.is_none() || p.info.pid == victim_pid)
+        .take(MAX_TASKS_READ)
         .filter_map(|p| {
             let pid = p.info.pid;
             if pid == victim_pid {
@@ -229,6 +236,35 @@ pub fn kill_from_victim(ctx: &Context<'_>, ev: &OomVictim) -> KillRecord {
         session_id: ctx.session_id,
         tracepoint_ns: Some(ts_ns),
         gaps,
+        ..Default::default()
+    }
+}
+
+/// A userspace kill from what the model already knows, with no /proc read
+/// and no task table: the first kill of a storm's aggregate.
+pub fn kill_from_signal_lean(ctx: &Context<'_>, ev: &SignalKill) -> KillRecord {
+    let ts_ns = ctx.clock.boot_to_wall(ev.header.ts_boot_ns);
+    let sender_pid = ev.header.pid;
+    KillRecord {
+        ts_ns,
+        source: "signal".into(),
+        killer: Killer {
+            kind: "userspace".into(),
+            constraint: None,
+            sender: Some(proc_ref(
+                sender_pid,
+                c_str(&ev.header.comm),
+                ctx.model.get(sender_pid),
+            )),
+            signal_code: Some(ev.code),
+        },
+        victim: victim_from(
+            ev.target_pid,
+            c_str(&ev.target_comm),
+            ctx.model.get(ev.target_pid),
+        ),
+        session_id: ctx.session_id,
+        tracepoint_ns: Some(ts_ns),
         ..Default::default()
     }
 }

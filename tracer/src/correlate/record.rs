@@ -178,6 +178,29 @@ pub struct KillRecord {
     /// before the kill: everyone on them, with their containers.
     #[serde(default)]
     pub gpu_picture: Vec<super::gpuview::DevicePicture>,
+    /// For a storm of userspace SIGKILLs past the recording rate: how many
+    /// kills this one record stands for (the victim is the first of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregate: Option<KillAggregate>,
+}
+
+/// Userspace kills by one sender in one memory cgroup, folded into one
+/// record because they came faster than kills are recorded one by one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KillAggregate {
+    /// Kills folded in (the record's victim included).
+    pub count: u64,
+    /// Wall time of the first, ns.
+    pub first_ns: i64,
+    /// Wall time of the last, ns.
+    pub last_ns: i64,
+    /// The first victims, as (pid, name): at most [`KillAggregate::NAMED`].
+    pub victims: Vec<(u32, String)>,
+}
+
+impl KillAggregate {
+    /// Victims named in an aggregate.
+    pub const NAMED: usize = 16;
 }
 
 /// GPU memory of one process at a moment (from its traced CUDA calls).

@@ -112,9 +112,16 @@ fn base_verdict(k: &KillRecord) -> Verdict {
         let who = s
             .map(|s| format!("{} (pid {})", s.comm, s.pid))
             .unwrap_or_else(|| "an unknown process".into());
+        let summary = match &k.aggregate {
+            Some(a) => format!(
+                "{} processes killed by {who} with SIGKILL, not by the kernel OOM killer",
+                a.count
+            ),
+            None => format!("killed by {who} with SIGKILL, not by the kernel OOM killer"),
+        };
         return Verdict {
             cause: "userspace_kill",
-            summary: format!("killed by {who} with SIGKILL, not by the kernel OOM killer"),
+            summary,
         };
     }
     let victim_kb = k
@@ -353,6 +360,21 @@ pub fn render_text(e: &Explanation) -> String {
         gpu::render_picture(&mut o, n, k.ts_ns, Some(v.pid));
     }
     let _ = writeln!(o, "  killed by  {}", killer_line(k));
+    if let Some(a) = &k.aggregate {
+        let named: Vec<String> = a
+            .victims
+            .iter()
+            .map(|(pid, comm)| format!("{comm} ({pid})"))
+            .collect();
+        let _ = writeln!(
+            o,
+            "  storm      {} SIGKILLs from this sender into this cgroup between {} and {}; the first: {}",
+            a.count,
+            format_wall(a.first_ns),
+            format_wall(a.last_ns),
+            named.join(", ")
+        );
+    }
     if let Some(t) = &k.trigger {
         let alloc = match (&t.gfp_mask, t.order) {
             (Some(g), Some(ord)) => format!(", allocating gfp_mask={g} order={ord}"),

@@ -8,12 +8,15 @@ pub mod ledger;
 pub mod proc;
 pub mod sampler;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
 use cgroup::{CgroupLayout, Owner, owner_of};
 use proc::ProcInfo;
+
+/// Exits of unknown pids remembered for a late fork (forgotten in bulk past this).
+const EARLY_EXITS: usize = 65_536;
 
 /// One process of the model.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,6 +52,11 @@ pub struct ModelStats {
 pub struct ProcessTable {
     layout: CgroupLayout,
     procs: HashMap<u32, Process>,
+    /// Pids by memory cgroup: a kill's cgroup members without a walk of
+    /// the whole table.
+    by_memcg: BTreeMap<String, HashSet<u32>>,
+    /// Exits of pids not in the table yet (their fork is still on its way).
+    early_exits: HashMap<u32, i64>,
     keep_exited_ns: i64,
     max_entries: usize,
     /// What it has seen.
@@ -62,6 +70,8 @@ impl ProcessTable {
         Self {
             layout,
             procs: HashMap::new(),
+            by_memcg: BTreeMap::new(),
+            early_exits: HashMap::new(),
             keep_exited_ns,
             max_entries,
             stats: ModelStats::default(),
@@ -94,9 +104,23 @@ impl ProcessTable {
         for pid in proc::all_pids() {
             if let Ok(info) = proc::read(pid) {
                 let p = self.make(info);
-                self.procs.insert(pid, p);
+                self.insert(pid, p);
                 self.stats.seeded += 1;
             }
+        }
+    }
+
+    /// A fork stamped `ts_ns`. The exit of a short-lived child travels on
+    /// the critical ring and can be applied before its fork (data ring): a
+    /// fork older than an exit already seen for that pid is a process that
+    /// has ended, not a live one.
+    pub fn on_fork_at(&mut self, parent: u32, child: u32, comm: &str, ts_ns: i64) {
+        let exited = self.early_exits.remove(&child).filter(|&t| t >= ts_ns);
+        self.on_fork(parent, child, comm);
+        if let Some(t) = exited
+            && let Some(p) = self.procs.get_mut(&child)
+        {
+            p.exited_ns = Some(t);
         }
     }
 
@@ -150,7 +174,13 @@ impl ProcessTable {
         self.stats.exits += 1;
         match self.procs.get_mut(&pid) {
             Some(p) => p.exited_ns = Some(now_ns),
-            None => self.stats.unknown_exits += 1,
+            None => {
+                self.stats.unknown_exits += 1;
+                if self.early_exits.len() >= EARLY_EXITS {
+                    self.early_exits.clear();
+                }
+                self.early_exits.insert(pid, now_ns);
+            }
         }
     }
 
@@ -158,7 +188,37 @@ impl ProcessTable {
         if self.procs.len() >= self.max_entries && !self.procs.contains_key(&pid) {
             self.evict_oldest_exited();
         }
-        self.procs.insert(pid, p);
+        if let Some(m) = &p.memcg {
+            self.by_memcg.entry(m.clone()).or_default().insert(pid);
+        }
+        if let Some(old) = self.procs.insert(pid, p) {
+            self.unindex(pid, &old);
+        }
+    }
+
+    /// Removes `pid` from the index entry of `old`, unless the entry now in
+    /// the table has the same cgroup.
+    fn unindex(&mut self, pid: u32, old: &Process) {
+        let Some(m) = &old.memcg else { return };
+        if self
+            .procs
+            .get(&pid)
+            .is_some_and(|p| p.memcg.as_ref() == Some(m))
+        {
+            return;
+        }
+        if let Some(set) = self.by_memcg.get_mut(m) {
+            set.remove(&pid);
+            if set.is_empty() {
+                self.by_memcg.remove(m);
+            }
+        }
+    }
+
+    fn remove(&mut self, pid: u32) {
+        if let Some(old) = self.procs.remove(&pid) {
+            self.unindex(pid, &old);
+        }
     }
 
     fn evict_oldest_exited(&mut self) {
@@ -169,7 +229,7 @@ impl ProcessTable {
             .min_by_key(|(_, t)| *t)
             .map(|(pid, _)| pid)
         {
-            self.procs.remove(&pid);
+            self.remove(pid);
             self.stats.pruned += 1;
         }
     }
@@ -192,10 +252,16 @@ impl ProcessTable {
     /// Drops exited processes older than the retention.
     pub fn prune(&mut self, now_ns: i64) {
         let keep = self.keep_exited_ns;
-        let before = self.procs.len();
-        self.procs
-            .retain(|_, p| p.exited_ns.is_none_or(|t| now_ns - t < keep));
-        self.stats.pruned += (before - self.procs.len()) as u64;
+        let old: Vec<u32> = self
+            .procs
+            .iter()
+            .filter(|(_, p)| p.exited_ns.is_some_and(|t| now_ns - t >= keep))
+            .map(|(pid, _)| *pid)
+            .collect();
+        self.stats.pruned += old.len() as u64;
+        for pid in old {
+            self.remove(pid);
+        }
     }
 
     /// Live processes.
@@ -237,12 +303,13 @@ impl ProcessTable {
         path: &'a str,
         since_ns: i64,
     ) -> impl Iterator<Item = &'a Process> + 'a {
-        self.procs.values().filter(move |p| {
-            p.exited_ns.is_none_or(|t| t >= since_ns)
-                && p.memcg.as_deref().is_some_and(|m| {
-                    m == path || (m.starts_with(path) && m[path.len()..].starts_with('/'))
-                })
-        })
+        self.by_memcg
+            .range::<str, _>((std::ops::Bound::Included(path), std::ops::Bound::Unbounded))
+            .take_while(move |(m, _)| m.starts_with(path))
+            .filter(move |(m, _)| m.len() == path.len() || m[path.len()..].starts_with('/'))
+            .flat_map(|(_, pids)| pids.iter())
+            .filter_map(|pid| self.procs.get(pid))
+            .filter(move |p| p.exited_ns.is_none_or(|t| t >= since_ns))
     }
 }
 
@@ -306,6 +373,43 @@ mod tests {
         let mut members: Vec<u32> = t.in_memcg("/a", 0).map(|p| p.info.pid).collect();
         members.sort();
         assert_eq!(members, [1, 2], "/ab is not under /a");
+        // A process that moves (exec in a new cgroup) leaves its old one.
+        let moved = t.make(info(1, "/ab"));
+        t.insert(1, moved);
+        let mut members: Vec<u32> = t.in_memcg("/a", 0).map(|p| p.info.pid).collect();
+        members.sort();
+        assert_eq!(members, [2]);
+        let mut ab: Vec<u32> = t.in_memcg("/ab", 0).map(|p| p.info.pid).collect();
+        ab.sort();
+        assert_eq!(ab, [1, 3]);
+        // Exited and pruned: gone from the index too.
+        t.on_exit(3, 0);
+        t.prune(10_000);
+        assert_eq!(
+            t.in_memcg("/ab", 0).map(|p| p.info.pid).collect::<Vec<_>>(),
+            [1]
+        );
+        assert_eq!(
+            t.by_memcg.values().map(HashSet::len).sum::<usize>(),
+            t.len()
+        );
+    }
+
+    #[test]
+    fn an_exit_seen_before_its_fork_leaves_no_live_ghost() {
+        let mut t = table();
+        let parent = t.make(info(50, "/storm"));
+        t.insert(50, parent);
+        t.on_exit(51, 2_000);
+        t.on_fork_at(50, 51, "child", 1_000);
+        assert!(
+            t.get(51).unwrap().exited_ns.is_some(),
+            "the child has ended"
+        );
+        assert_eq!(t.live().count(), 1);
+        // A later fork of a reused pid is live.
+        t.on_fork_at(50, 51, "child", 3_000);
+        assert!(t.get(51).unwrap().exited_ns.is_none());
     }
 
     #[test]

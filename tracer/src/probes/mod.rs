@@ -437,6 +437,8 @@ pub struct Drops {
     pub critical: u64,
     /// Events lost on the data ring.
     pub data: u64,
+    /// Events lost on the OOM ring.
+    pub oom: u64,
 }
 
 impl DropCounters {
@@ -447,6 +449,7 @@ impl DropCounters {
         Ok(Drops {
             critical: sum(ring::CRITICAL)?,
             data: sum(ring::DATA)?,
+            oom: sum(ring::OOM)?,
         })
     }
 }

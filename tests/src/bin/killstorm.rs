@@ -1,0 +1,51 @@
+//! A SIGKILL storm, as an unprivileged user can make one: fork a child,
+//! SIGKILL it, reap it, repeat, for `--seconds`. Prints how many it killed.
+//!
+//! `killstorm [--seconds N] [--uid N]` (started as root, it drops to uid N,
+//! 65534 by default, before the first fork)
+
+use std::time::{Duration, Instant};
+
+fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} takes a number, got {v}"))
+        })
+        .unwrap_or(default)
+}
+
+fn main() {
+    let seconds = arg("--seconds", 10);
+    let uid = arg("--uid", 65534) as libc::uid_t;
+    // SAFETY: plain syscalls; order matters (group first, then user).
+    unsafe {
+        if libc::getuid() == 0 {
+            assert_eq!(libc::setgid(uid), 0, "setgid");
+            assert_eq!(libc::setuid(uid), 0, "setuid");
+        }
+    }
+    let end = Instant::now() + Duration::from_secs(seconds);
+    let mut killed = 0u64;
+    while Instant::now() < end {
+        // SAFETY: the child only calls pause(), which is async-signal-safe.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            loop {
+                // SAFETY: as above.
+                unsafe { libc::pause() };
+            }
+        }
+        assert!(pid > 0, "fork failed");
+        // SAFETY: our own child.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        killed += 1;
+    }
+    println!("killed {killed}");
+}
