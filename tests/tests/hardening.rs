@@ -560,3 +560,94 @@ fn kills_from_before_the_recorder_are_stored_at_once() {
         "{v}"
     );
 }
+
+/// Fills the file system of `dir` with one file until it is full.
+fn fill(dir: &Path) -> PathBuf {
+    use std::io::Write as _;
+    let path = dir.join("filler");
+    let mut f = fs::File::create(&path).unwrap();
+    let block = vec![0x5au8; 1 << 16];
+    loop {
+        match f.write_all(&block) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+            Err(e) => panic!("filling {}: {e}", dir.display()),
+        }
+    }
+    // What a partial write left: fill the last bytes too.
+    let small = vec![0u8; 512];
+    while f.write_all(&small).is_ok() {}
+    let _ = f.sync_all();
+    path
+}
+
+#[test]
+fn a_full_disk_costs_events_never_kills_or_the_recorder() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = Mount::tmpfs(&dir.path().join("mnt"), "12m");
+    let store = mnt.0.join("t.db");
+    let cg = TestCgroup::new("full", 64 * MIB);
+    let rec = Recorder::start(&store);
+    let filler = fill(&mnt.0);
+
+    // A userspace kill and a real OOM kill while nothing can be written.
+    let mut victim = sleeper(&cg);
+    std::thread::sleep(Duration::from_millis(300));
+    sigkill(&mut victim);
+    let oom_cg = TestCgroup::new("full-oom", 32 * MIB);
+    let mut cmd = oom_cg.command(env!("CARGO_BIN_EXE_memhog"));
+    cmd.args(["--step-mib", "8", "--interval-ms", "20"]);
+    let mut hog = Proc::spawn(cmd);
+    assert_eq!(
+        hog.wait_signal(Duration::from_secs(30)),
+        Some(libc::SIGKILL)
+    );
+    for pid in [victim.pid(), hog.pid()] {
+        let v = explain_pid(&store, pid);
+        assert_eq!(v["kill"]["victim"]["pid"], pid, "{v}");
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let log = rec.log();
+    assert_eq!(
+        log.matches("file system is full: shedding").count(),
+        1,
+        "said once: {log}"
+    );
+    // Room again: the recorder says so and takes its reserve back.
+    fs::remove_file(&filler).unwrap();
+    assert!(
+        wait_for(Duration::from_secs(5), || rec
+            .log()
+            .contains("has room again")
+            .then_some(()))
+        .is_some(),
+        "{}",
+        rec.log()
+    );
+    let log = rec.stop();
+    assert!(log.contains("tracer: stopped"), "{log}");
+
+    // A restart on a full file system: the reserve makes room for it.
+    let filler = fill(&mnt.0);
+    let rec = Recorder::start(&store);
+    let mut victim = sleeper(&cg);
+    std::thread::sleep(Duration::from_millis(300));
+    sigkill(&mut victim);
+    let v = explain_pid(&store, victim.pid());
+    assert_eq!(v["kill"]["victim"]["pid"], victim.pid(), "{v}");
+    let log = rec.stop();
+    assert!(log.contains("tracer: stopped"), "{log}");
+    drop(filler);
+    let all = tracer_json(&[
+        "explain",
+        "--all",
+        "--store",
+        store.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(all.as_array().unwrap().len() >= 3, "{all}");
+}

@@ -134,7 +134,11 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     rt.block_on(record(args, store, probes))
 }
 
-async fn record(args: RecordArgs, store: Store, mut probes: Probes) -> anyhow::Result<ExitCode> {
+async fn record(
+    args: RecordArgs,
+    mut store: Store,
+    mut probes: Probes,
+) -> anyhow::Result<ExitCode> {
     let stats = Arc::new(ReaderStats::default());
     let (oom_tx, oom_rx) = mpsc::channel(1024);
     let (crit_tx, crit_rx) = mpsc::channel(CHANNEL);

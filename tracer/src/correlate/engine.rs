@@ -156,6 +156,9 @@ pub struct Engine {
     started_ns: i64,
     /// Userspace SIGKILLs past the rate of full records.
     storm: super::storm::SignalStorm,
+    /// The store's file system was found full (said once; cleared when
+    /// there is room again).
+    disk_full: bool,
 }
 
 impl Engine {
@@ -205,6 +208,7 @@ impl Engine {
             ticks: 0,
             started_ns: wall_now_ns(),
             storm: Default::default(),
+            disk_full: false,
         }
     }
 
@@ -216,7 +220,8 @@ impl Engine {
         ready: oneshot::Sender<()>,
     ) -> Result<EngineSummary, StoreError> {
         self.model.seed();
-        self.tick()?;
+        let r = self.tick();
+        self.step(r)?;
         let _ = ready.send(());
         let mut tick = tokio::time::interval(self.opts.sample_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -226,66 +231,127 @@ impl Engine {
         let mut settle_due: Option<tokio::time::Instant> = None;
         let mut nvml_rx = inputs.gpu.take();
         while oom_open || crit_open || data_open || kmsg_open {
-            tokio::select! {
+            let mut stop = false;
+            let result: Result<(), StoreError> = tokio::select! {
                 biased;
                 ev = inputs.oom.recv(), if oom_open => match ev {
-                    Some(ev) => {
-                        let killed = self.on_kill_batch(ev, &mut inputs.oom)?;
+                    Some(ev) => self.on_kill_batch(ev, &mut inputs.oom).map(|killed| {
                         if self.gpu.is_some() && killed && settle_due.is_none() {
                             settle_due = Some(tokio::time::Instant::now() + GPU_SETTLE);
                         }
+                    }),
+                    None => {
+                        oom_open = false;
+                        Ok(())
                     }
-                    None => oom_open = false,
                 },
                 ev = inputs.critical.recv(), if crit_open => match ev {
-                    Some(ev) => {
-                        let killed = self.on_kill_batch(ev, &mut inputs.critical)?;
+                    Some(ev) => self.on_kill_batch(ev, &mut inputs.critical).map(|killed| {
                         if self.gpu.is_some() && (killed || !self.gpu_ooms.is_empty()) && settle_due.is_none() {
                             settle_due = Some(tokio::time::Instant::now() + GPU_SETTLE);
                         }
+                    }),
+                    None => {
+                        crit_open = false;
+                        Ok(())
                     }
-                    None => crit_open = false,
                 },
                 ev = inputs.kmsg.recv(), if kmsg_open => match ev {
-                    Some(ev) => {
-                        self.on_kmsg(ev)?;
-                        while let Ok(ev) = inputs.kmsg.try_recv() {
-                            self.on_kmsg(ev)?;
-                        }
-                        // The backlog found at start: stored now, in one commit.
-                        if self.unmatched.iter().any(|(_, seen)| *seen == 0) {
-                            self.settle_unmatched(wall_now_ns(), false)?;
-                        }
+                    Some(ev) => self.on_kmsg_batch(ev, &mut inputs.kmsg),
+                    None => {
+                        kmsg_open = false;
+                        Ok(())
                     }
-                    None => kmsg_open = false,
                 },
                 ev = inputs.data.recv(), if data_open => match ev {
-                    Some(ev) => self.on_event(ev)?,
-                    None => data_open = false,
+                    Some(ev) => self.on_event(ev),
+                    None => {
+                        data_open = false;
+                        Ok(())
+                    }
                 },
-                _ = tick.tick() => self.tick()?,
+                _ = tick.tick() => self.tick(),
                 s = recv_opt(&mut nvml_rx), if nvml_rx.is_some() => match s {
-                    Some(s) => self.on_gpu_sample(s)?,
-                    None => nvml_rx = None,
+                    Some(s) => self.on_gpu_sample(s),
+                    None => {
+                        nvml_rx = None;
+                        Ok(())
+                    }
                 },
                 _ = inputs.stop.changed() => {
-                    self.drain_for_stop(&mut inputs)?;
-                    break;
+                    stop = true;
+                    self.drain_for_stop(&mut inputs)
                 }
                 _ = sleep_until(settle_due), if settle_due.is_some() => {
-                    // The CUDA calls before a GPU OOM or a kill come on the
-                    // data ring (its reader was nudged): take them in first,
-                    // so ledgers are as of the failure or the kill.
-                    while let Ok(ev) = inputs.data.try_recv() {
-                        self.on_event(ev)?;
-                    }
-                    self.commit_gpu_ooms()?;
-                    self.refresh_kill_gpu()?;
                     settle_due = None;
+                    self.settle_gpu(&mut inputs.data)
                 }
+            };
+            if let Err(e) = result {
+                self.survive(e)?;
+            }
+            if stop {
+                break;
             }
         }
         self.finish()
+    }
+
+    /// Kernel log records, with whatever else is already queued; the
+    /// backlog found at start is stored at once, in one commit.
+    fn on_kmsg_batch(
+        &mut self,
+        first: KmsgEvent,
+        rx: &mut mpsc::Receiver<KmsgEvent>,
+    ) -> Result<(), StoreError> {
+        self.on_kmsg(first)?;
+        while let Ok(ev) = rx.try_recv() {
+            self.on_kmsg(ev)?;
+        }
+        if self.unmatched.iter().any(|(_, seen)| *seen == 0) {
+            self.settle_unmatched(wall_now_ns(), false)?;
+        }
+        Ok(())
+    }
+
+    /// The CUDA calls before a GPU OOM or a kill come on the data ring (its
+    /// reader was nudged): they are taken in first, so ledgers are as of
+    /// the failure or the kill.
+    fn settle_gpu(&mut self, data: &mut mpsc::Receiver<Event>) -> Result<(), StoreError> {
+        while let Ok(ev) = data.try_recv() {
+            self.on_event(ev)?;
+        }
+        self.commit_gpu_ooms()?;
+        self.refresh_kill_gpu()
+    }
+
+    /// A store error in the loop: a full file system costs the write that
+    /// failed (events and samples are shed; kills are held and retried, see
+    /// `commit_kills`), never the recorder. Anything else ends it.
+    fn survive(&mut self, e: StoreError) -> Result<(), StoreError> {
+        if !e.is_disk_full() {
+            return Err(e);
+        }
+        self.on_disk_full();
+        Ok(())
+    }
+
+    /// A step's result: a full file system is survived.
+    fn step(&mut self, r: Result<(), StoreError>) -> Result<(), StoreError> {
+        r.or_else(|e| self.survive(e))
+    }
+
+    /// Says once that the store's file system is full, and makes room.
+    fn on_disk_full(&mut self) {
+        if !self.disk_full {
+            self.disk_full = true;
+            tracing::warn!(
+                "the store's file system is full: shedding the oldest events and samples to keep kills; \
+                 kills that cannot be written are held in memory and retried every second"
+            );
+        }
+        let n = self.store.make_room();
+        tracing::debug!("made room: {n} rows shed");
     }
 
     /// An event of a ring that carries kills, with whatever else is already
@@ -688,7 +754,31 @@ impl Engine {
         }
         let events = std::mem::take(&mut self.buffer);
         let t_commit = wall_now_ns();
-        let ids = self.store.insert_kills(&kills, &events, t_commit)?;
+        let ids = match self.store.insert_kills(&kills, &events, t_commit) {
+            Ok(ids) => ids,
+            Err(e) if e.is_disk_full() => {
+                // Make room and try once more, without the events (shed).
+                self.on_disk_full();
+                match self.store.insert_kills(&kills, &[], t_commit) {
+                    Ok(ids) => ids,
+                    Err(e) => {
+                        let n = kills.len();
+                        self.to_commit.splice(0..0, kills);
+                        if e.is_disk_full() {
+                            tracing::warn!(
+                                "{n} kill(s) held in memory: the store's file system is still full"
+                            );
+                            return Ok(false);
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            Err(e) => {
+                self.to_commit.splice(0..0, kills);
+                return Err(e);
+            }
+        };
         let done = wall_now_ns();
         tracing::debug!(
             "{} kill(s) committed in {} us",
@@ -818,8 +908,12 @@ impl Engine {
         }
         // A backlog found at start (many old kills) costs one commit.
         if !found.is_empty() {
-            self.store.insert_kills(&found, &[], now_ns)?;
             self.summary.kmsg_only_kills += found.len() as u64;
+            if let Err(e) = self.store.insert_kills(&found, &[], now_ns) {
+                // Held with the other kills and retried.
+                self.to_commit.extend(found);
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -877,6 +971,15 @@ impl Engine {
             .sample(paths.iter().map(String::as_str), &counters, now);
         self.read_drops(now)?;
         self.commit_storms(now, false)?;
+        // Kills held while the file system was full.
+        self.commit_kills()?;
+        if (self.disk_full || !self.store.has_reserve()) && self.store.has_room() {
+            let reserved = self.store.ensure_reserve();
+            if reserved && self.disk_full {
+                self.disk_full = false;
+                tracing::info!("the store's file system has room again");
+            }
+        }
         self.flush()?;
         self.pending.retain(|p| now - p.record.ts_ns < PENDING_NS);
         self.settle_unmatched(now, false)?;
@@ -938,22 +1041,41 @@ impl Engine {
         Ok(())
     }
 
+    /// The last writes, kills first. A full file system costs what cannot
+    /// be written (said in the log), not the summary.
     fn finish(mut self) -> Result<EngineSummary, StoreError> {
-        let (devices, procs) = self.window.take();
-        self.store.insert_timeline(FRESH_RES_S, &devices, &procs)?;
-        self.commit_storms(wall_now_ns(), true)?;
-        self.commit_kills()?;
-        self.commit_gpu_ooms()?;
-        self.refresh_kill_gpu()?;
+        let r = self.commit_storms(wall_now_ns(), true);
+        self.step(r)?;
+        let r = self.commit_kills().map(drop);
+        self.step(r)?;
+        let r = self.commit_gpu_ooms();
+        self.step(r)?;
+        let r = self.refresh_kill_gpu();
+        self.step(r)?;
         if let Some(gpu) = self.gpu.take() {
             self.summary.gpu_ooms = gpu.ooms;
             gpu.detach();
         }
+        let (devices, procs) = self.window.take();
+        let r = self.store.insert_timeline(FRESH_RES_S, &devices, &procs);
+        self.step(r)?;
         let now = wall_now_ns();
-        self.read_drops(now)?;
-        self.flush()?;
-        self.settle_unmatched(now, true)?;
-        self.store.end_session(self.session_id, wall_now_ns())?;
+        let r = self.read_drops(now);
+        self.step(r)?;
+        let r = self.flush();
+        self.step(r)?;
+        let r = self.settle_unmatched(now, true);
+        self.step(r)?;
+        let r = self.commit_kills().map(drop);
+        self.step(r)?;
+        if !self.to_commit.is_empty() {
+            tracing::error!(
+                "{} kill(s) could not be written before the recorder stopped: the store's file system is full",
+                self.to_commit.len()
+            );
+        }
+        let r = self.store.end_session(self.session_id, wall_now_ns());
+        self.step(r)?;
         self.summary.drops = self.last_drops;
         self.summary.model = self.model.stats;
         self.summary.model_entries = self.model.len();

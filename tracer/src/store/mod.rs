@@ -107,6 +107,17 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// Whether the store's file system is full (SQLITE_FULL).
+    pub fn is_disk_full(&self) -> bool {
+        let code = match self {
+            StoreError::Sql { source, .. } => source.sqlite_error_code(),
+            _ => None,
+        };
+        code == Some(rusqlite::ErrorCode::DiskFull)
+    }
+}
+
 fn sql(op: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
     move |source| StoreError::Sql { op, source }
 }
@@ -323,8 +334,35 @@ fn classify(path: &Path, e: rusqlite::Error, op: &'static str) -> StoreError {
 /// Kills read back (id, record), and the ids of damaged ones with why.
 pub type KillsRead = (Vec<(i64, KillRecord)>, Vec<(i64, String)>);
 
+/// Bytes set aside beside the store (`STORE.reserve`) and given back when
+/// its file system fills up, so the deletes that make room, and the kill
+/// that needed it, can still be written.
+pub const RESERVE_BYTES: u64 = 2 << 20;
+
 /// The WAL is cut back to this size after a checkpoint.
 pub const WAL_KEEP_BYTES: u64 = 4 << 20;
+
+/// The directory of the store.
+fn store_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// Whether the file system of `dir` has twice [`RESERVE_BYTES`] free.
+fn has_room(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: an all-zero statvfs is a valid value for statvfs to fill.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is a valid C string; st is a valid struct to fill.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    (st.f_bavail as u64).saturating_mul(st.f_frsize as u64) >= 2 * RESERVE_BYTES
+}
 
 /// The files SQLite keeps beside the store.
 fn side_files(path: &Path) -> [PathBuf; 3] {
@@ -477,12 +515,18 @@ impl Store {
                 source,
             },
         };
-        let dir = path
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
+        let dir = store_dir(path);
         fsafe::private_dir(dir).map_err(refuse)?;
         let lock = StoreLock::take(path)?;
+        // Restarted on a full file system: the reserve a recorder set aside
+        // is what lets SQLite open (its -shm) and write the session.
+        let mut reserve = path.as_os_str().to_owned();
+        reserve.push(".reserve");
+        if !has_room(dir) && std::fs::remove_file(&reserve).is_ok() {
+            tracing::warn!(
+                "the store's file system is full: its reserve was given back to open the store"
+            );
+        }
         for side in side_files(path) {
             fsafe::narrow_existing(&side).map_err(refuse)?;
         }
@@ -505,7 +549,74 @@ impl Store {
         };
         store.configure(true)?;
         store.migrate()?;
+        store.ensure_reserve();
         Ok(store)
+    }
+
+    fn reserve_path(&self) -> PathBuf {
+        let mut s = self.path.as_os_str().to_owned();
+        s.push(".reserve");
+        PathBuf::from(s)
+    }
+
+    /// Sets [`RESERVE_BYTES`] aside (really allocated, not a sparse file),
+    /// unless they already are or there is no room for them.
+    pub fn ensure_reserve(&self) -> bool {
+        use std::os::fd::AsRawFd as _;
+        let path = self.reserve_path();
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.len() >= RESERVE_BYTES) {
+            return true;
+        }
+        let Ok(f) = fsafe::open_private(&path) else {
+            return false;
+        };
+        // SAFETY: fallocate on an fd this function owns.
+        let rc = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, RESERVE_BYTES as libc::off_t) };
+        if rc != 0 {
+            drop(f);
+            let _ = std::fs::remove_file(&path);
+            return false;
+        }
+        true
+    }
+
+    /// Whether the store's file system has room for the reserve again (and
+    /// as much besides).
+    pub fn has_room(&self) -> bool {
+        has_room(store_dir(&self.path))
+    }
+
+    /// Whether the reserve is set aside now.
+    pub fn has_reserve(&self) -> bool {
+        std::fs::symlink_metadata(self.reserve_path()).is_ok_and(|m| m.len() >= RESERVE_BYTES)
+    }
+
+    /// The file system is full: gives the reserve back, sheds the oldest
+    /// fifth of the raw events and GPU timelines (kills and GPU OOM records
+    /// stay), and shrinks the file and the WAL. Best effort: each step that
+    /// fails is skipped. Returns the rows deleted.
+    pub fn make_room(&mut self) -> u64 {
+        let _ = std::fs::remove_file(self.reserve_path());
+        let mut deleted = 0u64;
+        for t in ["events", "gpu_processes", "gpu_devices", "gpu_ledgers"] {
+            let q = format!(
+                "DELETE FROM {t} WHERE rowid IN (SELECT rowid FROM {t} ORDER BY ts_ns
+                 LIMIT max(1000, (SELECT count(*) FROM {t}) / 5))"
+            );
+            match self.conn.execute(&q, []) {
+                Ok(n) => deleted += n as u64,
+                Err(e) => tracing::debug!("making room in {t}: {e}"),
+            }
+        }
+        for step in [
+            "PRAGMA incremental_vacuum",
+            "PRAGMA wal_checkpoint(TRUNCATE)",
+        ] {
+            if let Err(e) = self.conn.query_row(step, [], |_| Ok(())).optional() {
+                tracing::debug!("making room ({step}): {e}");
+            }
+        }
+        deleted
     }
 
     /// Opens an existing store for reading. Writes nothing; a store on a
@@ -657,19 +768,32 @@ impl Store {
     }
 
     /// Starts a recording session.
+    /// A recorder restarted on a full file system makes room first.
     pub fn start_session(
-        &self,
+        &mut self,
         now_ns: i64,
         host: &str,
         kernel: &str,
         probes: &str,
     ) -> Result<i64, StoreError> {
-        self.conn
-            .execute(
-                "INSERT INTO sessions (started_ns, last_seen_ns, host, kernel, version, probes) VALUES (?1, ?1, ?2, ?3, ?4, ?5)",
-                params![now_ns, host, kernel, env!("CARGO_PKG_VERSION"), probes],
-            )
-            .map_err(sql("start session"))?;
+        let insert = |s: &Self| {
+            s.conn
+                .execute(
+                    "INSERT INTO sessions (started_ns, last_seen_ns, host, kernel, version, probes) VALUES (?1, ?1, ?2, ?3, ?4, ?5)",
+                    params![now_ns, host, kernel, env!("CARGO_PKG_VERSION"), probes],
+                )
+                .map_err(sql("start session"))
+        };
+        if let Err(e) = insert(self) {
+            if !e.is_disk_full() {
+                return Err(e);
+            }
+            tracing::warn!(
+                "the store's file system is full: making room (oldest events and samples go, kills stay)"
+            );
+            self.make_room();
+            insert(self)?;
+        }
         Ok(self.conn.last_insert_rowid())
     }
 
@@ -741,27 +865,42 @@ impl Store {
     ) -> Result<Vec<i64>, StoreError> {
         // This commit syncs the WAL (and every earlier commit with it): a
         // kill is often followed by a node reboot.
+        self.durably(|conn| {
+            let tx = conn.transaction().map_err(sql("insert kill"))?;
+            let session = kills.first().and_then(|k| k.session_id);
+            insert_events_tx(&tx, session, events)?;
+            let mut ids = Vec::with_capacity(kills.len());
+            for kill in kills {
+                let json = serde_json::to_string(kill).expect("kill records serialize");
+                tx.execute(
+                    "INSERT INTO kills (ts_ns, pid, comm, killer, session_id, committed_ns, record) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    params![kill.ts_ns, kill.victim.pid, kill.victim.comm, kill.killer.kind, kill.session_id, now_ns, json],
+                )
+                .map_err(sql("insert kill"))?;
+                ids.push(tx.last_insert_rowid());
+            }
+            tx.commit().map_err(sql("insert kill"))?;
+            Ok(ids)
+        })
+    }
+
+    /// Runs `write` with `synchronous=FULL` (its commit is fsynced, and
+    /// every earlier one with it), and puts NORMAL back whatever happened.
+    fn durably<T>(
+        &mut self,
+        write: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         self.conn
             .pragma_update(None, "synchronous", "FULL")
-            .map_err(sql("insert kill"))?;
-        let tx = self.conn.transaction().map_err(sql("insert kill"))?;
-        let session = kills.first().and_then(|k| k.session_id);
-        insert_events_tx(&tx, session, events)?;
-        let mut ids = Vec::with_capacity(kills.len());
-        for kill in kills {
-            let json = serde_json::to_string(kill).expect("kill records serialize");
-            tx.execute(
-                "INSERT INTO kills (ts_ns, pid, comm, killer, session_id, committed_ns, record) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![kill.ts_ns, kill.victim.pid, kill.victim.comm, kill.killer.kind, kill.session_id, now_ns, json],
-            )
-            .map_err(sql("insert kill"))?;
-            ids.push(tx.last_insert_rowid());
-        }
-        tx.commit().map_err(sql("insert kill"))?;
-        self.conn
+            .map_err(sql("synchronous"))?;
+        let r = write(&mut self.conn);
+        let restored = self
+            .conn
             .pragma_update(None, "synchronous", "NORMAL")
-            .map_err(sql("insert kill"))?;
-        Ok(ids)
+            .map_err(sql("synchronous"));
+        let v = r?;
+        restored?;
+        Ok(v)
     }
 
     /// Commits one kill; returns its id.
@@ -939,18 +1078,14 @@ impl Store {
     /// Commits a GPU out-of-memory record (durably, like a kill).
     pub fn insert_gpu_oom(&mut self, rec: &GpuOomRecord) -> Result<i64, StoreError> {
         let json = serde_json::to_string(rec).expect("records serialize");
-        self.conn
-            .pragma_update(None, "synchronous", "FULL")
+        self.durably(|conn| {
+            conn.execute(
+                "INSERT INTO gpu_ooms (ts_ns, pid, comm, device, session_id, record) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![rec.ts_ns, rec.process.pid, rec.process.comm, rec.device, rec.session_id, json],
+            )
             .map_err(sql("insert gpu oom"))?;
-        let r = self.conn.execute(
-            "INSERT INTO gpu_ooms (ts_ns, pid, comm, device, session_id, record) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![rec.ts_ns, rec.process.pid, rec.process.comm, rec.device, rec.session_id, json],
-        );
-        self.conn
-            .pragma_update(None, "synchronous", "NORMAL")
-            .map_err(sql("insert gpu oom"))?;
-        r.map_err(sql("insert gpu oom"))?;
-        Ok(self.conn.last_insert_rowid())
+            Ok(conn.last_insert_rowid())
+        })
     }
 
     /// Replaces a GPU out-of-memory record (NVML's picture joined later).
@@ -1239,8 +1374,13 @@ impl Checkpointer {
                 let checkpoint = |mode: &str| {
                     let r =
                         conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |_| Ok(()));
-                    if let Err(e) = r {
-                        tracing::warn!("store checkpoint: {e}");
+                    match r {
+                        Ok(()) => {}
+                        // The recorder says so once; here it would be every second.
+                        Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) => {
+                            tracing::debug!("store checkpoint: {e}")
+                        }
+                        Err(e) => tracing::warn!("store checkpoint: {e}"),
                     }
                 };
                 while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(every) {
