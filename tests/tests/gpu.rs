@@ -151,9 +151,11 @@ fn two_containers_on_one_gpu_attribution_and_a_gpu_oom() {
         "{shares:?}"
     );
 
-    // An Xid for the simulated device (PCI 18:00) in the kernel log, as the
-    // NVIDIA driver writes them; marked as coming from this test.
-    std::fs::write("/dev/kmsg", "NVRM: Xid (PCI:0000:18:00): 31, pid=1, name=tracer-e2e, MMU Fault injected by tracer's tests\n").unwrap();
+    // An Xid for the simulated device (PCI 18:00) written to the kernel log
+    // by a process, not by the driver: a forgery, never shown as the
+    // driver's (only kernel-facility records count; the Xid parsing and its
+    // join with the device picture are unit-tested on kernel records).
+    std::fs::write("/dev/kmsg", "NVRM: Xid (PCI:0000:18:00): 31, pid=1, name=tracer-e2e, MMU Fault forged by tracer's tests\n").unwrap();
     std::thread::sleep(Duration::from_millis(500));
     // The device is full: B's next gigabyte fails. explain names A, the
     // process and the container holding the most, with both figures.
@@ -177,8 +179,9 @@ fn two_containers_on_one_gpu_attribution_and_a_gpu_oom() {
     );
     assert_eq!(n["containers"][0]["nvml_used"], 2 * GIB + CTX);
     assert_eq!(
-        n["xids"][0]["code"], 31,
-        "the Xid is on the device's picture: {n}"
+        n["xids"].as_array().map(Vec::len),
+        Some(0),
+        "a process's forged Xid line is not on the device's picture: {n}"
     );
     assert_eq!(n["containers"][0]["traced_device"], 2 * GIB);
     let verdict = v["verdict"].as_str().unwrap();

@@ -651,3 +651,85 @@ fn a_full_disk_costs_events_never_kills_or_the_recorder() {
     ]);
     assert!(all.as_array().unwrap().len() >= 3, "{all}");
 }
+
+#[test]
+fn a_process_that_joins_a_cgroup_execs_and_dies_at_once_is_placed_right() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let rec = Recorder::start(&store);
+    let mut wrong = Vec::new();
+    for i in 0..20 {
+        // Joins the cgroup, execs, and is OOM-killed within milliseconds,
+        // as a container runtime's first process can be.
+        let cg = TestCgroup::new(&format!("fast{i}"), 16 * MIB);
+        let mut cmd = cg.command(env!("CARGO_BIN_EXE_memhog"));
+        cmd.args(["--step-mib", "8", "--interval-ms", "0"]);
+        let mut hog = Proc::spawn(cmd);
+        assert_eq!(
+            hog.wait_signal(Duration::from_secs(30)),
+            Some(libc::SIGKILL)
+        );
+        let v = explain_json(
+            &[
+                "--store",
+                store.to_str().unwrap(),
+                "--pid",
+                &hog.pid().to_string(),
+            ],
+            |v| {
+                v["kill"]["source"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("kmsg"))
+            },
+        );
+        let victim = &v["kill"]["victim"];
+        // The victim allocated itself into the kill: its cgroup comes from
+        // the kernel at the kill, and the kernel's report agrees.
+        if victim["memcg"] != cg.path.as_str() || victim["memcg_source"] != "kernel" {
+            wrong.push(format!(
+                "{} {}: {}",
+                victim["memcg"], victim["memcg_source"], cg.path
+            ));
+        }
+    }
+    rec.stop();
+    assert!(wrong.is_empty(), "placed in the wrong cgroup: {wrong:#?}");
+}
+
+#[test]
+fn a_process_whose_name_is_not_utf8_gets_its_own_cgroup() {
+    if !privileged() {
+        return;
+    }
+    use std::os::unix::ffi::OsStrExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let cg = TestCgroup::new("bytes", 64 * MIB);
+    let rec = Recorder::start(&store);
+    let link = dir
+        .path()
+        .join(std::ffi::OsStr::from_bytes(b"bad\xff\xfename"));
+    let sleep = ["/usr/bin/sleep", "/bin/sleep"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("sleep");
+    symlink(sleep, &link).unwrap();
+    let mut cmd = cg.command(&link);
+    cmd.arg("600");
+    let mut p = Proc::spawn(cmd);
+    std::thread::sleep(Duration::from_millis(500));
+    sigkill(&mut p);
+    let v = explain_pid(&store, p.pid());
+    rec.stop();
+    assert_eq!(v["kill"]["victim"]["memcg"], cg.path.as_str(), "{v}");
+    assert!(
+        v["kill"]["victim"]["comm"]
+            .as_str()
+            .unwrap()
+            .starts_with("bad"),
+        "{v}"
+    );
+}

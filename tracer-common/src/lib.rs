@@ -184,10 +184,15 @@ pub struct OomVictim {
     pub present: u16,
     /// Explicit padding.
     pub _pad: u32,
+    /// Memory cgroup id (its kernfs node id) of the task that triggered the
+    /// kill, read from its task_struct at the kill; 0 when unknown. When the
+    /// trigger is the victim (a process killed for its own allocation), it is
+    /// the victim's cgroup from the kernel, whatever /proc says later.
+    pub trigger_memcg_id: u64,
     /// Victim's name, NUL-padded.
     pub victim_comm: [u8; COMM_LEN],
 }
-const _: () = assert!(size_of::<OomVictim>() == 112);
+const _: () = assert!(size_of::<OomVictim>() == 120);
 
 /// `oom:start_task_reaping` / `oom:finish_task_reaping`: the OOM reaper
 /// started or finished freeing the victim's memory.
@@ -244,10 +249,14 @@ pub struct ProcExec {
     pub pid: u32,
     /// Pid of the thread that called exec.
     pub old_pid: u32,
+    /// Memory cgroup id (kernfs node id) of the process at exec, from its
+    /// task_struct; 0 when unknown. A process that joins a cgroup and execs
+    /// is placed by this even when it is gone before /proc can be read.
+    pub memcg_id: u64,
     /// The file exec'd, NUL-terminated, cut at [`FILENAME_LEN`].
     pub filename: [u8; FILENAME_LEN],
 }
-const _: () = assert!(size_of::<ProcExec>() == 304);
+const _: () = assert!(size_of::<ProcExec>() == 312);
 
 /// A new process (not a thread) was forked. Read from the raw
 /// `sched_process_fork` tracepoint, which hands us the child's task.
@@ -597,8 +606,15 @@ pub struct ProbeConfig {
     pub memcg_oom_kill_item: i32,
     /// `enum vm_event_item` values counted per memcg (reclaim and faults); -1 = unused slot.
     pub memcg_counted_items: [i32; MEMCG_COUNTED_ITEMS],
+    /// The chain from a task to its memory cgroup's id, offsets from BTF
+    /// (0 = unknown): `task_struct.cgroups` (a `css_set *`), then in the
+    /// css_set the `subsys[memory_cgrp_id]` slot (a `cgroup_subsys_state *`),
+    /// `cgroup_subsys_state.cgroup`, `cgroup.kn`, `kernfs_node.id` (u64, 5.5+).
+    pub memcg_chain: [u32; 5],
+    /// Explicit padding.
+    pub _pad: u32,
 }
-const _: () = assert!(size_of::<ProbeConfig>() == 96);
+const _: () = assert!(size_of::<ProbeConfig>() == 120);
 
 impl ProbeConfig {
     /// A configuration with every field absent; userspace fills it in.
@@ -610,6 +626,8 @@ impl ProbeConfig {
             mm_rss_off: [0; 3],
             memcg_oom_kill_item: -1,
             memcg_counted_items: [-1; MEMCG_COUNTED_ITEMS],
+            memcg_chain: [0; 5],
+            _pad: 0,
         }
     }
 }

@@ -71,6 +71,33 @@ pub fn header(kind: u32) -> EventHeader {
     }
 }
 
+/// The id of the current task's memory cgroup (its kernfs node id, the
+/// inode of its directory), following the pointer chain whose offsets
+/// userspace read from BTF; 0 when any link is unknown or unreadable.
+#[inline(always)]
+pub fn current_memcg_id() -> u64 {
+    let chain = config().memcg_chain;
+    if chain[0] == 0 || chain[3] == 0 {
+        return 0;
+    }
+    // SAFETY: bpf_get_current_task has no preconditions; every pointer is
+    // only read through bpf_probe_read_kernel, which faults safely, at
+    // offsets from this kernel's BTF.
+    let mut p = unsafe { aya_ebpf::helpers::bpf_get_current_task() } as *const u8;
+    for off in [chain[0], chain[1], chain[2], chain[3]] {
+        // SAFETY: as above.
+        match unsafe {
+            aya_ebpf::helpers::bpf_probe_read_kernel(p.add(off as usize).cast::<*const u8>())
+        } {
+            Ok(next) if !next.is_null() => p = next,
+            _ => return 0,
+        }
+    }
+    // SAFETY: as above.
+    unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(p.add(chain[4] as usize).cast::<u64>()) }
+        .unwrap_or(0)
+}
+
 /// Which ring an event goes to.
 #[derive(Clone, Copy)]
 pub enum Ring {

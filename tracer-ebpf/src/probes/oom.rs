@@ -4,7 +4,7 @@ use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
 use aya_log_ebpf::warn;
 use tracer_common::{COMM_LEN, OomVictim, Reap, field, kind, victim_field};
 
-use crate::util::{Ring, header, read_data_loc_str, read_field};
+use crate::util::{Ring, current_memcg_id, header, read_data_loc_str, read_field};
 
 /// `tracepoint/oom/mark_victim`, from `mark_oom_victim()` in mm/oom_kill.c,
 /// in the context of the task whose allocation triggered the kill.
@@ -75,6 +75,7 @@ fn try_mark_victim(ctx: &TracePointContext) -> Result<(), ()> {
         oom_score_adj: adj.unwrap_or(0),
         present,
         _pad: 0,
+        trigger_memcg_id: current_memcg_id(),
         victim_comm,
     });
     Ok(())

@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use tracer_common::{ProcExec, ProcExit, ProcFork, field, kind};
 
-use crate::util::{Ring, config, header, read_data_loc_str, read_field};
+use crate::util::{Ring, config, current_memcg_id, header, read_data_loc_str, read_field};
 
 /// `tracepoint/sched/sched_process_exec`, from `exec_binprm()` in
 /// fs/exec.c, after the new image is in place. Format: `__data_loc char[]
@@ -25,6 +25,7 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
         (*ev).header = header(kind::PROC_EXEC);
         (*ev).pid = read_field::<i32>(&ctx, field::EXEC_PID).unwrap_or(0) as u32;
         (*ev).old_pid = read_field::<i32>(&ctx, field::EXEC_OLD_PID).unwrap_or(0) as u32;
+        (*ev).memcg_id = current_memcg_id();
         (*ev).filename[0] = 0;
         read_data_loc_str(&ctx, field::EXEC_FILENAME, &mut (*ev).filename);
     }

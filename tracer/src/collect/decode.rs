@@ -228,6 +228,7 @@ impl Event {
                     "shmem_rss_kb": has(victim_field::RSS).then_some(e.shmem_rss_kb),
                     "pgtables_kb": has(victim_field::PGTABLES).then_some(e.pgtables_kb),
                     "oom_score_adj": has(victim_field::OOM_SCORE_ADJ).then_some(e.oom_score_adj),
+                    "trigger_memcg_id": e.trigger_memcg_id,
                 })
             }
             Event::Reap(e) => json!({ "victim_pid": e.victim_pid }),
@@ -235,6 +236,7 @@ impl Event {
             Event::Exec(e) => json!({
                 "pid": e.pid,
                 "old_pid": e.old_pid,
+                "memcg_id": e.memcg_id,
                 "filename": c_str(&e.filename),
             }),
             Event::Fork(e) => json!({ "child_pid": e.child_pid }),
@@ -349,6 +351,7 @@ mod tests {
                     header: header(kind::PROC_EXEC),
                     pid: 5,
                     old_pid: 5,
+                    memcg_id: 0,
                     filename: [0; tracer_common::FILENAME_LEN],
                 }),
                 EventKind::Exec,
@@ -401,7 +404,7 @@ mod tests {
             Err(DecodeError::Length {
                 kind: kind::OOM_VICTIM,
                 len: 72,
-                expected: 112
+                expected: size_of::<OomVictim>()
             })
         );
     }

@@ -439,7 +439,12 @@ impl Engine {
         match &ev {
             Event::OomVictim(v) => {
                 let t_recv = wall_now_ns();
-                let mut rec = kill_from_victim(&self.ctx(), v);
+                // The trigger's cgroup, from the kernel at the kill, is the
+                // victim's when it was killed for its own allocation.
+                let kernel_memcg = (v.header.pid == v.victim_pid)
+                    .then(|| self.model.memcg_by_id(v.trigger_memcg_id, true))
+                    .flatten();
+                let mut rec = kill_from_victim(&self.ctx(), v, kernel_memcg);
                 tracing::debug!(
                     "kill of {}: received {} us after the kernel, built in {} us",
                     v.victim_pid,
@@ -519,8 +524,12 @@ impl Engine {
                 }
             }
             Event::Exec(e) => {
-                self.model
-                    .on_exec(e.pid, &c_str(&e.header.comm), &c_str(&e.filename));
+                self.model.on_exec_in(
+                    e.pid,
+                    &c_str(&e.header.comm),
+                    &c_str(&e.filename),
+                    e.memcg_id,
+                );
                 if let Some(gpu) = &mut self.gpu {
                     gpu.on_exec(e.pid, row.ts_ns);
                 }
@@ -540,7 +549,7 @@ impl Engine {
             }
             Event::Cuda(_) => unreachable!("CUDA calls are handled by on_cuda"),
             Event::MemcgOom(m) => {
-                let path = self.model.layout().memcg_path_by_id(m.memcg_id);
+                let path = self.model.memcg_by_id(m.memcg_id, false);
                 row.data["memcg_path"] = path.into();
             }
         }
@@ -620,22 +629,6 @@ impl Engine {
         Ok(())
     }
 
-    /// Puts the last hour's Xid errors of each device into a view.
-    fn annotate_xids(&self, view: &mut GpuView, now_ns: i64) {
-        use crate::collect::kmsg::pci_key;
-        for d in &mut view.devices {
-            let key = pci_key(&d.pci_bus_id);
-            d.xids = self
-                .xids
-                .iter()
-                .filter(|(pci, x)| {
-                    key.is_some() && pci_key(pci) == key && now_ns - x.ts_ns < 3_600_000_000_000
-                })
-                .map(|(_, x)| x.clone())
-                .collect();
-        }
-    }
-
     /// Sets why GPU figures are missing from every record (no NVML).
     pub fn set_nvml_missing(&mut self, why: Option<String>) {
         self.nvml_missing = why;
@@ -648,7 +641,7 @@ impl Engine {
         }
         let traced = self.gpu.as_ref().map(|g| g as &dyn TracedMemory);
         let mut view = super::gpuview::build(&s, &self.model, Some(&self.sampler), traced, s.ts_ns);
-        self.annotate_xids(&mut view, s.ts_ns);
+        super::gpuview::annotate_xids(&mut view, &self.xids, s.ts_ns);
         let n = &mut self.summary;
         n.nvml_sample_us_mean =
             (n.nvml_sample_us_mean * n.nvml_samples + s.took_us) / (n.nvml_samples + 1);
@@ -1088,14 +1081,17 @@ impl Engine {
 /// the same moment, and (where both are known) in the same memory cgroup,
 /// so a pid reused and killed again never takes another kill's report.
 fn joins(rec: &KillRecord, report: &OomReport, clock: &Clock) -> bool {
+    // Only the kernel's own view of the cgroup at the kill can veto a join
+    // (the model's may be stale: that is what the report corrects).
     let same_cgroup = match (
         rec.victim.memcg.as_deref(),
+        rec.victim.memcg_source,
         report
             .summary
             .as_ref()
             .and_then(|s| s.task_memcg.as_deref()),
     ) {
-        (Some(a), Some(b)) => a == b,
+        (Some(a), Some(super::record::MemcgSource::Kernel), Some(b)) => a == b,
         _ => true,
     };
     rec.killer.kind == "kernel_oom"

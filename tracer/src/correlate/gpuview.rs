@@ -239,6 +239,25 @@ pub fn build(
     view
 }
 
+/// Xid errors are shown on their device's picture for this long.
+pub const XID_SHOWN_NS: i64 = 3_600_000_000_000;
+
+/// Puts the Xid errors of the last hour (`xids`: PCI address as the driver
+/// logged it, and the note) on the picture of their device.
+pub fn annotate_xids(view: &mut GpuView, xids: &[(String, XidNote)], now_ns: i64) {
+    use crate::collect::kmsg::pci_key;
+    for d in &mut view.devices {
+        let key = pci_key(&d.pci_bus_id);
+        d.xids = xids
+            .iter()
+            .filter(|(pci, x)| {
+                key.is_some() && pci_key(pci) == key && now_ns - x.ts_ns < XID_SHOWN_NS
+            })
+            .map(|(_, x)| x.clone())
+            .collect();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,5 +315,37 @@ mod tests {
         assert!((d.containers[0].share_pct - 15.0).abs() < 1e-9);
         assert_eq!(v.of_process(4_000_002).len(), 1);
         assert!(v.of_process(7).is_empty());
+    }
+
+    #[test]
+    fn xids_go_on_their_device_for_an_hour() {
+        let mut view = GpuView {
+            devices: vec![
+                DevicePicture {
+                    device: 0,
+                    pci_bus_id: "00000000:18:00.0".into(),
+                    ..Default::default()
+                },
+                DevicePicture {
+                    device: 1,
+                    pci_bus_id: "00000000:3B:00.0".into(),
+                    ..Default::default()
+                },
+            ],
+        };
+        let note = |ts_ns, code| XidNote {
+            ts_ns,
+            code,
+            pid: None,
+            message: String::new(),
+        };
+        let xids = vec![
+            ("0000:18:00".to_string(), note(100, 31)),
+            ("0000:3b:00".to_string(), note(0, 79)),
+            ("0000:99:00".to_string(), note(100, 13)),
+        ];
+        annotate_xids(&mut view, &xids, XID_SHOWN_NS + 50);
+        assert_eq!(view.devices[0].xids, vec![note(100, 31)]);
+        assert!(view.devices[1].xids.is_empty(), "older than an hour");
     }
 }

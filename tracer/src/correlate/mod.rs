@@ -15,7 +15,10 @@ use crate::{
     model::{Process, ProcessTable, proc, sampler::Sampler},
     time::Clock,
 };
-use record::{KillRecord, Killer, MemcgAtKill, ProcRef, TaskAtKill, Trigger, Victim, VictimMemory};
+use record::{
+    KillRecord, Killer, MemcgAtKill, MemcgSource, ProcRef, TaskAtKill, Trigger, Victim,
+    VictimMemory,
+};
 
 /// How far back the lead-up goes.
 pub const LEADUP_NS: i64 = 60_000_000_000;
@@ -60,6 +63,7 @@ fn victim_from(pid: u32, comm: String, p: Option<&Process>) -> Victim {
         exe: p.and_then(|p| p.info.exe.clone()),
         uid: p.map(|p| p.info.uid),
         memcg: p.and_then(|p| p.memcg.clone()),
+        memcg_source: p.and_then(|p| p.memcg.as_ref()).map(|_| MemcgSource::Model),
         owner: p.map(|p| p.owner.clone()).filter(|o| !o.is_empty()),
         ..Default::default()
     }
@@ -169,7 +173,13 @@ fn tasks_from_model(
 }
 
 /// A kill from `oom:mark_victim`, before the kernel's report is joined.
-pub fn kill_from_victim(ctx: &Context<'_>, ev: &OomVictim) -> KillRecord {
+/// `kernel_memcg` is the victim's memory cgroup as the kernel had it at the
+/// kill, when known; it wins over the model's.
+pub fn kill_from_victim(
+    ctx: &Context<'_>,
+    ev: &OomVictim,
+    kernel_memcg: Option<String>,
+) -> KillRecord {
     let ts_ns = ctx.clock.boot_to_wall(ev.header.ts_boot_ns);
     let has = |bit: u16| ev.present & bit != 0;
     let p = ctx.model.get(ev.victim_pid);
@@ -179,6 +189,12 @@ pub fn kill_from_victim(ctx: &Context<'_>, ev: &OomVictim) -> KillRecord {
         String::new()
     };
     let mut victim = victim_from(ev.victim_pid, comm, p);
+    if let Some(m) = kernel_memcg {
+        let o = crate::model::cgroup::owner_of(&m);
+        victim.owner = (!o.is_empty()).then_some(o);
+        victim.memcg = Some(m);
+        victim.memcg_source = Some(MemcgSource::Kernel);
+    }
     if has(victim_field::UID) {
         victim.uid = Some(ev.uid);
     }
@@ -367,16 +383,23 @@ pub fn merge_report(rec: &mut KillRecord, report: &OomReport, sampler: Option<&S
             source: Some("kmsg".into()),
         };
     }
-    if let Some(s) = &report.summary {
-        if v.memcg.is_none() {
-            v.memcg = s.task_memcg.clone();
+    // The kernel's report names the victim's cgroup at the kill: it
+    // corrects the model (a process that joined a cgroup and exec'd just
+    // before being killed may still be in the model under its parent's).
+    if let Some(m) = report.summary.as_ref().and_then(|s| s.task_memcg.as_ref())
+        && v.memcg.as_ref() != Some(m)
+    {
+        if let Some(old) = v.memcg.clone() {
+            let from = v.memcg_source.unwrap_or(MemcgSource::Model).name();
+            rec.gaps.push(format!(
+                "{from} had the victim in {old}; the kernel's report says {m}"
+            ));
         }
-        if v.owner.is_none()
-            && let Some(m) = &s.task_memcg
-        {
-            let o = crate::model::cgroup::owner_of(m);
-            v.owner = (!o.is_empty()).then_some(o);
-        }
+        let v = &mut rec.victim;
+        let o = crate::model::cgroup::owner_of(m);
+        v.owner = (!o.is_empty()).then_some(o);
+        v.memcg = Some(m.clone());
+        v.memcg_source = Some(MemcgSource::Kmsg);
     }
     let trigger = rec.trigger.get_or_insert_with(Trigger::default);
     if let Some(c) = &report.trigger_comm

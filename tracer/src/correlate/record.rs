@@ -76,6 +76,9 @@ pub struct Victim {
     pub uid: Option<u32>,
     /// Memory cgroup path.
     pub memcg: Option<String>,
+    /// Where `memcg` comes from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memcg_source: Option<MemcgSource>,
     /// Container, pod, unit.
     pub owner: Option<Owner>,
     /// Memory at the kill.
@@ -85,6 +88,29 @@ pub struct Victim {
     /// GPU and pinned host memory it held (traced CUDA calls), when traced.
     #[serde(default)]
     pub gpu: Option<crate::model::ledger::LedgerSummary>,
+}
+
+/// Where a victim's memory cgroup was learnt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemcgSource {
+    /// From the kernel at the kill (the task's css, read by the probe).
+    Kernel,
+    /// From the kernel's OOM report (`task_memcg=`).
+    Kmsg,
+    /// From the process model (/proc, or the cgroup at exec).
+    Model,
+}
+
+impl MemcgSource {
+    /// The name shown in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemcgSource::Kernel => "the kernel at the kill",
+            MemcgSource::Kmsg => "the kernel's OOM report",
+            MemcgSource::Model => "the process model",
+        }
+    }
 }
 
 /// The task whose allocation triggered a kernel OOM kill.

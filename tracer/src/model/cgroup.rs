@@ -3,6 +3,7 @@
 //! and id, Kubernetes pod and QoS class, systemd unit), from the path alone.
 
 use std::{
+    collections::HashMap,
     fs,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
@@ -83,12 +84,40 @@ impl CgroupLayout {
     /// Finds the memory cgroup whose directory inode is `id` (the cgroup id
     /// that memcg tracepoints report), searching from the memory root.
     pub fn memcg_path_by_id(&self, id: u64) -> Option<String> {
-        let root = self.memcg_dir("/")?;
+        let mut found = None;
+        self.walk_memcgs(|ino, path| {
+            if ino == id {
+                found = Some(path);
+                false
+            } else {
+                true
+            }
+        });
+        found
+    }
+
+    /// Every memory cgroup, by id (its directory's inode).
+    pub fn memcg_ids(&self) -> HashMap<u64, String> {
+        let mut out = HashMap::new();
+        self.walk_memcgs(|ino, path| {
+            out.insert(ino, path);
+            true
+        });
+        out
+    }
+
+    /// Calls `f(id, path)` for each memory cgroup until it returns false.
+    fn walk_memcgs(&self, mut f: impl FnMut(u64, String) -> bool) {
+        let Some(root) = self.memcg_dir("/") else {
+            return;
+        };
         let mut stack = vec![root.clone()];
         while let Some(dir) = stack.pop() {
-            if fs::metadata(&dir).is_ok_and(|m| m.ino() == id) {
-                let rel = dir.strip_prefix(&root).ok()?;
-                return Some(format!("/{}", rel.display()));
+            if let Ok(m) = fs::metadata(&dir)
+                && let Ok(rel) = dir.strip_prefix(&root)
+                && !f(m.ino(), format!("/{}", rel.display()))
+            {
+                return;
             }
             if let Ok(rd) = fs::read_dir(&dir) {
                 stack.extend(
@@ -98,7 +127,6 @@ impl CgroupLayout {
                 );
             }
         }
-        None
     }
 }
 

@@ -57,6 +57,10 @@ pub struct ProcessTable {
     by_memcg: BTreeMap<String, HashSet<u32>>,
     /// Exits of pids not in the table yet (their fork is still on its way).
     early_exits: HashMap<u32, i64>,
+    /// Memory cgroup paths by id, from the last walk of the hierarchy.
+    memcg_ids: HashMap<u64, String>,
+    /// When the hierarchy was last walked for an unknown id.
+    memcg_walked: Option<std::time::Instant>,
     keep_exited_ns: i64,
     max_entries: usize,
     /// What it has seen.
@@ -72,6 +76,8 @@ impl ProcessTable {
             procs: HashMap::new(),
             by_memcg: BTreeMap::new(),
             early_exits: HashMap::new(),
+            memcg_ids: HashMap::new(),
+            memcg_walked: None,
             keep_exited_ns,
             max_entries,
             stats: ModelStats::default(),
@@ -145,6 +151,44 @@ impl ProcessTable {
         };
         let p = self.make(info);
         self.insert(child, p);
+    }
+
+    /// The path of the memory cgroup with kernel id `id` (0: unknown). An
+    /// id not seen in the last walk of the hierarchy walks it again, at most
+    /// once a second unless `force` (a kill is worth a walk).
+    pub fn memcg_by_id(&mut self, id: u64, force: bool) -> Option<String> {
+        if id == 0 {
+            return None;
+        }
+        if let Some(p) = self.memcg_ids.get(&id) {
+            return Some(p.clone());
+        }
+        let recent = self
+            .memcg_walked
+            .is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(1));
+        if recent && !force {
+            return None;
+        }
+        self.memcg_ids = self.layout.memcg_ids();
+        self.memcg_walked = Some(std::time::Instant::now());
+        self.memcg_ids.get(&id).cloned()
+    }
+
+    /// A new program, in the memory cgroup with kernel id `memcg_id` at
+    /// exec (0: unknown): re-read /proc, falling back to the event's fields
+    /// when the process is already gone. The kernel's cgroup wins over
+    /// /proc's: /proc is read later, perhaps from a zombie.
+    pub fn on_exec_in(&mut self, pid: u32, comm: &str, filename: &str, memcg_id: u64) {
+        self.on_exec(pid, comm, filename);
+        if let Some(path) = self.memcg_by_id(memcg_id, false)
+            && let Some(p) = self.procs.get(&pid)
+            && p.memcg.as_ref() != Some(&path)
+        {
+            let mut p = p.clone();
+            p.owner = owner_of(&path);
+            p.memcg = Some(path);
+            self.insert(pid, p);
+        }
     }
 
     /// A new program: re-read /proc, falling back to the event's fields

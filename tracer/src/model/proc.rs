@@ -44,19 +44,31 @@ fn proc_path(pid: u32, file: &str) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}/{file}"))
 }
 
+/// Reads a /proc file as bytes, then as text with anything that is not
+/// UTF-8 replaced: a process name or cgroup path that is not UTF-8 must
+/// not make the whole file unreadable (the model would keep the parent's
+/// cgroup for such a process).
+fn read_text(pid: u32, file: &str) -> io::Result<String> {
+    let bytes = fs::read(proc_path(pid, file))?;
+    Ok(match String::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
+}
+
 /// Reads /proc/PID. Fails when the process is gone.
 pub fn read(pid: u32) -> io::Result<ProcInfo> {
-    let stat = fs::read_to_string(proc_path(pid, "stat"))?;
+    let stat = read_text(pid, "stat")?;
     let (comm, ppid, start_ticks) =
         parse_stat(&stat).ok_or_else(|| io::Error::other("bad stat"))?;
-    let status = fs::read_to_string(proc_path(pid, "status")).unwrap_or_default();
+    let status = read_text(pid, "status").unwrap_or_default();
     let cmdline = fs::read(proc_path(pid, "cmdline"))
         .map(|b| join_cmdline(&b))
         .unwrap_or_default();
     let exe = fs::read_link(proc_path(pid, "exe"))
         .ok()
         .map(|p| p.display().to_string());
-    let cgroups = fs::read_to_string(proc_path(pid, "cgroup"))
+    let cgroups = read_text(pid, "cgroup")
         .map(|t| ProcCgroups::parse(&t))
         .unwrap_or_default();
     Ok(ProcInfo {
@@ -73,13 +85,13 @@ pub fn read(pid: u32) -> io::Result<ProcInfo> {
 
 /// Reads the memory lines of /proc/PID/status.
 pub fn read_status_mem(pid: u32) -> Option<StatusMem> {
-    let status = fs::read_to_string(proc_path(pid, "status")).ok()?;
+    let status = read_text(pid, "status").ok()?;
     parse_status_mem(&status)
 }
 
 /// Re-reads the cgroups of a process.
 pub fn read_cgroups(pid: u32) -> Option<ProcCgroups> {
-    fs::read_to_string(proc_path(pid, "cgroup"))
+    read_text(pid, "cgroup")
         .ok()
         .map(|t| ProcCgroups::parse(&t))
 }

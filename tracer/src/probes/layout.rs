@@ -212,6 +212,14 @@ pub fn build(tracefs: &Path, btf: &KernelBtf) -> Result<(ProbeConfig, LayoutNote
         }
         (Err(e), _) | (_, Err(e)) => notes.missing_fields.push(format!("RSS at exit ({e})")),
     }
+    // The memory cgroup at exec and at the kill, from the kernel: a nicety
+    // as well (the model falls back to /proc).
+    match memcg_chain(btf) {
+        Ok(chain) => cfg.memcg_chain = chain,
+        Err(e) => notes
+            .missing_fields
+            .push(format!("memory cgroup ids in events ({e})")),
+    }
     let items = btf.enum_values("vm_event_item")?;
     for (slot, name) in MEMCG_ITEM_NAMES.iter().enumerate() {
         if let Some(&v) = items.get(*name) {
@@ -224,6 +232,19 @@ pub fn build(tracefs: &Path, btf: &KernelBtf) -> Result<(ProbeConfig, LayoutNote
         }
     }
     Ok((cfg, notes))
+}
+
+/// Offsets of the task -> memory cgroup id chain (see `ProbeConfig::memcg_chain`).
+fn memcg_chain(btf: &KernelBtf) -> Result<[u32; 5], BtfError> {
+    let memory = btf.enum_member("memory_cgrp_id")? as u32;
+    let subsys = btf.member_offset("css_set", "subsys")?;
+    Ok([
+        btf.member_offset("task_struct", "cgroups")?,
+        subsys + memory * 8,
+        btf.member_offset("cgroup_subsys_state", "cgroup")?,
+        btf.member_offset("cgroup", "kn")?,
+        btf.member_offset("kernfs_node", "id")?,
+    ])
 }
 
 /// Fills the field offsets from the format files under `tracefs`, noting
