@@ -193,6 +193,10 @@ pub struct OomReport {
     pub tasks: Vec<TaskRow>,
     /// The `Killed process` line.
     pub killed: KilledProcess,
+    /// Length of an `oom-kill:` summary line that could not be read whole
+    /// (printk cuts a record at about 1 KiB: a long cgroup path does it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_cut: Option<usize>,
 }
 
 impl OomReport {
@@ -367,6 +371,9 @@ impl Assembler {
         self.started_us?;
         if let Some(s) = text.strip_prefix("oom-kill:") {
             self.current.summary = parse_summary(s);
+            if self.current.summary.is_none() {
+                self.current.summary_cut = Some(text.len());
+            }
             self.section = Section::None;
         } else if text.starts_with("CPU: ") && self.current.trigger_pid.is_none() {
             self.current.trigger_pid = word_after(text, "PID: ").and_then(|v| v.parse().ok());
@@ -903,6 +910,25 @@ mod tests {
         ];
         let evs = feed(&garbage);
         assert!(evs.is_empty(), "{evs:?}");
+    }
+
+    #[test]
+    fn a_summary_line_cut_by_printk_is_said_to_be_cut() {
+        let long = format!("/{}", "k".repeat(900));
+        let mut lines: Vec<String> = V1_MEMCG_6_18.iter().map(|l| l.to_string()).collect();
+        let i = lines
+            .iter()
+            .position(|l| l.starts_with("oom-kill:"))
+            .unwrap();
+        let full = format!(
+            "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg={long},task_memcg={long},task=python3,pid=3129,uid=0"
+        );
+        lines[i] = full[..1000].to_string();
+        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let r = one_report(&refs);
+        assert!(r.summary.is_none());
+        assert_eq!(r.summary_cut, Some(1000));
+        assert_eq!(r.killed.pid, 3129, "the rest of the report is read");
     }
 
     #[test]

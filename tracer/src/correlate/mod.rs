@@ -364,6 +364,25 @@ pub fn merge_report(rec: &mut KillRecord, report: &OomReport, sampler: Option<&S
     }
     rec.gaps
         .retain(|g| !g.starts_with("waiting for the kernel's OOM report"));
+    if report.summary.is_none() {
+        let stale = match rec.memcg.as_ref().filter(|m| m.source == "sample") {
+            Some(m) => format!(
+                "; the memcg figures are the sampler's, {} before the kill",
+                m.age_ms
+                    .map(|a| format!("{a} ms"))
+                    .unwrap_or_else(|| "some time".into())
+            ),
+            None => String::new(),
+        };
+        rec.gaps.push(match report.summary_cut {
+            Some(n) => format!(
+                "the kernel's oom-kill summary line was cut short by printk ({n} characters: a cgroup path too long): the kernel's constraint and cgroup paths are not known{stale}"
+            ),
+            None => format!(
+                "the kernel printed no OOM header for this kill (rate-limited): no kernel memcg figures or task table{stale}"
+            ),
+        });
+    }
     rec.killer.kind = "kernel_oom".into();
     rec.killer.constraint = Some(constraint_name(report.constraint()).into());
     let k = &report.killed;
@@ -492,8 +511,68 @@ pub fn kill_from_report(
     });
     merge_report(&mut rec, report, None);
     rec.gaps.push("found in the kernel log only: no lead-up samples, process details from the kernel's report".into());
-    if report.summary.is_none() {
-        rec.gaps.push("the kernel printed no OOM header for this kill (rate-limited): no memcg figures or task table".into());
-    }
     rec
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::kmsg::KilledProcess;
+
+    fn tracepoint_kill(age_ms: i64) -> KillRecord {
+        KillRecord {
+            source: "tracepoint".into(),
+            killer: Killer {
+                kind: "kernel_oom".into(),
+                ..Default::default()
+            },
+            victim: Victim {
+                pid: 42,
+                ..Default::default()
+            },
+            memcg: Some(MemcgAtKill {
+                path: "/job".into(),
+                usage_bytes: Some(60 << 20),
+                source: "sample".into(),
+                age_ms: Some(age_ms),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn bare_report(summary_cut: Option<usize>) -> OomReport {
+        OomReport {
+            killed: KilledProcess {
+                pid: 42,
+                comm: "job".into(),
+                ..Default::default()
+            },
+            summary_cut,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_rate_limited_or_cut_report_says_what_is_missing_and_stale() {
+        let mut rec = tracepoint_kill(830);
+        merge_report(&mut rec, &bare_report(None), None);
+        assert_eq!(rec.source, "tracepoint+kmsg");
+        let gap = rec
+            .gaps
+            .iter()
+            .find(|g| g.contains("rate-limited"))
+            .expect("a gap");
+        assert!(gap.contains("830 ms before the kill"), "{gap}");
+
+        let mut rec = tracepoint_kill(120);
+        merge_report(&mut rec, &bare_report(Some(1000)), None);
+        let gap = rec
+            .gaps
+            .iter()
+            .find(|g| g.contains("cut short"))
+            .expect("a gap");
+        assert!(gap.contains("1000 characters"), "{gap}");
+        assert!(!rec.gaps.iter().any(|g| g.contains("rate-limited")));
+    }
 }

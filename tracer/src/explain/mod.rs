@@ -191,16 +191,29 @@ fn base_verdict(k: &KillRecord) -> Verdict {
             summary: "the victim's memory at the kill is unknown".into(),
         };
     };
+    // A sampler's reading is not what the kernel charged at the kill: say
+    // how old it was.
+    let sampled = k.memcg.as_ref().filter(|m| m.source == "sample").map(|m| {
+        m.age_ms
+            .map(|a| format!(" {a} ms before the kill"))
+            .unwrap_or_default()
+    });
     let share = usage_kb
         .filter(|&u| u > 0)
         .map(|u| {
             // RSS counts shared file pages the cgroup may not be charged
             // for: past 100% show the two figures instead of a share.
             let pct = victim_kb as f64 * 100.0 / u as f64;
-            if pct <= 100.0 {
-                format!(" ({pct:.0}% of the cgroup's usage)")
-            } else {
-                format!(" (the cgroup was charged {})", bytes(u * 1024))
+            match (&sampled, pct <= 100.0) {
+                (None, true) => format!(" ({pct:.0}% of the cgroup's usage)"),
+                (None, false) => format!(" (the cgroup was charged {})", bytes(u * 1024)),
+                (Some(age), true) => {
+                    format!(" ({pct:.0}% of the cgroup's usage as last sampled,{age})")
+                }
+                (Some(age), false) => format!(
+                    " (the cgroup's last sample,{age}, showed {})",
+                    bytes(u * 1024)
+                ),
             }
         })
         .unwrap_or_default();
@@ -215,6 +228,19 @@ fn base_verdict(k: &KillRecord) -> Verdict {
             )
         })
         .unwrap_or_default();
+    let big = neighbours.iter().max_by_key(|t| t.rss_kb);
+    if let Some(big) = big.filter(|b| b.rss_kb > victim_kb) {
+        return Verdict {
+            cause: "neighbour",
+            summary: format!(
+                "a neighbour in the same cgroup: {} (pid {}) held {}, the victim only {}{grew}",
+                big.comm,
+                big.pid,
+                bytes(big.rss_kb * 1024),
+                bytes(victim_kb * 1024)
+            ),
+        };
+    }
     if victim_kb >= neighbour_kb {
         Verdict {
             cause: "own_growth",
@@ -224,18 +250,15 @@ fn base_verdict(k: &KillRecord) -> Verdict {
             ),
         }
     } else {
-        let big = neighbours
-            .iter()
-            .max_by_key(|t| t.rss_kb)
-            .expect("neighbour_kb > 0 means one exists");
+        // No single neighbour held more than the victim, but together they did.
         Verdict {
-            cause: "neighbour",
+            cause: "neighbours",
             summary: format!(
-                "a neighbour in the same cgroup: {} (pid {}) held {}, the victim only {}{grew}",
-                big.comm,
-                big.pid,
-                bytes(big.rss_kb * 1024),
-                bytes(victim_kb * 1024)
+                "the rest of the cgroup together: {} other tasks held {}, the victim {} (the largest of the others held {}){grew}",
+                neighbours.len(),
+                bytes(neighbour_kb * 1024),
+                bytes(victim_kb * 1024),
+                bytes(big.map_or(0, |b| b.rss_kb) * 1024)
             ),
         }
     }
@@ -555,6 +578,40 @@ mod tests {
             tasks,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn no_neighbour_is_blamed_for_less_than_the_victim_held() {
+        // Three small neighbours together outweigh the victim; none alone does.
+        let k = memcg_kill(
+            20_000,
+            vec![
+                task(1, 20_000, true),
+                task(2, 9_000, false),
+                task(3, 9_000, false),
+                task(4, 9_000, false),
+            ],
+            48_000,
+        );
+        let v = verdict(&k);
+        assert_eq!(v.cause, "neighbours", "{}", v.summary);
+        assert!(v.summary.contains("3 other tasks"), "{}", v.summary);
+    }
+
+    #[test]
+    fn a_sampled_usage_is_not_said_to_be_what_the_kernel_charged() {
+        let mut k = memcg_kill(70_000, vec![task(1, 70_000, true)], 60_000);
+        let kernel = verdict(&k).summary;
+        assert!(kernel.contains("the cgroup was charged"), "{kernel}");
+        let m = k.memcg.as_mut().unwrap();
+        m.source = "sample".into();
+        m.age_ms = Some(830);
+        let sampled = verdict(&k).summary;
+        assert!(!sampled.contains("was charged"), "{sampled}");
+        assert!(
+            sampled.contains("last sample, 830 ms before the kill"),
+            "{sampled}"
+        );
     }
 
     #[test]
