@@ -499,6 +499,14 @@ impl CudaLoad {
         self.try_line()
     }
 
+    /// Sends one command without waiting for its reply (a long `rate` run
+    /// that a test attaches to while it runs).
+    pub fn send(&mut self, line: &str) {
+        use std::io::Write as _;
+        writeln!(self.stdin, "{line}").expect("cudaload stdin");
+        self.stdin.flush().expect("cudaload stdin");
+    }
+
     /// Sends a command that must succeed; returns the words after "ok".
     pub fn ok(&mut self, line: &str) -> Vec<String> {
         let r = self.cmd(line);

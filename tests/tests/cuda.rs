@@ -495,3 +495,55 @@ fn a_host_oom_kill_shows_the_victims_pinned_host_memory() {
     assert!(verdict.contains("pinned CUDA host memory"), "{verdict}");
     drop(rec);
 }
+
+#[test]
+fn a_process_already_busy_in_cuda_calls_is_traced_from_its_first_second() {
+    if !privileged() {
+        return;
+    }
+    let mut target = CudaLoad::sim(&[]);
+    // 10,000 cudaMalloc+cudaFree pairs a second for 20 s: a thread is
+    // inside a probed call at almost any moment the probes arrive.
+    target.send("rate 5000 20 4096 rt");
+    std::thread::sleep(Duration::from_millis(500));
+    let attach = Attach::start(target.pid(), &[]);
+    let t0 = std::time::Instant::now();
+    let calls = attach.wait_calls(50, |c| c["function"] == "cudaMalloc");
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "the first 50 calls took {took:?} to be seen"
+    );
+    assert!(calls.iter().all(|c| c["ret"] == 0), "{calls:?}");
+    drop(attach);
+}
+
+#[test]
+fn a_process_that_exits_during_attach_gets_a_clear_message() {
+    if !privileged() {
+        return;
+    }
+    for delay_ms in [0u64, 20, 60, 150, 400] {
+        let target = CudaLoad::sim(&[]);
+        let pid = target.pid();
+        let child = Command::new(tracer_e2e::tracer_bin())
+            .args(["attach", "--pid", &pid.to_string()])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        drop(target);
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !text.contains("os error"),
+            "a raw OS error after {delay_ms} ms: {text}"
+        );
+        assert!(
+            text.contains("exited") || text.contains("no process with pid"),
+            "after {delay_ms} ms: {text}"
+        );
+    }
+}

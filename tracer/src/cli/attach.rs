@@ -271,8 +271,21 @@ pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
     let pidfd = pidfd(args.pid)?;
     let mut probes = Probes::load(CUDA_DATA_RING_BYTES).context("cannot attach")?;
     probes.load_cuda(args.floor)?;
-    let libs = libraries_of(args.pid)
-        .with_context(|| format!("reading the memory maps of pid {}", args.pid))?;
+    let libs = match libraries_of(args.pid) {
+        Ok(l) => l,
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(libc::ESRCH) =>
+        {
+            bail!(
+                "pid {} ({comm}) exited while tracer was attaching; nothing was traced",
+                args.pid
+            )
+        }
+        Err(e) => {
+            return Err(e).with_context(|| format!("reading the memory maps of pid {}", args.pid));
+        }
+    };
     if libs.is_empty() && !args.wait {
         bail!(
             "pid {} ({comm}) has no CUDA library loaded: none of its mapped files is a libcudart or libcuda, \
@@ -316,10 +329,14 @@ async fn attach(
                     continue;
                 }
                 let att = probes.attach_cuda(&lib, Some(args.pid), args.floor)?;
+                // Failures because the process went away mid-attach are
+                // said as that, not as the file system's error.
+                if !att.failed.is_empty()
+                    && !std::path::Path::new(&format!("/proc/{}", args.pid)).exists()
+                {
+                    bail!("pid {} exited while tracer was attaching", args.pid);
+                }
                 if att.attached() == 0 && !att.failed.is_empty() {
-                    if !std::path::Path::new(&format!("/proc/{}", args.pid)).exists() {
-                        bail!("pid {} exited during attach", args.pid);
-                    }
                     bail!(
                         "attaching to {}: {}",
                         term::escape(&lib.path),

@@ -263,36 +263,40 @@ impl Probes {
             returns: Vec::new(),
             failed: Vec::new(),
         };
+        // Returns first, then entries: a call already running when its
+        // entry probe arrives would otherwise open a frame whose return is
+        // never seen, and every later call on that thread would pass for a
+        // nested one until the frame went stale (30 s of a busy process
+        // seen as silence). A return without an entry is ignored.
+        let point = |func: u32| UProbeAttachPoint {
+            location: UProbeAttachLocation::Symbol(name(func)),
+            cookie: Some(u64::from(func)),
+        };
+        let mut returned = Vec::with_capacity(lib.functions.len());
         for &func in &lib.functions {
-            let sym = name(func);
-            let point = || UProbeAttachPoint {
-                location: UProbeAttachLocation::Symbol(sym),
-                cookie: Some(u64::from(func)),
-            };
-            let entry: &mut UProbe = self
-                .program(entry_prog)
-                .map_err(|e| e.into_probe_error(entry_prog))?;
-            let e = match entry.attach(point(), &lib.host_path, scope) {
-                Ok(id) => id,
-                Err(err) => {
-                    att.failed.push((sym, err.to_string()));
-                    continue;
-                }
-            };
             let ret: &mut UProbe = self
                 .program(return_prog)
                 .map_err(|e| e.into_probe_error(return_prog))?;
-            match ret.attach(point(), &lib.host_path, scope) {
-                Ok(r) => {
+            match ret.attach(point(func), &lib.host_path, scope) {
+                Ok(r) => returned.push((func, r)),
+                Err(err) => att.failed.push((name(func), err.to_string())),
+            }
+        }
+        for (func, r) in returned {
+            let entry: &mut UProbe = self
+                .program(entry_prog)
+                .map_err(|e| e.into_probe_error(entry_prog))?;
+            match entry.attach(point(func), &lib.host_path, scope) {
+                Ok(e) => {
                     att.entries.push(e);
                     att.returns.push(r);
                 }
                 Err(err) => {
-                    att.failed.push((sym, err.to_string()));
-                    let entry: &mut UProbe = self
-                        .program(entry_prog)
-                        .map_err(|e| e.into_probe_error(entry_prog))?;
-                    let _ = entry.detach(e);
+                    att.failed.push((name(func), err.to_string()));
+                    let ret: &mut UProbe = self
+                        .program(return_prog)
+                        .map_err(|e| e.into_probe_error(return_prog))?;
+                    let _ = ret.detach(r);
                 }
             }
         }
@@ -309,7 +313,8 @@ impl Probes {
             }
         }
         // Dropping a link removes its uprobe (the kernel waits for a grace
-        // period each time, one after the other).
+        // period each time, one after the other). Entries go before returns,
+        // so no frame is opened whose return can no longer be seen.
         drop(links);
     }
 }
