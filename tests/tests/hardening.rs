@@ -559,6 +559,58 @@ fn kills_from_before_the_recorder_are_stored_at_once() {
         v["kill"]["source"].as_str().unwrap().contains("kmsg"),
         "{v}"
     );
+
+    // A kill 4 s after a recorder crashed is not shown as recorded over.
+    let rec = Recorder::start(&store);
+    std::thread::sleep(Duration::from_millis(1500));
+    rec.crash();
+    std::thread::sleep(Duration::from_secs(4));
+    let mut cmd = cg.command(env!("CARGO_BIN_EXE_memhog"));
+    cmd.args(["--step-mib", "8", "--interval-ms", "20"]);
+    let mut hog = Proc::spawn(cmd);
+    assert_eq!(
+        hog.wait_signal(Duration::from_secs(30)),
+        Some(libc::SIGKILL)
+    );
+    let rec = Recorder::start(&store);
+    let v = explain_json(
+        &[
+            "--store",
+            store.to_str().unwrap(),
+            "--pid",
+            &hog.pid().to_string(),
+        ],
+        |_| true,
+    );
+    rec.stop();
+    assert_eq!(
+        v["recorder_running"], false,
+        "a crashed recorder's downtime is not covered: {v}"
+    );
+}
+
+#[test]
+fn doctor_as_another_user_says_tracefs_is_unreadable_not_missing() {
+    if !privileged() {
+        return;
+    }
+    // As root first: doctor mounts tracefs where a new machine lacks it.
+    let _ = tracer(&["doctor"]);
+    let out = Command::new(tracer_bin())
+        .arg("doctor")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("tracefs"))
+        .unwrap_or_else(|| panic!("no tracefs line: {text}"));
+    assert!(
+        line.contains("not readable by this user") && !line.contains("not mounted"),
+        "{line}"
+    );
 }
 
 /// Fills the file system of `dir` with one file until it is full.

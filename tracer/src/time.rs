@@ -47,6 +47,15 @@ impl Clock {
         }
     }
 
+    /// A clock with given offsets (wall = boot + `boot_to_wall`, wall =
+    /// monotonic + `mono_to_wall`): for joins fed recorded stamps.
+    pub fn fixed(boot_to_wall: i64, mono_to_wall: i64) -> Self {
+        Self {
+            boot_to_wall,
+            mono_to_wall,
+        }
+    }
+
     /// Wall time of a `bpf_ktime_get_boot_ns` stamp.
     pub fn boot_to_wall(&self, boot_ns: u64) -> i64 {
         boot_ns as i64 + self.boot_to_wall

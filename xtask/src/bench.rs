@@ -33,7 +33,7 @@ pub struct Options {
     #[arg(long, default_value_t = 1000)]
     pub churn_rate: u64,
     /// Run only one benchmark.
-    #[arg(long, value_parser = ["latency", "idle", "churn", "nvml", "cuda"])]
+    #[arg(long, value_parser = ["latency", "load", "idle", "churn", "nvml", "cuda"])]
     pub only: Option<String>,
     /// cudaMalloc/cudaFree pairs per measured loop of the CUDA benchmark.
     #[arg(long, default_value_t = 100_000)]
@@ -51,6 +51,9 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
     let want = |name: &str| opts.only.as_deref().is_none_or(|o| o == name);
     if want("latency") {
         println!("{}", kill_latency(&bins, opts.kills)?);
+    }
+    if want("load") {
+        println!("{}", kill_latency_under_load(&bins, opts.kills)?);
     }
     if want("idle") {
         println!("{}", idle_cost(&bins, opts.idle_secs)?);
@@ -106,6 +109,108 @@ fn kill_latency(bins: &crate::Bins, kills: usize) -> anyhow::Result<String> {
         percentile(&lat_ms, 0.5),
         percentile(&lat_ms, 0.99),
         lat_ms[lat_ms.len() - 1],
+    ))
+}
+
+/// `kills` real memcg OOM kills, one after the other, in a scratch cgroup.
+fn oom_kills(bins: &crate::Bins, tag: &str, kills: usize) -> anyhow::Result<Vec<u32>> {
+    let cg = TestCgroup::new(tag, 32 * MIB);
+    let mut pids = Vec::with_capacity(kills);
+    for _ in 0..kills {
+        let mut cmd = cg.command(&bins.memhog);
+        cmd.args(["--step-mib", "8", "--interval-ms", "1"]);
+        let mut hog = Proc::spawn(cmd);
+        if hog.wait_signal(Duration::from_secs(30)) != Some(libc::SIGKILL) {
+            bail!("memhog {} was not OOM killed", hog.pid());
+        }
+        pids.push(hog.pid());
+        thread::sleep(Duration::from_millis(100));
+    }
+    Ok(pids)
+}
+
+/// ms from each kill's kernel timestamp to its committed row, as stored.
+fn commit_latencies(store: &Path, pids: &[u32]) -> anyhow::Result<Vec<f64>> {
+    let conn =
+        rusqlite::Connection::open_with_flags(store, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    let mut out = Vec::new();
+    for pid in pids {
+        let ms: Option<f64> = conn
+            .query_row(
+                "SELECT (committed_ns - ts_ns) / 1e6 FROM kills WHERE pid = ?1 AND killer = 'kernel_oom' ORDER BY id DESC LIMIT 1",
+                [pid],
+                |r| r.get(0),
+            )
+            .ok();
+        out.push(ms.with_context(|| format!("the OOM kill of {pid} was not recorded"))?);
+    }
+    out.sort_by(f64::total_cmp);
+    Ok(out)
+}
+
+/// Kill commit latency while the node is busy: a fork/exec flood of
+/// 2,000 processes a second, then an unprivileged SIGKILL storm at full
+/// speed, each with `kills` real OOM kills in the middle of it.
+fn kill_latency_under_load(bins: &crate::Bins, kills: usize) -> anyhow::Result<String> {
+    let mut rows = String::new();
+    for load in ["flood", "storm"] {
+        let dir = tempfile::tempdir()?;
+        let store = dir.path().join("load.db");
+        let rec = Recorder::start_bin(&bins.tracer, &store, &[], false);
+        let secs = (kills as u64 / 5).max(6);
+        let (achieved, pids) = match load {
+            "flood" => {
+                let flood = thread::spawn(move || spawn_churn(secs, 2000));
+                thread::sleep(Duration::from_secs(1));
+                let pids = oom_kills(bins, "bench-flood", kills)?;
+                let spawned = flood
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("flood panicked"))??;
+                (
+                    format!("{:.0} processes/s", spawned.len() as f64 / secs as f64),
+                    pids,
+                )
+            }
+            _ => {
+                let cg = TestCgroup::new("bench-storm", 256 * MIB);
+                let mut cmd = cg.command(&bins.killstorm);
+                cmd.args(["--seconds", &secs.to_string()]);
+                let mut storm = Proc::spawn(cmd);
+                thread::sleep(Duration::from_secs(1));
+                let pids = oom_kills(bins, "bench-storm-oom", kills)?;
+                let mut line = String::new();
+                BufReader::new(storm.child.stdout.as_mut().context("storm stdout")?)
+                    .read_line(&mut line)?;
+                let n: f64 = line
+                    .trim()
+                    .strip_prefix("killed ")
+                    .and_then(|n| n.parse().ok())
+                    .with_context(|| format!("killstorm said {line:?}"))?;
+                (
+                    format!("{:.0} SIGKILLs/s (uid 65534)", n / secs as f64),
+                    pids,
+                )
+            }
+        };
+        thread::sleep(Duration::from_secs(2));
+        let summary = stop_summary(&rec.stop())?;
+        let lat = commit_latencies(&store, &pids)?;
+        rows.push_str(&format!(
+            "| {load} | {achieved} | {} | {:.2} ms | {:.2} ms | {:.2} ms | {} | {} |\n",
+            lat.len(),
+            percentile(&lat, 0.5),
+            percentile(&lat, 0.99),
+            lat[lat.len() - 1],
+            summary["summary"]["drops"]["oom"]
+                .as_u64()
+                .unwrap_or(u64::MAX),
+            summary["summary"]["folded_kills"].as_u64().unwrap_or(0),
+        ));
+    }
+    Ok(format!(
+        "### Kill-to-durable-row latency under load\n\n\
+         | load | rate reached | OOM kills | p50 | p99 | max | OOM ring drops | SIGKILLs folded |\n\
+         |---|---|---|---|---|---|---|---|\n{rows}\ntarget: p99 < 20 ms\n"
     ))
 }
 

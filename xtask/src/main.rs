@@ -94,6 +94,8 @@ pub struct Bins {
     pub tracer: PathBuf,
     /// target/release/memhog.
     pub memhog: PathBuf,
+    /// target/release/killstorm.
+    pub killstorm: PathBuf,
 }
 
 fn build_release() -> anyhow::Result<Bins> {
@@ -111,6 +113,7 @@ fn build_release() -> anyhow::Result<Bins> {
     Ok(Bins {
         tracer: dir.join("tracer"),
         memhog: dir.join("memhog"),
+        killstorm: dir.join("killstorm"),
     })
 }
 

@@ -179,6 +179,7 @@ async fn record(
     }
     let drops = probes.take_drop_counters()?;
     let memcg = probes.take_memcg_counters()?;
+    let attach_ns = wall_now_ns();
     let statuses = probes.attach()?;
     let attached = statuses.iter().filter(|s| s.error.is_none()).count();
     let probe_json = serde_json::to_string(
@@ -232,6 +233,7 @@ async fn record(
         }
     };
     let mut engine = Engine::new(store, model, session, opts, Some(drops), Some(memcg), gpu);
+    engine.set_started(attach_ns);
     // Records say GPU data is missing when GPUs were asked for.
     if args.cuda || args.nvml_lib.is_some() {
         engine.set_nvml_missing(nvml_missing);

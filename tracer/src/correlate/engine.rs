@@ -152,7 +152,8 @@ pub struct Engine {
     buffer: Vec<EventRow>,
     summary: EngineSummary,
     ticks: u64,
-    /// Wall time the engine started (the probes were attached before).
+    /// Wall time the probes started to be attached: no kill before it can
+    /// have a tracepoint event.
     started_ns: i64,
     /// Userspace SIGKILLs past the rate of full records.
     storm: super::storm::SignalStorm,
@@ -455,7 +456,7 @@ impl Engine {
                     .unmatched
                     .iter()
                     .enumerate()
-                    .filter(|(_, (r, _))| joins(&rec, r, &self.clock))
+                    .filter(|(_, (r, _))| joins(&rec, r, &self.clock, self.started_ns))
                     .min_by_key(|(_, (r, _))| (rec.ts_ns - self.clock.kmsg_to_wall(r.ts_us)).abs())
                     .map(|(i, _)| i)
                 {
@@ -594,6 +595,12 @@ impl Engine {
     fn commit_kill(&mut self, rec: KillRecord) -> Result<(), StoreError> {
         self.to_commit.push(rec);
         Ok(())
+    }
+
+    /// Sets when the probes started to be attached (wall ns); the engine's
+    /// own start is the default.
+    pub fn set_started(&mut self, ns: i64) {
+        self.started_ns = ns;
     }
 
     /// The way to ask the NVML thread for a sample now.
@@ -855,7 +862,9 @@ impl Engine {
         if let Some(p) = self
             .pending
             .iter_mut()
-            .filter(|p| p.record.kmsg.is_none() && joins(&p.record, &report, &clock))
+            .filter(|p| {
+                p.record.kmsg.is_none() && joins(&p.record, &report, &clock, self.started_ns)
+            })
             .min_by_key(|p| (p.record.ts_ns - ts).abs())
         {
             merge_report(&mut p.record, &report, Some(&self.sampler));
@@ -1080,7 +1089,7 @@ impl Engine {
 /// Whether a kernel report is about the kill in `rec`: the same pid, at
 /// the same moment, and (where both are known) in the same memory cgroup,
 /// so a pid reused and killed again never takes another kill's report.
-fn joins(rec: &KillRecord, report: &OomReport, clock: &Clock) -> bool {
+fn joins(rec: &KillRecord, report: &OomReport, clock: &Clock, started_ns: i64) -> bool {
     // Only the kernel's own view of the cgroup at the kill can veto a join
     // (the model's may be stale: that is what the report corrects).
     let same_cgroup = match (
@@ -1094,9 +1103,13 @@ fn joins(rec: &KillRecord, report: &OomReport, clock: &Clock) -> bool {
         (Some(a), Some(super::record::MemcgSource::Kernel), Some(b)) => a == b,
         _ => true,
     };
+    let report_ns = clock.kmsg_to_wall(report.ts_us);
     rec.killer.kind == "kernel_oom"
         && rec.victim.pid == report.killed.pid
-        && (rec.ts_ns - clock.kmsg_to_wall(report.ts_us)).abs() < JOIN_WINDOW_NS
+        && (rec.ts_ns - report_ns).abs() < JOIN_WINDOW_NS
+        // A kill from before the probes were attached has no tracepoint
+        // event: its report is never another kill's (a pid reused since).
+        && report_ns >= started_ns
         && same_cgroup
 }
 
@@ -1113,5 +1126,95 @@ async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
     match rx {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::kmsg::{KilledProcess, OomSummary};
+    use crate::correlate::record::{MemcgSource, Victim};
+
+    fn kill(pid: u32, ts_ns: i64, memcg: Option<(&str, MemcgSource)>) -> KillRecord {
+        KillRecord {
+            ts_ns,
+            killer: super::super::record::Killer {
+                kind: "kernel_oom".into(),
+                ..Default::default()
+            },
+            victim: Victim {
+                pid,
+                memcg: memcg.map(|(m, _)| m.to_string()),
+                memcg_source: memcg.map(|(_, s)| s),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn report(pid: u32, ts_us: u64, task_memcg: &str) -> OomReport {
+        OomReport {
+            ts_us,
+            killed: KilledProcess {
+                pid,
+                ..Default::default()
+            },
+            summary: Some(OomSummary {
+                task_memcg: Some(task_memcg.into()),
+                pid,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn reports_join_on_pid_time_cgroup_and_never_across_the_start() {
+        let clock = Clock::fixed(0, 0);
+        let s = 1_000_000_000; // 1 s: the probes started attaching
+        let at = |us: u64| report(7, us, "/a");
+        // Same pid, same moment, same cgroup.
+        assert!(joins(
+            &kill(7, 5_000_000_000, Some(("/a", MemcgSource::Kernel))),
+            &at(5_000_100),
+            &clock,
+            s
+        ));
+        // Another pid.
+        assert!(!joins(
+            &kill(8, 5_000_000_000, None),
+            &at(5_000_000),
+            &clock,
+            s
+        ));
+        // Too far apart: a pid reused and killed again.
+        assert!(!joins(
+            &kill(7, 9_000_000_000, None),
+            &at(5_000_000),
+            &clock,
+            s
+        ));
+        // The kernel at the kill put it elsewhere.
+        assert!(!joins(
+            &kill(7, 5_000_000_000, Some(("/b", MemcgSource::Kernel))),
+            &at(5_000_000),
+            &clock,
+            s
+        ));
+        // The model's cgroup may be stale: it does not veto.
+        assert!(joins(
+            &kill(7, 5_000_000_000, Some(("/b", MemcgSource::Model))),
+            &at(5_000_000),
+            &clock,
+            s
+        ));
+        // A report from before the start (the pid killed while no recorder
+        // ran, then reused and killed 0.4 s later): never joined.
+        assert!(!joins(
+            &kill(7, 1_300_000_000, None),
+            &at(900_000),
+            &clock,
+            s
+        ));
     }
 }
