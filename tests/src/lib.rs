@@ -247,6 +247,52 @@ pub fn memory_root() -> (PathBuf, bool) {
     );
 }
 
+/// `--name N` from the command line of a workload, or `default`.
+pub fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} takes a number, got {v}"))
+        })
+        .unwrap_or(default)
+}
+
+/// Runs `memhog` (the binary at `bin`) in `cg`, growing `step_mib` every
+/// `interval_ms`, until the kernel OOM-kills it; returns the dead process.
+pub fn oom_killed(cg: &TestCgroup, bin: &Path, step_mib: u64, interval_ms: u64) -> Proc {
+    let mut cmd = cg.command(bin);
+    cmd.args([
+        "--step-mib",
+        &step_mib.to_string(),
+        "--interval-ms",
+        &interval_ms.to_string(),
+    ]);
+    let mut hog = Proc::spawn(cmd);
+    assert_eq!(
+        hog.wait_signal(Duration::from_secs(30)),
+        Some(libc::SIGKILL),
+        "memhog {} was not OOM-killed in {}",
+        hog.pid(),
+        cg.path
+    );
+    hog
+}
+
+/// The count a `killstorm` prints when it ends (`killed N`).
+pub fn storm_count(p: &mut Proc) -> u64 {
+    let mut line = String::new();
+    BufReader::new(p.child.stdout.as_mut().expect("piped stdout"))
+        .read_line(&mut line)
+        .expect("read killstorm stdout");
+    line.trim()
+        .strip_prefix("killed ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("killstorm said {line:?}"))
+}
+
 /// A child process a test started; killed and reaped on drop.
 pub struct Proc {
     /// The child.

@@ -18,7 +18,8 @@ use std::{
 
 use serde_json::Value;
 use tracer_e2e::{
-    Proc, Recorder, TestCgroup, explain_json, privileged, tracer, tracer_bin, tracer_json, wait_for,
+    Proc, Recorder, TestCgroup, explain_json, oom_killed, privileged, tracer, tracer_bin,
+    tracer_json, wait_for,
 };
 
 const MIB: u64 = 1 << 20;
@@ -514,13 +515,7 @@ fn kills_from_before_the_recorder_are_stored_at_once() {
     let store = dir.path().join("t.db");
     let cg = TestCgroup::new("before", 32 * MIB);
     // Killed while no recorder runs.
-    let mut cmd = cg.command(env!("CARGO_BIN_EXE_memhog"));
-    cmd.args(["--step-mib", "8", "--interval-ms", "20"]);
-    let mut hog = Proc::spawn(cmd);
-    assert_eq!(
-        hog.wait_signal(Duration::from_secs(30)),
-        Some(libc::SIGKILL)
-    );
+    let hog = oom_killed(&cg, Path::new(env!("CARGO_BIN_EXE_memhog")), 8, 20);
     let pid = hog.pid();
 
     // A recorder that lives a moment (a crash loop) still stores it.
@@ -565,13 +560,7 @@ fn kills_from_before_the_recorder_are_stored_at_once() {
     std::thread::sleep(Duration::from_millis(1500));
     rec.crash();
     std::thread::sleep(Duration::from_secs(4));
-    let mut cmd = cg.command(env!("CARGO_BIN_EXE_memhog"));
-    cmd.args(["--step-mib", "8", "--interval-ms", "20"]);
-    let mut hog = Proc::spawn(cmd);
-    assert_eq!(
-        hog.wait_signal(Duration::from_secs(30)),
-        Some(libc::SIGKILL)
-    );
+    let hog = oom_killed(&cg, Path::new(env!("CARGO_BIN_EXE_memhog")), 8, 20);
     let rec = Recorder::start(&store);
     let v = explain_json(
         &[
@@ -650,13 +639,7 @@ fn a_full_disk_costs_events_never_kills_or_the_recorder() {
     std::thread::sleep(Duration::from_millis(300));
     sigkill(&mut victim);
     let oom_cg = TestCgroup::new("full-oom", 32 * MIB);
-    let mut cmd = oom_cg.command(env!("CARGO_BIN_EXE_memhog"));
-    cmd.args(["--step-mib", "8", "--interval-ms", "20"]);
-    let mut hog = Proc::spawn(cmd);
-    assert_eq!(
-        hog.wait_signal(Duration::from_secs(30)),
-        Some(libc::SIGKILL)
-    );
+    let hog = oom_killed(&oom_cg, Path::new(env!("CARGO_BIN_EXE_memhog")), 8, 20);
     for pid in [victim.pid(), hog.pid()] {
         let v = explain_pid(&store, pid);
         assert_eq!(v["kill"]["victim"]["pid"], pid, "{v}");
@@ -717,13 +700,7 @@ fn a_process_that_joins_a_cgroup_execs_and_dies_at_once_is_placed_right() {
         // Joins the cgroup, execs, and is OOM-killed within milliseconds,
         // as a container runtime's first process can be.
         let cg = TestCgroup::new(&format!("fast{i}"), 16 * MIB);
-        let mut cmd = cg.command(env!("CARGO_BIN_EXE_memhog"));
-        cmd.args(["--step-mib", "8", "--interval-ms", "0"]);
-        let mut hog = Proc::spawn(cmd);
-        assert_eq!(
-            hog.wait_signal(Duration::from_secs(30)),
-            Some(libc::SIGKILL)
-        );
+        let hog = oom_killed(&cg, Path::new(env!("CARGO_BIN_EXE_memhog")), 8, 0);
         let v = explain_json(
             &[
                 "--store",

@@ -6,12 +6,15 @@
 //! Run as root through `cargo xtask test`; in CI it fails if it cannot run.
 
 use std::{
-    io::{BufRead as _, BufReader},
+    path::Path,
     time::{Duration, Instant},
 };
 
 use serde_json::Value;
-use tracer_e2e::{Proc, Recorder, TestCgroup, explain_json, privileged, tracer_json, wait_for};
+use tracer_e2e::{
+    Proc, Recorder, TestCgroup, explain_json, oom_killed, privileged, storm_count, tracer_json,
+    wait_for,
+};
 
 const MIB: u64 = 1 << 20;
 
@@ -19,17 +22,6 @@ fn storm(cg: &TestCgroup, seconds: u64) -> Proc {
     let mut cmd = cg.command(env!("CARGO_BIN_EXE_killstorm"));
     cmd.args(["--seconds", &seconds.to_string(), "--uid", "65534"]);
     Proc::spawn(cmd)
-}
-
-fn killed_count(p: &mut Proc) -> u64 {
-    let mut line = String::new();
-    BufReader::new(p.child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    line.trim()
-        .strip_prefix("killed ")
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("killstorm said {line:?}"))
 }
 
 #[test]
@@ -48,13 +40,7 @@ fn a_sigkill_storm_neither_delays_an_oom_kill_nor_floods_the_store() {
     let storm_pid = u64::from(s.pid());
     std::thread::sleep(Duration::from_secs(3));
     // A real OOM kill in the middle of the storm.
-    let mut cmd = oom_cg.command(env!("CARGO_BIN_EXE_memhog"));
-    cmd.args(["--step-mib", "8", "--interval-ms", "20"]);
-    let mut hog = Proc::spawn(cmd);
-    assert_eq!(
-        hog.wait_signal(Duration::from_secs(30)),
-        Some(libc::SIGKILL)
-    );
+    let hog = oom_killed(&oom_cg, Path::new(env!("CARGO_BIN_EXE_memhog")), 8, 20);
     let t_kill = Instant::now();
     let v = explain_json(
         &["--store", store_s, "--pid", &hog.pid().to_string()],
@@ -83,7 +69,7 @@ fn a_sigkill_storm_neither_delays_an_oom_kill_nor_floods_the_store() {
         "OOM kill durable {latency_ms:.1} ms after the kernel's timestamp under the storm"
     );
 
-    let n = killed_count(&mut s);
+    let n = storm_count(&mut s);
     assert!(n > 2_000, "the storm made only {n} kills");
     // Every aggregate has been stored once its window closed.
     std::thread::sleep(Duration::from_secs(2));

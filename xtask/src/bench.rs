@@ -81,15 +81,7 @@ fn kill_latency(bins: &crate::Bins, kills: usize) -> anyhow::Result<String> {
     let dir = tempfile::tempdir()?;
     let store = dir.path().join("bench.db");
     let rec = Recorder::start_bin(&bins.tracer, &store, &[], false);
-    let cg = TestCgroup::new("bench-latency", 32 * MIB);
-    for _ in 0..kills {
-        let mut cmd = cg.command(&bins.memhog);
-        cmd.args(["--step-mib", "8", "--interval-ms", "1"]);
-        let mut hog = Proc::spawn(cmd);
-        if hog.wait_signal(Duration::from_secs(30)) != Some(libc::SIGKILL) {
-            bail!("memhog {} was not OOM killed", hog.pid());
-        }
-    }
+    oom_kills(bins, "bench-latency", kills)?;
     thread::sleep(Duration::from_secs(2));
     let log = rec.stop();
     let summary = stop_summary(&log)?;
@@ -112,19 +104,12 @@ fn kill_latency(bins: &crate::Bins, kills: usize) -> anyhow::Result<String> {
     ))
 }
 
-/// `kills` real memcg OOM kills, one after the other, in a scratch cgroup.
+/// `kills` real memcg OOM kills, back to back, in a scratch cgroup.
 fn oom_kills(bins: &crate::Bins, tag: &str, kills: usize) -> anyhow::Result<Vec<u32>> {
     let cg = TestCgroup::new(tag, 32 * MIB);
     let mut pids = Vec::with_capacity(kills);
     for _ in 0..kills {
-        let mut cmd = cg.command(&bins.memhog);
-        cmd.args(["--step-mib", "8", "--interval-ms", "1"]);
-        let mut hog = Proc::spawn(cmd);
-        if hog.wait_signal(Duration::from_secs(30)) != Some(libc::SIGKILL) {
-            bail!("memhog {} was not OOM killed", hog.pid());
-        }
-        pids.push(hog.pid());
-        thread::sleep(Duration::from_millis(100));
+        pids.push(tracer_e2e::oom_killed(&cg, &bins.memhog, 8, 1).pid());
     }
     Ok(pids)
 }

@@ -6,17 +6,7 @@
 
 use std::{io::Write as _, thread, time::Duration};
 
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name} takes a number, got {v}"))
-        })
-        .unwrap_or(default)
-}
+use tracer_e2e::arg;
 
 fn main() {
     let step = arg("--step-mib", 4) as usize;
