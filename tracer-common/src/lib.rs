@@ -470,6 +470,59 @@ pub mod cuda {
             Some(Shape::Alloc | Shape::Pitch | Shape::Create)
         ) && func != MEM_ADDRESS_RESERVE
     }
+
+    /// Every probed function: (id, symbol).
+    pub const FUNCTIONS: &[(u32, &str)] = &[
+        (MALLOC, "cudaMalloc"),
+        (MALLOC_MANAGED, "cudaMallocManaged"),
+        (MALLOC_PITCH, "cudaMallocPitch"),
+        (MALLOC_ASYNC, "cudaMallocAsync"),
+        (MALLOC_ASYNC_PTSZ, "cudaMallocAsync_ptsz"),
+        (MALLOC_FROM_POOL_ASYNC, "cudaMallocFromPoolAsync"),
+        (MALLOC_FROM_POOL_ASYNC_PTSZ, "cudaMallocFromPoolAsync_ptsz"),
+        (MALLOC_HOST, "cudaMallocHost"),
+        (HOST_ALLOC, "cudaHostAlloc"),
+        (FREE, "cudaFree"),
+        (FREE_ASYNC, "cudaFreeAsync"),
+        (FREE_ASYNC_PTSZ, "cudaFreeAsync_ptsz"),
+        (FREE_HOST, "cudaFreeHost"),
+        (SET_DEVICE, "cudaSetDevice"),
+        (DEVICE_RESET, "cudaDeviceReset"),
+        (MEM_ALLOC, "cuMemAlloc_v2"),
+        (MEM_ALLOC_MANAGED, "cuMemAllocManaged"),
+        (MEM_ALLOC_PITCH, "cuMemAllocPitch_v2"),
+        (MEM_ALLOC_ASYNC, "cuMemAllocAsync"),
+        (MEM_ALLOC_ASYNC_PTSZ, "cuMemAllocAsync_ptsz"),
+        (MEM_ALLOC_FROM_POOL_ASYNC, "cuMemAllocFromPoolAsync"),
+        (
+            MEM_ALLOC_FROM_POOL_ASYNC_PTSZ,
+            "cuMemAllocFromPoolAsync_ptsz",
+        ),
+        (MEM_ALLOC_HOST, "cuMemAllocHost_v2"),
+        (MEM_HOST_ALLOC, "cuMemHostAlloc"),
+        (MEM_FREE, "cuMemFree_v2"),
+        (MEM_FREE_ASYNC, "cuMemFreeAsync"),
+        (MEM_FREE_ASYNC_PTSZ, "cuMemFreeAsync_ptsz"),
+        (MEM_FREE_HOST, "cuMemFreeHost"),
+        (MEM_CREATE, "cuMemCreate"),
+        (MEM_RELEASE, "cuMemRelease"),
+        (MEM_MAP, "cuMemMap"),
+        (MEM_UNMAP, "cuMemUnmap"),
+        (MEM_ADDRESS_RESERVE, "cuMemAddressReserve"),
+        (MEM_ADDRESS_FREE, "cuMemAddressFree"),
+        (CTX_SET_CURRENT, "cuCtxSetCurrent"),
+        (DEVICE_PRIMARY_CTX_RETAIN, "cuDevicePrimaryCtxRetain"),
+        (DEVICE_PRIMARY_CTX_RESET, "cuDevicePrimaryCtxReset_v2"),
+    ];
+
+    /// The symbol of function `id`.
+    pub fn name(id: u32) -> &'static str {
+        FUNCTIONS
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map(|(_, n)| *n)
+            .unwrap_or("?")
+    }
 }
 
 /// A CUDA call in flight on one thread (the outermost one: calls it makes

@@ -21,14 +21,14 @@ use tracer_common::{CudaCall, cuda};
 
 use crate::{
     collect::{self, ReaderStats, decode::Event},
-    explain::bytes,
     model::ledger::{AllocKind, Change, Ledger},
     probes::{
         CUDA_DATA_RING_BYTES, Probes,
         cuda::{CudaAttachment, libraries_of, name},
     },
-    time::{Clock, format_wall},
     util::term,
+    util::time::{Clock, format_wall},
+    util::units::bytes,
 };
 
 /// Options of `tracer attach`.
@@ -186,7 +186,7 @@ impl Session {
         self.quiet_seconds = 0;
         let s = self.ledger.summary();
         if self.json {
-            let v = json!({ "type": "summary", "time": format_wall(crate::time::wall_now_ns()), "pid": self.pid,
+            let v = json!({ "type": "summary", "time": format_wall(crate::util::time::wall_now_ns()), "pid": self.pid,
                 "calls_per_s": self.calls_this_second, "failed_per_s": self.failed_this_second, "ledger": s });
             let _ = writeln!(self.out, "{v}");
         } else {

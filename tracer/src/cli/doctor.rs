@@ -366,8 +366,8 @@ fn cuda_checks(pid: u32) -> Vec<Check> {
 }
 
 fn nvml_check(lib: Option<&Path>) -> Check {
-    match crate::gpu::open(lib) {
-        Ok(n) => check("NVML", Status::Ok, crate::gpu::describe(&n), None),
+    match crate::nvml::open(lib) {
+        Ok(n) => check("NVML", Status::Ok, crate::nvml::describe(&n), None),
         Err(e) => check("NVML", Status::Info, super::chain(&e), None),
     }
 }
@@ -379,7 +379,7 @@ fn store_check(path: &Path) -> Check {
             Ok(s) => {
                 let size = s
                     .size_bytes()
-                    .map(crate::explain::bytes)
+                    .map(crate::util::units::bytes)
                     .unwrap_or_default();
                 let writable = std::fs::OpenOptions::new().append(true).open(path).is_ok();
                 if writable {

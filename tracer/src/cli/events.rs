@@ -7,7 +7,7 @@ use std::{
 };
 
 use super::StoreArg;
-use crate::{export::event_json, store::Store, time::wall_now_ns};
+use crate::{export::event_json, store::Store, util::time::wall_now_ns};
 
 /// Options of `tracer events`.
 #[derive(Debug, clap::Args)]

@@ -11,7 +11,7 @@ use crate::{
     explain::{Explanation, explain, recorder_running, render_text},
     say,
     store::Store,
-    time::{Clock, wall_now_ns},
+    util::time::{Clock, wall_now_ns},
     util::{out, term},
 };
 

@@ -105,7 +105,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 
 /// Parses a duration such as `1s`, `500ms`, `7d`.
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    crate::time::parse_window(s).map_err(|e| format!("{s:?}: {e}"))
+    crate::util::time::parse_window(s).map_err(|e| format!("{s:?}: {e}"))
 }
 
 #[cfg(test)]

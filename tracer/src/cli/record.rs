@@ -12,14 +12,14 @@ use tokio::{
 use super::StoreArg;
 use crate::{
     collect::{self, ReaderStats},
-    correlate::{
-        engine::{Engine, EngineOptions},
-        gpu::GpuTracker,
-    },
     model::{ProcessTable, cgroup::CgroupLayout},
     probes::{Probes, layout::MEMCG_ITEM_NAMES},
+    recorder::{
+        cuda::GpuTracker,
+        engine::{Engine, EngineOptions},
+    },
     store::{Checkpointer, Store},
-    time::wall_now_ns,
+    util::time::wall_now_ns,
 };
 
 /// Options of `tracer record`.
@@ -65,20 +65,6 @@ fn protect_from_oom_killer() {
             "could not set oom_score_adj to -1000: {e}; the OOM killer may pick the recorder"
         );
     }
-}
-
-fn uname_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .unwrap_or_default()
-        .trim()
-        .to_string()
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .unwrap_or_default()
-        .trim()
-        .to_string()
 }
 
 /// Shortest `--retention`: less would delete a kill before anyone could
@@ -191,7 +177,12 @@ async fn record(
 
     let layout = CgroupLayout::detect();
     let model = ProcessTable::new(layout, 300_000_000_000, 1 << 20);
-    let session = store.start_session(wall_now_ns(), &hostname(), &uname_release(), &probe_json)?;
+    let session = store.start_session(
+        wall_now_ns(),
+        &crate::util::sys::hostname(),
+        &crate::util::sys::kernel_release(),
+        &probe_json,
+    )?;
     let items = probes.notes.memcg_items.clone();
     let opts = EngineOptions {
         sample_interval: args.sample_interval,
@@ -213,12 +204,12 @@ async fn record(
         (None, Some(probes))
     };
     // NVML on a thread of its own; no driver is a normal state.
-    let (gpu_rx, nvml_missing) = match crate::gpu::open(args.nvml_lib.as_deref()) {
+    let (gpu_rx, nvml_missing) = match crate::nvml::open(args.nvml_lib.as_deref()) {
         Ok(nvml) => {
-            let desc = crate::gpu::describe(&nvml);
+            let desc = crate::nvml::describe(&nvml);
             store.session_gpu(session, &desc)?;
             let (tx, rx) = mpsc::channel(4);
-            let now = crate::gpu::spawn(nvml, args.gpu_interval, tx)?;
+            let now = crate::nvml::spawn(nvml, args.gpu_interval, tx)?;
             tracing::info!(
                 "NVML: {desc}, sampled every {}",
                 humantime::format_duration(args.gpu_interval)
@@ -245,7 +236,7 @@ async fn record(
     };
     engine.set_sample_now(sample_now);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let inputs = crate::correlate::engine::Inputs {
+    let inputs = crate::recorder::engine::Inputs {
         stop: stop_rx,
         oom: oom_rx,
         critical: crit_rx,

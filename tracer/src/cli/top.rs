@@ -13,9 +13,8 @@ use serde::Serialize;
 
 use super::StoreArg;
 use crate::{
-    correlate::gpuview::{self, GpuView, TracedMemory},
-    explain::{bytes, gpu::short},
-    gpu,
+    correlate::gpuview::{self, TracedMemory},
+    explain::gpu::short,
     model::{
         ProcessTable,
         cgroup::CgroupLayout,
@@ -23,9 +22,12 @@ use crate::{
         proc,
         sampler::read_cgroup,
     },
+    nvml,
+    record::GpuView,
     store::Store,
-    time::{format_wall, wall_now_ns},
     util::term,
+    util::time::{format_wall, wall_now_ns},
+    util::units::bytes,
 };
 
 /// Options of `tracer top`.
@@ -117,7 +119,7 @@ pub fn snapshot(
     let mut model = ProcessTable::new(layout.clone(), 0, 1 << 20);
     model.seed();
     let now = wall_now_ns();
-    let sample = nvml.map(gpu::sample);
+    let sample = nvml.map(nvml::sample);
     let ledgers = StoredLedgers(match (store, &sample) {
         (Some(st), Some(s)) => s
             .devices
@@ -292,7 +294,7 @@ fn render(rows: &[Row], view: &GpuView, nvml_note: &Option<String>) -> String {
 
 /// Runs `top`.
 pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
-    let (nvml, nvml_note) = match gpu::open(args.nvml_lib.as_deref()) {
+    let (nvml, nvml_note) = match nvml::open(args.nvml_lib.as_deref()) {
         Ok(n) => (Some(n), None),
         Err(e) => (None, Some(format!("no GPU figures: {}", super::chain(&e)))),
     };

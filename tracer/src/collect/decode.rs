@@ -241,7 +241,7 @@ impl Event {
             }),
             Event::Fork(e) => json!({ "child_pid": e.child_pid }),
             Event::Exit(e) => {
-                let kb = crate::correlate::page_kb();
+                let kb = crate::util::sys::page_kb();
                 let known = e.rss_known != 0;
                 json!({
                     "pid": e.pid,
@@ -251,7 +251,7 @@ impl Event {
                 })
             }
             Event::Cuda(e) => json!({
-                "function": crate::probes::cuda::name(e.func),
+                "function": tracer_common::cuda::name(e.func),
                 "ret": e.ret,
                 "size": e.size,
                 "ptr": format!("{:#x}", e.ptr),

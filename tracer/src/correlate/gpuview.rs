@@ -6,123 +6,12 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
 use crate::{
-    gpu::GpuSample,
-    model::{ProcessTable, ledger::AllocKind, proc, sampler::Sampler},
+    model::{ProcessTable, proc, sampler::Sampler},
+    nvml::GpuSample,
 };
 
-/// One process on one device.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ProcGpu {
-    /// Pid.
-    pub pid: u32,
-    /// Name.
-    pub comm: String,
-    /// Container/pod/unit, short form.
-    pub container: Option<String>,
-    /// Memory cgroup.
-    pub memcg: Option<String>,
-    /// Device index.
-    pub device: u32,
-    /// What NVML charges it on the device, bytes.
-    pub nvml_used: Option<u64>,
-    /// Device-side bytes its traced CUDA calls hold there.
-    pub traced_device: Option<u64>,
-    /// NVML minus traced: context, allocator slack, untraced libraries.
-    pub unexplained: Option<u64>,
-    /// Pinned host memory it holds (charged to its memory cgroup).
-    pub pinned_host: Option<u64>,
-    /// Host RSS, kB.
-    pub host_rss_kb: Option<u64>,
-    /// Its memory cgroup's usage, bytes.
-    pub memcg_usage: Option<u64>,
-    /// Its memory cgroup's limit, bytes.
-    pub memcg_limit: Option<u64>,
-    /// Pinned host memory as a share of its memory cgroup's limit, percent.
-    pub pinned_pct_of_limit: Option<f64>,
-}
-
-/// One container (or cgroup, when no container is recognised) on one device.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ContainerGpu {
-    /// The container, or the memory cgroup path.
-    pub name: String,
-    /// Device index.
-    pub device: u32,
-    /// What NVML charges its processes there, bytes.
-    pub nvml_used: u64,
-    /// What their traced calls hold there, bytes.
-    pub traced_device: u64,
-    /// Its share of the device's memory, percent of total.
-    pub share_pct: f64,
-    /// Its processes there.
-    pub pids: Vec<u32>,
-}
-
-/// One device at one moment, with everyone on it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct DevicePicture {
-    /// Device index.
-    pub device: u32,
-    /// UUID.
-    pub uuid: String,
-    /// PCI bus id.
-    #[serde(default)]
-    pub pci_bus_id: String,
-    /// NVML sample time, wall ns.
-    pub ts_ns: i64,
-    /// Total memory, bytes.
-    pub total: u64,
-    /// Used, bytes.
-    pub used: u64,
-    /// Free, bytes.
-    pub free: u64,
-    /// Processes on it, most memory first.
-    pub processes: Vec<ProcGpu>,
-    /// Containers on it, most memory first.
-    pub containers: Vec<ContainerGpu>,
-    /// Xid errors the driver logged for it in the last hour.
-    #[serde(default)]
-    pub xids: Vec<XidNote>,
-}
-
-/// One Xid error of a device.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct XidNote {
-    /// Wall time, ns.
-    pub ts_ns: i64,
-    /// Xid code.
-    pub code: u32,
-    /// Process the driver named.
-    pub pid: Option<u32>,
-    /// The driver's message.
-    pub message: String,
-}
-
-/// The whole node's GPU picture at one NVML sample.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct GpuView {
-    /// Per device.
-    pub devices: Vec<DevicePicture>,
-}
-
-impl GpuView {
-    /// The device `index`.
-    pub fn device(&self, index: u32) -> Option<&DevicePicture> {
-        self.devices.iter().find(|d| d.device == index)
-    }
-
-    /// Devices where `pid` holds memory (per NVML or per its traced calls).
-    pub fn of_process(&self, pid: u32) -> Vec<DevicePicture> {
-        self.devices
-            .iter()
-            .filter(|d| d.processes.iter().any(|p| p.pid == pid))
-            .cloned()
-            .collect()
-    }
-}
+use crate::record::{ContainerGpu, DevicePicture, GpuView, ProcGpu, XidNote};
 
 /// Traced device bytes and pinned host bytes of a process on a device.
 pub trait TracedMemory {
@@ -130,23 +19,6 @@ pub trait TracedMemory {
     fn device_bytes(&self, pid: u32, device: u32) -> Option<u64>;
     /// Pinned host bytes `pid` holds.
     fn pinned(&self, pid: u32) -> Option<u64>;
-}
-
-impl TracedMemory for super::gpu::GpuTracker {
-    fn device_bytes(&self, pid: u32, device: u32) -> Option<u64> {
-        let l = self.ledger(pid)?;
-        Some(l.by_device.get(&(device as i32)).copied().unwrap_or(0))
-    }
-
-    fn pinned(&self, pid: u32) -> Option<u64> {
-        let l = self.ledger(pid)?;
-        Some(
-            l.by_kind
-                .get(&AllocKind::PinnedHost)
-                .map(|t| t.outstanding)
-                .unwrap_or(0),
-        )
-    }
 }
 
 /// Builds the view of one NVML sample.
@@ -262,8 +134,8 @@ pub fn annotate_xids(view: &mut GpuView, xids: &[(String, XidNote)], now_ns: i64
 mod tests {
     use super::*;
     use crate::{
-        gpu::{DeviceSample, GpuProcess},
         model::cgroup::CgroupLayout,
+        nvml::{DeviceSample, GpuProcess},
     };
 
     struct Fixed;

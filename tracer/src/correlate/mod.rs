@@ -1,23 +1,20 @@
 //! Joins what the probes saw with the process model, the cgroup sampler and
 //! the kernel's own OOM report into one [`KillRecord`] per kill.
 
-pub mod engine;
-pub mod gpu;
 pub mod gpuview;
-pub mod record;
 pub mod storm;
 pub mod timeline;
 
 use tracer_common::{OomVictim, SignalKill, victim_field};
 
+use crate::record::{
+    KillRecord, Killer, MemcgAtKill, MemcgSource, ProcRef, TaskAtKill, Trigger, Victim,
+    VictimMemory,
+};
 use crate::{
     collect::{decode::c_str, kmsg::OomReport},
     model::{Process, ProcessTable, proc, sampler::Sampler},
-    time::Clock,
-};
-use record::{
-    KillRecord, Killer, MemcgAtKill, MemcgSource, ProcRef, TaskAtKill, Trigger, Victim,
-    VictimMemory,
+    util::time::Clock,
 };
 
 /// How far back the lead-up goes.
@@ -343,18 +340,11 @@ pub fn kill_from_signal(ctx: &Context<'_>, ev: &SignalKill) -> Option<KillRecord
     })
 }
 
-/// The system page size.
-pub fn page_kb() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    (if size > 0 { size as u64 } else { 4096 }) / 1024
-}
-
 /// Joins the kernel's report into a kill record: constraint, the memcg at
 /// the kill, the task table, the trigger's allocation, and the victim's
 /// figures where the tracepoint lacked them.
 pub fn merge_report(rec: &mut KillRecord, report: &OomReport, sampler: Option<&Sampler>) {
-    let page_kb = page_kb();
+    let page_kb = crate::util::sys::page_kb();
     if !rec.source.contains("kmsg") {
         rec.source = if rec.source.is_empty() {
             "kmsg".into()

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use super::record::{KillAggregate, KillRecord};
+use crate::record::{KillAggregate, KillRecord};
 
 /// Full userspace kill records allowed in a burst.
 pub const BURST: f64 = 64.0;
@@ -117,7 +117,7 @@ impl SignalStorm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::correlate::record::Victim;
+    use crate::record::Victim;
 
     fn rec(pid: u32, ts: i64) -> KillRecord {
         KillRecord {

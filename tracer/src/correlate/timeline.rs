@@ -3,8 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::gpuview::GpuView;
-use crate::store::{DeviceRow, ProcRow};
+use crate::record::{DeviceRow, GpuView, ProcRow};
 
 /// Resolution of fresh timeline rows, seconds.
 pub const FRESH_RES_S: i64 = 10;
@@ -102,7 +101,7 @@ impl Window {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::correlate::gpuview::{DevicePicture, ProcGpu};
+    use crate::record::{DevicePicture, ProcGpu};
 
     fn view(used: u64, proc_used: u64) -> GpuView {
         GpuView {

@@ -4,11 +4,11 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::bytes;
+use crate::util::units::bytes;
 use crate::{
-    correlate::record::GpuOomRecord,
     model::ledger::{AllocKind, LedgerSummary},
-    time::format_wall,
+    record::GpuOomRecord,
+    util::time::format_wall,
 };
 
 /// A GPU OOM with what explain says of it.
@@ -209,7 +209,7 @@ pub fn render(e: &GpuOomExplanation) -> String {
 /// and the traced figures side by side, and the containers.
 pub fn render_picture(
     o: &mut String,
-    n: &crate::correlate::gpuview::DevicePicture,
+    n: &crate::record::DevicePicture,
     at_ns: i64,
     mark: Option<u32>,
 ) {

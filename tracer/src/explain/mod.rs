@@ -8,9 +8,9 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::{
-    correlate::record::{KillRecord, TaskAtKill},
+    record::{KillRecord, TaskAtKill},
     store::{DropRow, Session},
-    time::format_wall,
+    util::{time::format_wall, units::bytes},
 };
 
 /// The short answer: why it died.
@@ -44,22 +44,6 @@ pub fn owner_tag(owner: Option<&crate::model::cgroup::Owner>) -> String {
         .and_then(|o| o.short())
         .map(|s| format!("  [{s}]"))
         .unwrap_or_default()
-}
-
-/// Human-readable bytes.
-pub fn bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
 }
 
 fn kb(v: Option<u64>) -> String {
@@ -539,7 +523,7 @@ pub fn render_text(e: &Explanation) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::correlate::record::{Killer, MemcgAtKill, Victim, VictimMemory};
+    use crate::record::{Killer, MemcgAtKill, Victim, VictimMemory};
 
     fn task(pid: u32, rss_kb: u64, victim: bool) -> TaskAtKill {
         TaskAtKill {

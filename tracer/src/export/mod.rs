@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::{store::EventRow, time::format_wall};
+use crate::{store::EventRow, util::time::format_wall};
 
 /// One event as a flat JSON object: time, kind, task, then the kind's fields.
 pub fn event_json(r: &EventRow) -> Value {

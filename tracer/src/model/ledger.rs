@@ -188,7 +188,7 @@ impl Ledger {
     pub fn apply(&mut self, c: &CudaCall, ts_ns: i64) -> Change {
         self.calls += 1;
         // Borrowed: no allocation per call on this hot path.
-        let function = Cow::Borrowed(crate::probes::cuda::name(c.func));
+        let function = Cow::Borrowed(tracer_common::cuda::name(c.func));
         let record = CallRecord {
             ts_ns,
             function: function.clone(),

@@ -20,61 +20,7 @@ use tracer_common::{cuda, programs};
 
 use super::{ProbeError, Probes};
 
-/// Every probed function: (id, symbol).
-pub const FUNCTIONS: &[(u32, &str)] = &[
-    (cuda::MALLOC, "cudaMalloc"),
-    (cuda::MALLOC_MANAGED, "cudaMallocManaged"),
-    (cuda::MALLOC_PITCH, "cudaMallocPitch"),
-    (cuda::MALLOC_ASYNC, "cudaMallocAsync"),
-    (cuda::MALLOC_ASYNC_PTSZ, "cudaMallocAsync_ptsz"),
-    (cuda::MALLOC_FROM_POOL_ASYNC, "cudaMallocFromPoolAsync"),
-    (
-        cuda::MALLOC_FROM_POOL_ASYNC_PTSZ,
-        "cudaMallocFromPoolAsync_ptsz",
-    ),
-    (cuda::MALLOC_HOST, "cudaMallocHost"),
-    (cuda::HOST_ALLOC, "cudaHostAlloc"),
-    (cuda::FREE, "cudaFree"),
-    (cuda::FREE_ASYNC, "cudaFreeAsync"),
-    (cuda::FREE_ASYNC_PTSZ, "cudaFreeAsync_ptsz"),
-    (cuda::FREE_HOST, "cudaFreeHost"),
-    (cuda::SET_DEVICE, "cudaSetDevice"),
-    (cuda::DEVICE_RESET, "cudaDeviceReset"),
-    (cuda::MEM_ALLOC, "cuMemAlloc_v2"),
-    (cuda::MEM_ALLOC_MANAGED, "cuMemAllocManaged"),
-    (cuda::MEM_ALLOC_PITCH, "cuMemAllocPitch_v2"),
-    (cuda::MEM_ALLOC_ASYNC, "cuMemAllocAsync"),
-    (cuda::MEM_ALLOC_ASYNC_PTSZ, "cuMemAllocAsync_ptsz"),
-    (cuda::MEM_ALLOC_FROM_POOL_ASYNC, "cuMemAllocFromPoolAsync"),
-    (
-        cuda::MEM_ALLOC_FROM_POOL_ASYNC_PTSZ,
-        "cuMemAllocFromPoolAsync_ptsz",
-    ),
-    (cuda::MEM_ALLOC_HOST, "cuMemAllocHost_v2"),
-    (cuda::MEM_HOST_ALLOC, "cuMemHostAlloc"),
-    (cuda::MEM_FREE, "cuMemFree_v2"),
-    (cuda::MEM_FREE_ASYNC, "cuMemFreeAsync"),
-    (cuda::MEM_FREE_ASYNC_PTSZ, "cuMemFreeAsync_ptsz"),
-    (cuda::MEM_FREE_HOST, "cuMemFreeHost"),
-    (cuda::MEM_CREATE, "cuMemCreate"),
-    (cuda::MEM_RELEASE, "cuMemRelease"),
-    (cuda::MEM_MAP, "cuMemMap"),
-    (cuda::MEM_UNMAP, "cuMemUnmap"),
-    (cuda::MEM_ADDRESS_RESERVE, "cuMemAddressReserve"),
-    (cuda::MEM_ADDRESS_FREE, "cuMemAddressFree"),
-    (cuda::CTX_SET_CURRENT, "cuCtxSetCurrent"),
-    (cuda::DEVICE_PRIMARY_CTX_RETAIN, "cuDevicePrimaryCtxRetain"),
-    (cuda::DEVICE_PRIMARY_CTX_RESET, "cuDevicePrimaryCtxReset_v2"),
-];
-
-/// The symbol of function `id`.
-pub fn name(id: u32) -> &'static str {
-    FUNCTIONS
-        .iter()
-        .find(|(i, _)| *i == id)
-        .map(|(_, n)| *n)
-        .unwrap_or("?")
-}
+pub use tracer_common::cuda::{FUNCTIONS, name};
 
 /// Whether a mapped file's name makes it a CUDA runtime or driver library.
 pub fn is_cuda_library_name(path: &str) -> bool {

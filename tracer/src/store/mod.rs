@@ -9,8 +9,8 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde::Serialize;
 
 use crate::{
-    correlate::record::{GpuOomRecord, KillRecord},
     model::ledger::LedgerSummary,
+    record::{GpuOomRecord, KillRecord},
     util::fsafe,
 };
 
@@ -139,51 +139,7 @@ pub struct EventRow {
     pub data: serde_json::Value,
 }
 
-/// One device in the timeline.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct DeviceRow {
-    /// Window start, wall ns.
-    pub ts_ns: i64,
-    /// Device index.
-    pub device: u32,
-    /// Total memory.
-    pub total: u64,
-    /// Most used in the window.
-    pub used: u64,
-    /// Highest GPU utilization, percent.
-    pub util_gpu: Option<u32>,
-    /// Highest temperature.
-    pub temperature_c: Option<u32>,
-    /// Highest power, mW.
-    pub power_mw: Option<u32>,
-}
-
-/// One process on one device in the timeline.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct ProcRow {
-    /// Window start, wall ns.
-    pub ts_ns: i64,
-    /// Device index.
-    pub device: u32,
-    /// Pid.
-    pub pid: u32,
-    /// Name.
-    pub comm: String,
-    /// Container, pod or cgroup.
-    pub container: Option<String>,
-    /// NVML's figure (max in the window).
-    pub nvml_used: Option<u64>,
-    /// Traced device bytes.
-    pub traced_device: Option<u64>,
-    /// Pinned host bytes.
-    pub pinned_host: Option<u64>,
-    /// Host RSS, kB.
-    pub host_rss_kb: Option<u64>,
-    /// Memory cgroup usage.
-    pub memcg_usage: Option<u64>,
-    /// Memory cgroup limit.
-    pub memcg_limit: Option<u64>,
-}
+pub use crate::record::{DeviceRow, ProcRow};
 
 /// A recording session.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -1434,7 +1390,7 @@ fn insert_events_tx(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::correlate::record::Victim;
+    use crate::record::Victim;
 
     fn kill(pid: u32, ts_ns: i64) -> KillRecord {
         KillRecord {

@@ -2,4 +2,7 @@
 
 pub mod fsafe;
 pub mod out;
+pub mod sys;
 pub mod term;
+pub mod time;
+pub mod units;

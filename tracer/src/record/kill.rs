@@ -203,7 +203,7 @@ pub struct KillRecord {
     /// NVML's picture of the GPUs the victim used, at the last sample
     /// before the kill: everyone on them, with their containers.
     #[serde(default)]
-    pub gpu_picture: Vec<super::gpuview::DevicePicture>,
+    pub gpu_picture: Vec<super::gpu::DevicePicture>,
     /// For a storm of userspace SIGKILLs past the recording rate: how many
     /// kills this one record stands for (the victim is the first of them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -227,47 +227,4 @@ pub struct KillAggregate {
 impl KillAggregate {
     /// Victims named in an aggregate.
     pub const NAMED: usize = 16;
-}
-
-/// GPU memory of one process at a moment (from its traced CUDA calls).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GpuHolder {
-    /// Process.
-    pub process: ProcRef,
-    /// Bytes held on the device in question (all device-side kinds).
-    pub device_bytes: u64,
-    /// Its whole ledger.
-    pub ledger: crate::model::ledger::LedgerSummary,
-}
-
-/// A CUDA allocation that failed with out-of-memory.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct GpuOomRecord {
-    /// Wall time, ns.
-    pub ts_ns: i64,
-    /// The process whose allocation failed.
-    pub process: ProcRef,
-    /// The function that failed.
-    pub function: String,
-    /// Bytes asked for.
-    pub size: u64,
-    /// Kind of memory asked for.
-    pub kind: Option<crate::model::ledger::AllocKind>,
-    /// Device (-1 unknown).
-    pub device: i32,
-    /// The return code (2).
-    pub ret: i32,
-    /// Thread that called.
-    pub tid: u32,
-    /// What the process held when it failed, by kind, with its recent history.
-    pub held: crate::model::ledger::LedgerSummary,
-    /// Other traced processes holding memory on the same device, most first.
-    pub others: Vec<GpuHolder>,
-    /// The recording session.
-    pub session_id: Option<i64>,
-    /// What is not known, and why.
-    pub gaps: Vec<String>,
-    /// NVML's picture of the device at the last sample before the failure.
-    #[serde(default)]
-    pub nvml: Option<super::gpuview::DevicePicture>,
 }

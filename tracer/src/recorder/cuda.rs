@@ -6,10 +6,8 @@ use std::collections::{HashMap, HashSet};
 
 use tracer_common::{CudaCall, cuda};
 
-use super::{
-    proc_ref,
-    record::{GpuHolder, GpuOomRecord},
-};
+use crate::correlate::proc_ref;
+use crate::record::{GpuHolder, GpuOomRecord};
 use crate::{
     collect::decode::c_str,
     model::{
@@ -197,7 +195,7 @@ impl GpuTracker {
         Some(GpuOomRecord {
             ts_ns,
             process: proc_ref(pid, comm, model.get(pid)),
-            function: crate::probes::cuda::name(c.func).into(),
+            function: tracer_common::cuda::name(c.func).into(),
             size,
             kind,
             device,
@@ -225,7 +223,7 @@ impl GpuTracker {
                 tracing::info!(
                     "CUDA: pid {pid} ({}) exited holding {} in {} allocations",
                     t.comm,
-                    crate::explain::bytes(s.total_bytes),
+                    crate::util::units::bytes(s.total_bytes),
                     s.live_allocations
                 );
             }
@@ -258,5 +256,22 @@ impl GpuTracker {
         for att in std::mem::take(&mut self.attached) {
             self.probes.detach_cuda(att);
         }
+    }
+}
+
+impl crate::correlate::gpuview::TracedMemory for GpuTracker {
+    fn device_bytes(&self, pid: u32, device: u32) -> Option<u64> {
+        let l = self.ledger(pid)?;
+        Some(l.by_device.get(&(device as i32)).copied().unwrap_or(0))
+    }
+
+    fn pinned(&self, pid: u32) -> Option<u64> {
+        let l = self.ledger(pid)?;
+        Some(
+            l.by_kind
+                .get(&AllocKind::PinnedHost)
+                .map(|t| t.outstanding)
+                .unwrap_or(0),
+        )
     }
 }

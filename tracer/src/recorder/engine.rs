@@ -8,15 +8,14 @@ use tokio::sync::{mpsc, oneshot};
 
 use tracer_common::{CudaCall, cuda};
 
-use super::{
-    Context, kill_from_report, kill_from_signal, kill_from_victim, merge_report,
-    record::{KillRecord, Reaping},
-};
-use super::{
-    gpu::GpuTracker,
-    gpuview::{GpuView, TracedMemory},
+use super::cuda::GpuTracker;
+use crate::correlate::{
+    Context,
+    gpuview::TracedMemory,
+    kill_from_report, kill_from_signal, kill_from_victim, merge_report,
     timeline::{AGED_RES_S, DOWNSAMPLE_AFTER_NS, FRESH_RES_S, Window},
 };
+use crate::record::{GpuView, KillRecord, Reaping};
 use crate::{
     collect::{
         decode::{Event, c_str},
@@ -25,7 +24,7 @@ use crate::{
     model::{ProcessTable, sampler::Sampler},
     probes::{DropCounters, Drops, MemcgCounters},
     store::{DropRow, EventRow, Store, StoreError},
-    time::{Clock, wall_now_ns},
+    util::time::{Clock, wall_now_ns},
 };
 
 /// How long a kill waits for its kernel report and reaper events.
@@ -111,7 +110,7 @@ pub struct Inputs {
     /// Kernel log reports.
     pub kmsg: mpsc::Receiver<KmsgEvent>,
     /// NVML samples (none without NVML).
-    pub gpu: Option<mpsc::Receiver<crate::gpu::GpuSample>>,
+    pub gpu: Option<mpsc::Receiver<crate::nvml::GpuSample>>,
     /// Set to true when the recorder is asked to stop.
     pub stop: tokio::sync::watch::Receiver<bool>,
 }
@@ -142,11 +141,11 @@ pub struct Engine {
     /// Why there is no GPU picture, when there is none.
     nvml_missing: Option<String>,
     /// Recent Xid errors: (PCI address as logged, note).
-    xids: Vec<(String, super::gpuview::XidNote)>,
+    xids: Vec<(String, crate::record::XidNote)>,
     /// Asks the NVML thread for a sample now.
     sample_now: Option<std::sync::mpsc::Sender<()>>,
     /// GPU OOMs waiting for an NVML sample taken after them: (id, record).
-    ooms_awaiting_nvml: Vec<(i64, super::record::GpuOomRecord)>,
+    ooms_awaiting_nvml: Vec<(i64, crate::record::GpuOomRecord)>,
     window: Window,
     unmatched: Vec<(OomReport, i64)>,
     buffer: Vec<EventRow>,
@@ -156,7 +155,7 @@ pub struct Engine {
     /// have a tracepoint event.
     started_ns: i64,
     /// Userspace SIGKILLs past the rate of full records.
-    storm: super::storm::SignalStorm,
+    storm: crate::correlate::storm::SignalStorm,
     /// The store's file system was found full (said once; cleared when
     /// there is room again).
     disk_full: bool,
@@ -175,7 +174,7 @@ impl Engine {
     ) -> Self {
         let sampler = Sampler::new(
             model.layout().clone(),
-            super::LEADUP_NS + 5_000_000_000,
+            crate::correlate::LEADUP_NS + 5_000_000_000,
             opts.scan_items.clone(),
             opts.fault_item,
         );
@@ -467,7 +466,7 @@ impl Engine {
                 self.commit_kill(rec)?;
                 return Ok(());
             }
-            Event::SignalKill(s) if s.code != super::SI_KERNEL && s.result == 0 => {
+            Event::SignalKill(s) if s.code != crate::correlate::SI_KERNEL && s.result == 0 => {
                 // Past the rate of full records: folded, no /proc read, no row.
                 if !self.storm.admit(row.ts_ns) {
                     let memcg = self.model.get(s.target_pid).and_then(|p| p.memcg.clone());
@@ -484,7 +483,7 @@ impl Engine {
                         memcg,
                         row.ts_ns,
                         (s.target_pid, &comm),
-                        || super::kill_from_signal_lean(&ctx, s),
+                        || crate::correlate::kill_from_signal_lean(&ctx, s),
                     );
                     return Ok(());
                 }
@@ -626,7 +625,7 @@ impl Engine {
         }
         self.xids.push((
             x.pci.clone(),
-            super::gpuview::XidNote {
+            crate::record::XidNote {
                 ts_ns,
                 code: x.code,
                 pid: x.pid,
@@ -642,13 +641,14 @@ impl Engine {
     }
 
     /// An NVML sample: the new GPU picture, folded into the timeline.
-    fn on_gpu_sample(&mut self, s: crate::gpu::GpuSample) -> Result<(), StoreError> {
+    fn on_gpu_sample(&mut self, s: crate::nvml::GpuSample) -> Result<(), StoreError> {
         if let Some(e) = &s.error {
             tracing::debug!("NVML sample: {e}");
         }
         let traced = self.gpu.as_ref().map(|g| g as &dyn TracedMemory);
-        let mut view = super::gpuview::build(&s, &self.model, Some(&self.sampler), traced, s.ts_ns);
-        super::gpuview::annotate_xids(&mut view, &self.xids, s.ts_ns);
+        let mut view =
+            crate::correlate::gpuview::build(&s, &self.model, Some(&self.sampler), traced, s.ts_ns);
+        crate::correlate::gpuview::annotate_xids(&mut view, &self.xids, s.ts_ns);
         let n = &mut self.summary;
         n.nvml_sample_us_mean =
             (n.nvml_sample_us_mean * n.nvml_samples + s.took_us) / (n.nvml_samples + 1);
@@ -724,7 +724,7 @@ impl Engine {
                     rec.process.comm,
                     rec.process.pid,
                     rec.function,
-                    crate::explain::bytes(rec.size),
+                    crate::util::units::bytes(rec.size),
                     rec.device
                 );
             }
@@ -827,7 +827,7 @@ impl Engine {
             if rec.victim.pid != x.pid || rec.victim.memory.source.is_some() {
                 return false;
             }
-            let kb = super::page_kb();
+            let kb = crate::util::sys::page_kb();
             rec.victim.memory.anon_rss_kb = Some(x.rss_anon_pages * kb);
             rec.victim.memory.file_rss_kb = Some(x.rss_file_pages * kb);
             rec.victim.memory.shmem_rss_kb = Some(x.rss_shmem_pages * kb);
@@ -1100,7 +1100,7 @@ fn joins(rec: &KillRecord, report: &OomReport, clock: &Clock, started_ns: i64) -
             .as_ref()
             .and_then(|s| s.task_memcg.as_deref()),
     ) {
-        (Some(a), Some(super::record::MemcgSource::Kernel), Some(b)) => a == b,
+        (Some(a), Some(crate::record::MemcgSource::Kernel), Some(b)) => a == b,
         _ => true,
     };
     let report_ns = clock.kmsg_to_wall(report.ts_us);
@@ -1133,12 +1133,12 @@ async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
 mod tests {
     use super::*;
     use crate::collect::kmsg::{KilledProcess, OomSummary};
-    use crate::correlate::record::{MemcgSource, Victim};
+    use crate::record::{MemcgSource, Victim};
 
     fn kill(pid: u32, ts_ns: i64, memcg: Option<(&str, MemcgSource)>) -> KillRecord {
         KillRecord {
             ts_ns,
-            killer: super::super::record::Killer {
+            killer: crate::record::Killer {
                 kind: "kernel_oom".into(),
                 ..Default::default()
             },

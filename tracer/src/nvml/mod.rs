@@ -109,7 +109,7 @@ fn opt<T>(r: Result<T, NvmlError>) -> Option<T> {
 pub fn sample(nvml: &Nvml) -> GpuSample {
     let t0 = Instant::now();
     let mut out = GpuSample {
-        ts_ns: crate::time::wall_now_ns(),
+        ts_ns: crate::util::time::wall_now_ns(),
         ..Default::default()
     };
     let count = match nvml.device_count() {

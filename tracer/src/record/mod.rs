@@ -1,0 +1,10 @@
+//! The vocabulary of what is recorded: plain serde data, no logic beyond
+//! small accessors. Stored as JSON; fields added later must be optional.
+
+pub mod gpu;
+pub mod kill;
+pub mod rows;
+
+pub use gpu::*;
+pub use kill::*;
+pub use rows::*;

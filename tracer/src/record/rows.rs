@@ -1,0 +1,49 @@
+//! Rows of the stored timelines, as the correlators make them.
+
+use serde::Serialize;
+
+/// One device in the timeline.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DeviceRow {
+    /// Window start, wall ns.
+    pub ts_ns: i64,
+    /// Device index.
+    pub device: u32,
+    /// Total memory.
+    pub total: u64,
+    /// Most used in the window.
+    pub used: u64,
+    /// Highest GPU utilization, percent.
+    pub util_gpu: Option<u32>,
+    /// Highest temperature.
+    pub temperature_c: Option<u32>,
+    /// Highest power, mW.
+    pub power_mw: Option<u32>,
+}
+
+/// One process on one device in the timeline.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProcRow {
+    /// Window start, wall ns.
+    pub ts_ns: i64,
+    /// Device index.
+    pub device: u32,
+    /// Pid.
+    pub pid: u32,
+    /// Name.
+    pub comm: String,
+    /// Container, pod or cgroup.
+    pub container: Option<String>,
+    /// NVML's figure (max in the window).
+    pub nvml_used: Option<u64>,
+    /// Traced device bytes.
+    pub traced_device: Option<u64>,
+    /// Pinned host bytes.
+    pub pinned_host: Option<u64>,
+    /// Host RSS, kB.
+    pub host_rss_kb: Option<u64>,
+    /// Memory cgroup usage.
+    pub memcg_usage: Option<u64>,
+    /// Memory cgroup limit.
+    pub memcg_limit: Option<u64>,
+}

@@ -1,0 +1,25 @@
+//! Facts about the running system.
+
+/// The system page size, KiB.
+pub fn page_kb() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    (if size > 0 { size as u64 } else { 4096 }) / 1024
+}
+
+/// The kernel release (`uname -r`), empty when unreadable.
+pub fn kernel_release() -> String {
+    read_trimmed("/proc/sys/kernel/osrelease")
+}
+
+/// The host name, empty when unreadable.
+pub fn hostname() -> String {
+    read_trimmed("/proc/sys/kernel/hostname")
+}
+
+fn read_trimmed(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
