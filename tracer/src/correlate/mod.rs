@@ -8,8 +8,8 @@ pub mod timeline;
 use tracer_common::{OomVictim, SignalKill, victim_field};
 
 use crate::record::{
-    KillRecord, Killer, MemcgAtKill, MemcgSource, ProcRef, TaskAtKill, Trigger, Victim,
-    VictimMemory,
+    FiguresFrom, Gap, KillRecord, Killer, KillerKind, MemcgAtKill, MemcgSource, MemoryFrom,
+    ProcRef, Seen, TaskAtKill, Trigger, Victim, VictimMemory,
 };
 use crate::{
     collect::{decode::c_str, kmsg::OomReport},
@@ -114,7 +114,7 @@ fn sampled_memcg(
         limit_bytes: last.and_then(|s| s.limit_bytes),
         usage_bytes: last.map(|s| s.usage_bytes),
         failcnt: last.and_then(|s| s.failcnt),
-        source: "sample".into(),
+        source: FiguresFrom::Sample,
         age_ms: last.map(|s| (at_ns - s.ts_ns) / 1_000_000),
     };
     (Some(memcg), leadup)
@@ -204,7 +204,7 @@ pub fn kill_from_victim(
         shmem_rss_kb: has(victim_field::RSS).then_some(ev.shmem_rss_kb),
         total_vm_kb: has(victim_field::TOTAL_VM).then_some(ev.total_vm_kb),
         pgtables_kb: has(victim_field::PGTABLES).then_some(ev.pgtables_kb),
-        source: has(victim_field::RSS).then(|| "tracepoint".into()),
+        source: has(victim_field::RSS).then_some(MemoryFrom::Tracepoint),
     };
     let trig_pid = ev.header.pid;
     let trigger = Trigger {
@@ -227,16 +227,18 @@ pub fn kill_from_victim(
             )
         }
         None => {
-            gaps.push("the victim's cgroup is unknown (it was not in the process model)".into());
+            gaps.push(Gap::Note(
+                "the victim's cgroup is unknown (it was not in the process model)".into(),
+            ));
             ("global", None, Vec::new(), Vec::new())
         }
     };
-    gaps.push("waiting for the kernel's OOM report; constraint and memcg figures are inferred from samples".into());
+    gaps.push(Gap::AwaitingReport);
     KillRecord {
         ts_ns,
-        source: "tracepoint".into(),
+        source: Seen::TRACEPOINT,
         killer: Killer {
-            kind: "kernel_oom".into(),
+            kind: KillerKind::KernelOom,
             constraint: Some(constraint.into()),
             sender: None,
             signal_code: None,
@@ -260,9 +262,9 @@ pub fn kill_from_signal_lean(ctx: &Context<'_>, ev: &SignalKill) -> KillRecord {
     let sender_pid = ev.header.pid;
     KillRecord {
         ts_ns,
-        source: "signal".into(),
+        source: Seen::SIGNAL,
         killer: Killer {
-            kind: "userspace".into(),
+            kind: KillerKind::Userspace,
             constraint: None,
             sender: Some(proc_ref(
                 sender_pid,
@@ -305,12 +307,11 @@ pub fn kill_from_signal(ctx: &Context<'_>, ev: &SignalKill) -> Option<KillRecord
                 anon_rss_kb: Some(m.anon_kb),
                 file_rss_kb: Some(m.file_kb),
                 shmem_rss_kb: Some(m.shmem_kb),
-                source: Some("proc".into()),
+                source: Some(MemoryFrom::Proc),
                 ..Default::default()
             }
         }
-        None => gaps
-            .push("the victim's memory is unknown: it was gone before /proc could be read".into()),
+        None => gaps.push(Gap::MemoryUnknown),
     }
     let (memcg, leadup, tasks) = match victim.memcg.clone() {
         Some(path) => {
@@ -322,9 +323,9 @@ pub fn kill_from_signal(ctx: &Context<'_>, ev: &SignalKill) -> Option<KillRecord
     };
     Some(KillRecord {
         ts_ns,
-        source: "signal".into(),
+        source: Seen::SIGNAL,
         killer: Killer {
-            kind: "userspace".into(),
+            kind: KillerKind::Userspace,
             constraint: None,
             sender: Some(sender),
             signal_code: Some(ev.code),
@@ -345,17 +346,14 @@ pub fn kill_from_signal(ctx: &Context<'_>, ev: &SignalKill) -> Option<KillRecord
 /// figures where the tracepoint lacked them.
 pub fn merge_report(rec: &mut KillRecord, report: &OomReport, sampler: Option<&Sampler>) {
     let page_kb = crate::util::sys::page_kb();
-    if !rec.source.contains("kmsg") {
-        rec.source = if rec.source.is_empty() {
-            "kmsg".into()
-        } else {
-            format!("{}+kmsg", rec.source)
-        };
-    }
-    rec.gaps
-        .retain(|g| !g.starts_with("waiting for the kernel's OOM report"));
+    rec.source.kmsg = true;
+    rec.gaps.retain(|g| *g != Gap::AwaitingReport);
     if report.summary.is_none() {
-        let stale = match rec.memcg.as_ref().filter(|m| m.source == "sample") {
+        let stale = match rec
+            .memcg
+            .as_ref()
+            .filter(|m| m.source == FiguresFrom::Sample)
+        {
             Some(m) => format!(
                 "; the memcg figures are the sampler's, {} before the kill",
                 m.age_ms
@@ -364,16 +362,16 @@ pub fn merge_report(rec: &mut KillRecord, report: &OomReport, sampler: Option<&S
             ),
             None => String::new(),
         };
-        rec.gaps.push(match report.summary_cut {
+        rec.gaps.push(Gap::Note(match report.summary_cut {
             Some(n) => format!(
                 "the kernel's oom-kill summary line was cut short by printk ({n} characters: a cgroup path too long): the kernel's constraint and cgroup paths are not known{stale}"
             ),
             None => format!(
                 "the kernel printed no OOM header for this kill (rate-limited): no kernel memcg figures or task table{stale}"
             ),
-        });
+        }));
     }
-    rec.killer.kind = "kernel_oom".into();
+    rec.killer.kind = KillerKind::KernelOom;
     rec.killer.constraint = Some(constraint_name(report.constraint()).into());
     let k = &report.killed;
     let v = &mut rec.victim;
@@ -389,7 +387,7 @@ pub fn merge_report(rec: &mut KillRecord, report: &OomReport, sampler: Option<&S
             shmem_rss_kb: k.shmem_rss_kb,
             total_vm_kb: k.total_vm_kb,
             pgtables_kb: k.pgtables_kb,
-            source: Some("kmsg".into()),
+            source: Some(MemoryFrom::Kmsg),
         };
     }
     // The kernel's report names the victim's cgroup at the kill: it
@@ -400,9 +398,9 @@ pub fn merge_report(rec: &mut KillRecord, report: &OomReport, sampler: Option<&S
     {
         if let Some(old) = v.memcg.clone() {
             let from = v.memcg_source.unwrap_or(MemcgSource::Model).name();
-            rec.gaps.push(format!(
+            rec.gaps.push(Gap::Note(format!(
                 "{from} had the victim in {old}; the kernel's report says {m}"
-            ));
+            )));
         }
         let v = &mut rec.victim;
         let o = crate::model::cgroup::owner_of(m);
@@ -435,7 +433,7 @@ pub fn merge_report(rec: &mut KillRecord, report: &OomReport, sampler: Option<&S
             limit_bytes: Some(m.limit_kb * 1024).filter(|&l| l < (1 << 62)),
             usage_bytes: Some(m.usage_kb * 1024),
             failcnt: Some(m.failcnt),
-            source: "kmsg".into(),
+            source: FiguresFrom::Kmsg,
             age_ms: None,
         });
         if let Some(sampler) = sampler {
@@ -487,7 +485,7 @@ pub fn kill_from_report(
     let p = model.and_then(|m| m.get(report.killed.pid));
     let mut rec = KillRecord {
         ts_ns,
-        source: String::new(),
+        source: Seen::default(),
         victim: victim_from(report.killed.pid, report.killed.comm.clone(), p),
         ..Default::default()
     };
@@ -500,7 +498,7 @@ pub fn kill_from_report(
         ..Default::default()
     });
     merge_report(&mut rec, report, None);
-    rec.gaps.push("found in the kernel log only: no lead-up samples, process details from the kernel's report".into());
+    rec.gaps.push(Gap::Note("found in the kernel log only: no lead-up samples, process details from the kernel's report".into()));
     rec
 }
 
@@ -511,9 +509,9 @@ mod tests {
 
     fn tracepoint_kill(age_ms: i64) -> KillRecord {
         KillRecord {
-            source: "tracepoint".into(),
+            source: Seen::TRACEPOINT,
             killer: Killer {
-                kind: "kernel_oom".into(),
+                kind: KillerKind::KernelOom,
                 ..Default::default()
             },
             victim: Victim {
@@ -523,7 +521,7 @@ mod tests {
             memcg: Some(MemcgAtKill {
                 path: "/job".into(),
                 usage_bytes: Some(60 << 20),
-                source: "sample".into(),
+                source: FiguresFrom::Sample,
                 age_ms: Some(age_ms),
                 ..Default::default()
             }),
@@ -547,10 +545,11 @@ mod tests {
     fn a_rate_limited_or_cut_report_says_what_is_missing_and_stale() {
         let mut rec = tracepoint_kill(830);
         merge_report(&mut rec, &bare_report(None), None);
-        assert_eq!(rec.source, "tracepoint+kmsg");
+        assert_eq!(rec.source.to_string(), "tracepoint+kmsg");
         let gap = rec
             .gaps
             .iter()
+            .map(ToString::to_string)
             .find(|g| g.contains("rate-limited"))
             .expect("a gap");
         assert!(gap.contains("830 ms before the kill"), "{gap}");
@@ -560,9 +559,14 @@ mod tests {
         let gap = rec
             .gaps
             .iter()
+            .map(ToString::to_string)
             .find(|g| g.contains("cut short"))
             .expect("a gap");
         assert!(gap.contains("1000 characters"), "{gap}");
-        assert!(!rec.gaps.iter().any(|g| g.contains("rate-limited")));
+        assert!(
+            !rec.gaps
+                .iter()
+                .any(|g| g.to_string().contains("rate-limited"))
+        );
     }
 }

@@ -102,11 +102,11 @@ impl SignalStorm {
             .collect();
         for r in &mut out {
             if let Some(a) = &r.aggregate {
-                r.gaps.push(format!(
+                r.gaps.push(crate::record::Gap::Note(format!(
                     "one record for {} SIGKILLs from this sender into this cgroup: they came faster than {RATE_PER_S} a second, so only the first {} victims are named and none has its memory read",
                     a.count,
                     a.victims.len()
-                ));
+                )));
             }
         }
         out.sort_by_key(|r| r.ts_ns);
@@ -170,7 +170,7 @@ mod tests {
             "the record's victim is the first"
         );
         assert!(
-            due[0].gaps[0].contains("25000 SIGKILLs"),
+            due[0].gaps[0].to_string().contains("25000 SIGKILLs"),
             "{:?}",
             due[0].gaps
         );

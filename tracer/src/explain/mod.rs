@@ -8,17 +8,36 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::{
-    record::{KillRecord, TaskAtKill},
+    record::{FiguresFrom, KillRecord, KillerKind, TaskAtKill},
     store::{DropRow, Session},
     util::{time::format_wall, units::bytes},
 };
 
+/// Why a process died, in a word (stored and printed as snake_case).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// The victim grew into the limit itself.
+    OwnGrowth,
+    /// A single neighbour in its cgroup held more than it.
+    Neighbour,
+    /// No neighbour alone, but the rest of the cgroup together, held more.
+    Neighbours,
+    /// The whole node (or a cpuset / memory policy) ran out.
+    NodePressure,
+    /// Page cache or shared memory, not the tasks' anonymous memory.
+    PageCacheShmem,
+    /// A process sent SIGKILL.
+    UserspaceKill,
+    /// Not enough is known.
+    Unknown,
+}
+
 /// The short answer: why it died.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Verdict {
-    /// `own_growth`, `neighbour`, `node_pressure`, `page_cache_shmem`,
-    /// `userspace_kill`, or `unknown`.
-    pub cause: &'static str,
+    /// The cause, in a word.
+    pub cause: Cause,
     /// One or two sentences.
     pub summary: String,
 }
@@ -91,7 +110,7 @@ pub fn verdict(k: &KillRecord) -> Verdict {
 }
 
 fn base_verdict(k: &KillRecord) -> Verdict {
-    if k.killer.kind == "userspace" {
+    if k.killer.kind == KillerKind::Userspace {
         let s = k.killer.sender.as_ref();
         let who = s
             .map(|s| format!("{} (pid {})", s.comm, s.pid))
@@ -104,7 +123,7 @@ fn base_verdict(k: &KillRecord) -> Verdict {
             None => format!("killed by {who} with SIGKILL, not by the kernel OOM killer"),
         };
         return Verdict {
-            cause: "userspace_kill",
+            cause: Cause::UserspaceKill,
             summary,
         };
     }
@@ -119,13 +138,13 @@ fn base_verdict(k: &KillRecord) -> Verdict {
             .map(|v| format!("; the victim held {} of RSS", bytes(v * 1024)))
             .unwrap_or_default();
         return Verdict {
-            cause: "node_pressure",
+            cause: Cause::NodePressure,
             summary: format!("the whole node ran out of memory{held}"),
         };
     }
     if constraint != "memcg" {
         return Verdict {
-            cause: "node_pressure",
+            cause: Cause::NodePressure,
             summary: format!(
                 "allocation failed under a {constraint} constraint (restricted NUMA nodes)"
             ),
@@ -141,7 +160,7 @@ fn base_verdict(k: &KillRecord) -> Verdict {
         && shmem > anon
     {
         return Verdict {
-            cause: "page_cache_shmem",
+            cause: Cause::PageCacheShmem,
             summary: format!(
                 "shared memory: the victim's shmem RSS ({}) exceeds its anonymous memory ({})",
                 kb(Some(shmem)),
@@ -155,7 +174,7 @@ fn base_verdict(k: &KillRecord) -> Verdict {
         && tasks_kb * 2 < usage
     {
         return Verdict {
-            cause: "page_cache_shmem",
+            cause: Cause::PageCacheShmem,
             summary: format!(
                 "page cache or shared memory: the tasks' RSS ({}) is under half of the cgroup's usage ({})",
                 kb(Some(tasks_kb)),
@@ -171,17 +190,21 @@ fn base_verdict(k: &KillRecord) -> Verdict {
     let neighbour_kb: u64 = neighbours.iter().map(|t| t.rss_kb).sum();
     let Some(victim_kb) = victim_kb else {
         return Verdict {
-            cause: "unknown",
+            cause: Cause::Unknown,
             summary: "the victim's memory at the kill is unknown".into(),
         };
     };
     // A sampler's reading is not what the kernel charged at the kill: say
     // how old it was.
-    let sampled = k.memcg.as_ref().filter(|m| m.source == "sample").map(|m| {
-        m.age_ms
-            .map(|a| format!(" {a} ms before the kill"))
-            .unwrap_or_default()
-    });
+    let sampled = k
+        .memcg
+        .as_ref()
+        .filter(|m| m.source == FiguresFrom::Sample)
+        .map(|m| {
+            m.age_ms
+                .map(|a| format!(" {a} ms before the kill"))
+                .unwrap_or_default()
+        });
     let share = usage_kb
         .filter(|&u| u > 0)
         .map(|u| {
@@ -215,7 +238,7 @@ fn base_verdict(k: &KillRecord) -> Verdict {
     let big = neighbours.iter().max_by_key(|t| t.rss_kb);
     if let Some(big) = big.filter(|b| b.rss_kb > victim_kb) {
         return Verdict {
-            cause: "neighbour",
+            cause: Cause::Neighbour,
             summary: format!(
                 "a neighbour in the same cgroup: {} (pid {}) held {}, the victim only {}{grew}",
                 big.comm,
@@ -227,7 +250,7 @@ fn base_verdict(k: &KillRecord) -> Verdict {
     }
     if victim_kb >= neighbour_kb {
         Verdict {
-            cause: "own_growth",
+            cause: Cause::OwnGrowth,
             summary: format!(
                 "the victim's own growth: it held {}{share}, more than the rest of its cgroup together{grew}",
                 bytes(victim_kb * 1024)
@@ -236,7 +259,7 @@ fn base_verdict(k: &KillRecord) -> Verdict {
     } else {
         // No single neighbour held more than the victim, but together they did.
         Verdict {
-            cause: "neighbours",
+            cause: Cause::Neighbours,
             summary: format!(
                 "the rest of the cgroup together: {} other tasks held {}, the victim {} (the largest of the others held {}){grew}",
                 neighbours.len(),
@@ -287,8 +310,8 @@ pub(crate) fn one_line(s: &str, max: usize) -> String {
 }
 
 fn killer_line(k: &KillRecord) -> String {
-    match k.killer.kind.as_str() {
-        "userspace" => {
+    match k.killer.kind {
+        KillerKind::Userspace => {
             let s = k.killer.sender.as_ref();
             let name = s
                 .map(|s| format!("{} (pid {})", s.comm, s.pid))
@@ -311,7 +334,7 @@ pub fn render_text(e: &Explanation) -> String {
     let k = &e.kill;
     let v = &k.victim;
     let mut o = String::new();
-    let by = if k.killer.kind == "userspace" {
+    let by = if k.killer.kind == KillerKind::Userspace {
         "killed with SIGKILL"
     } else {
         "killed by the kernel OOM killer"
@@ -340,8 +363,7 @@ pub fn render_text(e: &Explanation) -> String {
         .unwrap_or_default();
     let src = mem
         .source
-        .as_deref()
-        .map(|s| format!(" (from {s})"))
+        .map(|s| format!(" (from {})", s.as_str()))
         .unwrap_or_default();
     if mem.rss_kb().is_some() {
         let _ = writeln!(
@@ -408,8 +430,8 @@ pub fn render_text(e: &Explanation) -> String {
             .failcnt
             .map(|f| format!(", failcnt {f}"))
             .unwrap_or_default();
-        let src = match (m.source.as_str(), m.age_ms) {
-            ("kmsg", _) => "kernel report at the kill".to_string(),
+        let src = match (m.source, m.age_ms) {
+            (FiguresFrom::Kmsg, _) => "kernel report at the kill".to_string(),
             (_, Some(age)) => format!("last sample, {age} ms before the kill"),
             _ => "last sample".to_string(),
         };
@@ -500,7 +522,7 @@ pub fn render_text(e: &Explanation) -> String {
     }
     let _ = writeln!(o);
     let _ = writeln!(o, "  verdict    {}", e.verdict.summary);
-    let mut unknown = k.gaps.clone();
+    let mut unknown: Vec<String> = k.gaps.iter().map(ToString::to_string).collect();
     for d in &e.drops {
         unknown.push(format!(
             "{} events lost on the {} ring between {} and {}",
@@ -538,7 +560,7 @@ mod tests {
     fn memcg_kill(victim_kb: u64, tasks: Vec<TaskAtKill>, usage_kb: u64) -> KillRecord {
         KillRecord {
             killer: Killer {
-                kind: "kernel_oom".into(),
+                kind: KillerKind::KernelOom,
                 constraint: Some("memcg".into()),
                 ..Default::default()
             },
@@ -556,7 +578,7 @@ mod tests {
             memcg: Some(MemcgAtKill {
                 path: "/x".into(),
                 usage_bytes: Some(usage_kb * 1024),
-                source: "kmsg".into(),
+                source: FiguresFrom::Kmsg,
                 ..Default::default()
             }),
             tasks,
@@ -578,7 +600,7 @@ mod tests {
             48_000,
         );
         let v = verdict(&k);
-        assert_eq!(v.cause, "neighbours", "{}", v.summary);
+        assert_eq!(v.cause, Cause::Neighbours, "{}", v.summary);
         assert!(v.summary.contains("3 other tasks"), "{}", v.summary);
     }
 
@@ -588,7 +610,7 @@ mod tests {
         let kernel = verdict(&k).summary;
         assert!(kernel.contains("the cgroup was charged"), "{kernel}");
         let m = k.memcg.as_mut().unwrap();
-        m.source = "sample".into();
+        m.source = FiguresFrom::Sample;
         m.age_ms = Some(830);
         let sampled = verdict(&k).summary;
         assert!(!sampled.contains("was charged"), "{sampled}");
@@ -605,29 +627,29 @@ mod tests {
             vec![task(1, 50_000, true), task(2, 10_000, false)],
             62_000,
         );
-        assert_eq!(verdict(&own).cause, "own_growth");
+        assert_eq!(verdict(&own).cause, Cause::OwnGrowth);
         let neighbour = memcg_kill(
             5_000,
             vec![task(1, 5_000, true), task(2, 55_000, false)],
             62_000,
         );
         let v = verdict(&neighbour);
-        assert_eq!(v.cause, "neighbour");
+        assert_eq!(v.cause, Cause::Neighbour);
         assert!(v.summary.contains("t2 (pid 2)"), "{}", v.summary);
         let cache = memcg_kill(5_000, vec![task(1, 5_000, true)], 60_000);
-        assert_eq!(verdict(&cache).cause, "page_cache_shmem");
+        assert_eq!(verdict(&cache).cause, Cause::PageCacheShmem);
         let mut global = own.clone();
         global.killer.constraint = Some("global".into());
-        assert_eq!(verdict(&global).cause, "node_pressure");
+        assert_eq!(verdict(&global).cause, Cause::NodePressure);
         let mut shm = own.clone();
         shm.victim.memory.shmem_rss_kb = Some(80_000);
-        assert_eq!(verdict(&shm).cause, "page_cache_shmem");
+        assert_eq!(verdict(&shm).cause, Cause::PageCacheShmem);
         let mut user = own;
         user.killer = Killer {
-            kind: "userspace".into(),
+            kind: KillerKind::Userspace,
             ..Default::default()
         };
-        assert_eq!(verdict(&user).cause, "userspace_kill");
+        assert_eq!(verdict(&user).cause, Cause::UserspaceKill);
     }
 
     #[test]

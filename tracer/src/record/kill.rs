@@ -9,11 +9,195 @@ use crate::{
     model::{cgroup::Owner, sampler::CgroupSample},
 };
 
+/// Who killed a process.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KillerKind {
+    /// The kernel's OOM killer.
+    #[default]
+    KernelOom,
+    /// A process that sent SIGKILL.
+    Userspace,
+}
+
+impl KillerKind {
+    /// The stored name (`kernel_oom`, `userspace`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KillerKind::KernelOom => "kernel_oom",
+            KillerKind::Userspace => "userspace",
+        }
+    }
+}
+
+/// Where a victim's memory figures come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryFrom {
+    /// `oom:mark_victim`'s fields.
+    Tracepoint,
+    /// The kernel's OOM report.
+    Kmsg,
+    /// /proc/PID/status, read when the signal was seen.
+    Proc,
+    /// The RSS counters the exit probe read.
+    Exit,
+}
+
+impl MemoryFrom {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryFrom::Tracepoint => "tracepoint",
+            MemoryFrom::Kmsg => "kmsg",
+            MemoryFrom::Proc => "proc",
+            MemoryFrom::Exit => "exit",
+        }
+    }
+}
+
+/// Where a memory cgroup's figures at a kill come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FiguresFrom {
+    /// The kernel's OOM report: what was charged at the kill.
+    #[default]
+    Kmsg,
+    /// The sampler's last reading before the kill (see `age_ms`).
+    Sample,
+}
+
+/// What saw a kill. Stored as the names of the sources joined with `+`
+/// (`tracepoint+kmsg`), as records always were.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Seen {
+    /// `oom:mark_victim`.
+    pub tracepoint: bool,
+    /// `signal:signal_generate`.
+    pub signal: bool,
+    /// The kernel's OOM report in /dev/kmsg.
+    pub kmsg: bool,
+}
+
+impl Seen {
+    /// Seen by the OOM tracepoint only.
+    pub const TRACEPOINT: Seen = Seen {
+        tracepoint: true,
+        signal: false,
+        kmsg: false,
+    };
+    /// Seen by the signal tracepoint only.
+    pub const SIGNAL: Seen = Seen {
+        tracepoint: false,
+        signal: true,
+        kmsg: false,
+    };
+}
+
+impl std::fmt::Display for Seen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names = [
+            (self.tracepoint, "tracepoint"),
+            (self.signal, "signal"),
+            (self.kmsg, "kmsg"),
+        ];
+        let mut first = true;
+        for (on, name) in names {
+            if on {
+                if !first {
+                    f.write_str("+")?;
+                }
+                f.write_str(name)?;
+                first = false;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for Seen {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Seen {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let mut seen = Seen::default();
+        for part in text.split('+').filter(|p| !p.is_empty()) {
+            match part {
+                "tracepoint" => seen.tracepoint = true,
+                "signal" => seen.signal = true,
+                "kmsg" => seen.kmsg = true,
+                other => {
+                    return Err(serde::de::Error::custom(format!(
+                        "unknown kill source {other:?}"
+                    )));
+                }
+            }
+        }
+        Ok(seen)
+    }
+}
+
+/// Something not known about a kill, and why. Stored as its text; the
+/// notes a later join removes have variants of their own, so nothing is
+/// removed by matching English.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Gap {
+    /// Built from the tracepoint; the kernel's report has not been joined.
+    AwaitingReport,
+    /// The victim was gone before /proc could be read (its memory may
+    /// still come from the exit probe).
+    MemoryUnknown,
+    /// Anything else, said as it is.
+    Note(String),
+}
+
+impl Gap {
+    const AWAITING_REPORT: &'static str = "waiting for the kernel's OOM report; constraint and memcg figures are inferred from samples";
+    const MEMORY_UNKNOWN: &'static str =
+        "the victim's memory is unknown: it was gone before /proc could be read";
+}
+
+impl From<String> for Gap {
+    fn from(s: String) -> Self {
+        match s.as_str() {
+            Gap::AWAITING_REPORT => Gap::AwaitingReport,
+            Gap::MEMORY_UNKNOWN => Gap::MemoryUnknown,
+            _ => Gap::Note(s),
+        }
+    }
+}
+
+impl std::fmt::Display for Gap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Gap::AwaitingReport => Gap::AWAITING_REPORT,
+            Gap::MemoryUnknown => Gap::MEMORY_UNKNOWN,
+            Gap::Note(s) => s,
+        })
+    }
+}
+
+impl Serialize for Gap {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Gap {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(Gap::from)
+    }
+}
+
 /// Who killed the process.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Killer {
-    /// `kernel_oom` or `userspace`.
-    pub kind: String,
+    /// The kernel's OOM killer, or a process that sent SIGKILL.
+    pub kind: KillerKind,
     /// Kernel OOM constraint: `memcg`, `global`, `cpuset`, `mempolicy`.
     pub constraint: Option<String>,
     /// The process that sent the SIGKILL (userspace killers).
@@ -50,8 +234,8 @@ pub struct VictimMemory {
     pub total_vm_kb: Option<u64>,
     /// Page tables.
     pub pgtables_kb: Option<u64>,
-    /// Where the figures come from: `tracepoint`, `kmsg`, `proc`.
-    pub source: Option<String>,
+    /// Where the figures come from.
+    pub source: Option<MemoryFrom>,
 }
 
 impl VictimMemory {
@@ -135,8 +319,8 @@ pub struct MemcgAtKill {
     pub usage_bytes: Option<u64>,
     /// Times the limit was hit.
     pub failcnt: Option<u64>,
-    /// `kmsg` (the kernel's report) or `sample` (the sampler's last reading).
-    pub source: String,
+    /// The kernel's report, or the sampler's last reading.
+    pub source: FiguresFrom,
     /// For `sample`: how old the reading was at the kill, ms.
     pub age_ms: Option<i64>,
 }
@@ -176,8 +360,8 @@ pub struct Reaping {
 pub struct KillRecord {
     /// Wall time of the kill, ns since the epoch.
     pub ts_ns: i64,
-    /// What saw it: `tracepoint`, `kmsg`, `signal`, joined with `+`.
-    pub source: String,
+    /// What saw it (stored as `tracepoint`, `kmsg`, `signal`, joined with `+`).
+    pub source: Seen,
     /// Who killed it.
     pub killer: Killer,
     /// The victim.
@@ -199,7 +383,7 @@ pub struct KillRecord {
     /// Wall time of the kernel event that started the kill (boot clock converted).
     pub tracepoint_ns: Option<i64>,
     /// What is not known about this kill, and why.
-    pub gaps: Vec<String>,
+    pub gaps: Vec<Gap>,
     /// NVML's picture of the GPUs the victim used, at the last sample
     /// before the kill: everyone on them, with their containers.
     #[serde(default)]
@@ -227,4 +411,89 @@ pub struct KillAggregate {
 impl KillAggregate {
     /// Victims named in an aggregate.
     pub const NAMED: usize = 16;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_strings_read_back_as_the_same_states() {
+        for text in [
+            "tracepoint",
+            "kmsg",
+            "signal",
+            "tracepoint+kmsg",
+            "signal+kmsg",
+        ] {
+            let seen: Seen = serde_json::from_value(serde_json::json!(text)).unwrap();
+            assert_eq!(serde_json::to_value(seen).unwrap(), text);
+        }
+        assert!(serde_json::from_value::<Seen>(serde_json::json!("radar")).is_err());
+        let gaps: Vec<Gap> = serde_json::from_value(serde_json::json!([
+            Gap::AWAITING_REPORT,
+            Gap::MEMORY_UNKNOWN,
+            "something else"
+        ]))
+        .unwrap();
+        assert_eq!(
+            gaps,
+            [
+                Gap::AwaitingReport,
+                Gap::MemoryUnknown,
+                Gap::Note("something else".into())
+            ]
+        );
+        assert_eq!(
+            serde_json::to_value(&gaps).unwrap(),
+            serde_json::json!([Gap::AWAITING_REPORT, Gap::MEMORY_UNKNOWN, "something else"])
+        );
+        let k: Killer = serde_json::from_value(serde_json::json!({
+            "kind": "userspace", "constraint": null, "sender": null, "signal_code": 0
+        }))
+        .unwrap();
+        assert_eq!(k.kind, KillerKind::Userspace);
+    }
+
+    /// A kill record as the string-typed code wrote it: it reads back and
+    /// is written out again byte for byte the same JSON.
+    #[test]
+    fn a_record_written_before_the_enums_round_trips_unchanged() {
+        let old = serde_json::json!({
+            "ts_ns": 1796229780985216899i64,
+            "source": "tracepoint+kmsg",
+            "killer": {"kind": "kernel_oom", "constraint": "memcg", "sender": null, "signal_code": null},
+            "victim": {
+                "pid": 31737, "comm": "memhog", "cmdline": "memhog --step-mib 2", "exe": "/bin/memhog",
+                "uid": 0, "memcg": "/job", "owner": null,
+                "memory": {"anon_rss_kb": 81408, "file_rss_kb": 1680, "shmem_rss_kb": 0,
+                           "total_vm_kb": 85028, "pgtables_kb": 216, "source": "tracepoint"},
+                "oom_score_adj": 0, "gpu": null
+            },
+            "trigger": null,
+            "memcg": {"path": "/job", "limit_bytes": 67108864u64, "usage_bytes": 67108864u64,
+                      "failcnt": 26, "source": "sample", "age_ms": 230},
+            "tasks": [],
+            "leadup": [],
+            "reaping": null,
+            "kmsg": null,
+            "session_id": 1,
+            "tracepoint_ns": 1796229780985216899i64,
+            "gaps": ["the victim's memory is unknown: it was gone before /proc could be read", "found in the kernel log only"],
+            "gpu_picture": []
+        });
+        let rec: KillRecord = serde_json::from_value(old.clone()).unwrap();
+        assert_eq!(
+            rec.source,
+            Seen {
+                tracepoint: true,
+                signal: false,
+                kmsg: true
+            }
+        );
+        assert_eq!(rec.victim.memory.source, Some(MemoryFrom::Tracepoint));
+        assert_eq!(rec.memcg.as_ref().unwrap().source, FiguresFrom::Sample);
+        assert_eq!(rec.gaps[0], Gap::MemoryUnknown);
+        assert_eq!(serde_json::to_value(&rec).unwrap(), old);
+    }
 }

@@ -15,7 +15,7 @@ use crate::correlate::{
     kill_from_report, kill_from_signal, kill_from_victim, merge_report,
     timeline::{AGED_RES_S, DOWNSAMPLE_AFTER_NS, FRESH_RES_S, Window},
 };
-use crate::record::{GpuView, KillRecord, Reaping};
+use crate::record::{Gap, GpuView, KillRecord, KillerKind, MemoryFrom, Reaping};
 use crate::{
     collect::{
         decode::{Event, c_str},
@@ -749,7 +749,8 @@ impl Engine {
             if let Some(v) = &self.gpu_view {
                 k.gpu_picture = v.of_process(k.victim.pid);
             } else if let Some(why) = &self.nvml_missing {
-                k.gaps.push(format!("GPU data unavailable: {why}"));
+                k.gaps
+                    .push(Gap::Note(format!("GPU data unavailable: {why}")));
             }
         }
         let events = std::mem::take(&mut self.buffer);
@@ -831,9 +832,8 @@ impl Engine {
             rec.victim.memory.anon_rss_kb = Some(x.rss_anon_pages * kb);
             rec.victim.memory.file_rss_kb = Some(x.rss_file_pages * kb);
             rec.victim.memory.shmem_rss_kb = Some(x.rss_shmem_pages * kb);
-            rec.victim.memory.source = Some("exit".into());
-            rec.gaps
-                .retain(|g| !g.starts_with("the victim's memory is unknown"));
+            rec.victim.memory.source = Some(MemoryFrom::Exit);
+            rec.gaps.retain(|g| *g != Gap::MemoryUnknown);
             true
         };
         if self.to_commit.iter_mut().rev().any(fill) {
@@ -1104,7 +1104,7 @@ fn joins(rec: &KillRecord, report: &OomReport, clock: &Clock, started_ns: i64) -
         _ => true,
     };
     let report_ns = clock.kmsg_to_wall(report.ts_us);
-    rec.killer.kind == "kernel_oom"
+    rec.killer.kind == KillerKind::KernelOom
         && rec.victim.pid == report.killed.pid
         && (rec.ts_ns - report_ns).abs() < JOIN_WINDOW_NS
         // A kill from before the probes were attached has no tracepoint
@@ -1139,7 +1139,7 @@ mod tests {
         KillRecord {
             ts_ns,
             killer: crate::record::Killer {
-                kind: "kernel_oom".into(),
+                kind: KillerKind::KernelOom,
                 ..Default::default()
             },
             victim: Victim {

@@ -830,7 +830,7 @@ impl Store {
                 let json = serde_json::to_string(kill).expect("kill records serialize");
                 tx.execute(
                     "INSERT INTO kills (ts_ns, pid, comm, killer, session_id, committed_ns, record) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                    params![kill.ts_ns, kill.victim.pid, kill.victim.comm, kill.killer.kind, kill.session_id, now_ns, json],
+                    params![kill.ts_ns, kill.victim.pid, kill.victim.comm, kill.killer.kind.as_str(), kill.session_id, now_ns, json],
                 )
                 .map_err(sql("insert kill"))?;
                 ids.push(tx.last_insert_rowid());
@@ -1395,7 +1395,7 @@ mod tests {
     fn kill(pid: u32, ts_ns: i64) -> KillRecord {
         KillRecord {
             ts_ns,
-            source: "tracepoint".into(),
+            source: crate::record::Seen::TRACEPOINT,
             victim: Victim {
                 pid,
                 comm: "python3".into(),
