@@ -2,6 +2,7 @@
 //! the kernel's own OOM report into one [`KillRecord`] per kill.
 
 pub mod gpuview;
+pub mod join;
 pub mod storm;
 pub mod timeline;
 

@@ -12,14 +12,15 @@ use super::cuda::GpuTracker;
 use crate::correlate::{
     Context,
     gpuview::TracedMemory,
+    join::{JOIN_WINDOW_NS, Reports},
     kill_from_report, kill_from_signal, kill_from_victim, merge_report,
     timeline::{AGED_RES_S, DOWNSAMPLE_AFTER_NS, FRESH_RES_S, Window},
 };
-use crate::record::{Gap, GpuView, KillRecord, KillerKind, MemoryFrom, Reaping};
+use crate::record::{Gap, GpuView, KillRecord, MemoryFrom, Reaping};
 use crate::{
     collect::{
         decode::{Event, c_str},
-        kmsg::{KmsgEvent, OomReport},
+        kmsg::KmsgEvent,
     },
     model::{ProcessTable, sampler::Sampler},
     probes::{DropCounters, Drops, MemcgCounters},
@@ -29,12 +30,6 @@ use crate::{
 
 /// How long a kill waits for its kernel report and reaper events.
 const PENDING_NS: i64 = 30_000_000_000;
-/// How long a kernel report waits for its tracepoint event.
-const UNMATCHED_NS: i64 = 2_000_000_000;
-/// Tracepoint and kernel-log times of one kill are this close (both are
-/// stamped within microseconds of each other; the rest is clock
-/// conversion). A pid reused and killed again is further apart than this.
-const JOIN_WINDOW_NS: i64 = 2_000_000_000;
 /// CUDA allocations at least this large are stored as events.
 const NOTABLE_CUDA_BYTES: u64 = 64 << 20;
 /// How long GPU OOMs and kills wait for the CUDA calls before them.
@@ -147,13 +142,11 @@ pub struct Engine {
     /// GPU OOMs waiting for an NVML sample taken after them: (id, record).
     ooms_awaiting_nvml: Vec<(i64, crate::record::GpuOomRecord)>,
     window: Window,
-    unmatched: Vec<(OomReport, i64)>,
+    /// Kernel reports no kill has claimed yet.
+    reports: Reports,
     buffer: Vec<EventRow>,
     summary: EngineSummary,
     ticks: u64,
-    /// Wall time the probes started to be attached: no kill before it can
-    /// have a tracepoint event.
-    started_ns: i64,
     /// Userspace SIGKILLs past the rate of full records.
     storm: crate::correlate::storm::SignalStorm,
     /// The store's file system was found full (said once; cleared when
@@ -199,14 +192,13 @@ impl Engine {
             sample_now: None,
             ooms_awaiting_nvml: Vec::new(),
             window: Window::default(),
-            unmatched: Vec::new(),
+            reports: Reports::new(wall_now_ns()),
             buffer: Vec::new(),
             summary: EngineSummary {
                 session_id,
                 ..Default::default()
             },
             ticks: 0,
-            started_ns: wall_now_ns(),
             storm: Default::default(),
             disk_full: false,
         }
@@ -308,7 +300,7 @@ impl Engine {
         while let Ok(ev) = rx.try_recv() {
             self.on_kmsg(ev)?;
         }
-        if self.unmatched.iter().any(|(_, seen)| *seen == 0) {
+        if self.reports.has_backlog() {
             self.settle_unmatched(wall_now_ns(), false)?;
         }
         Ok(())
@@ -451,15 +443,7 @@ impl Engine {
                     (t_recv - row.ts_ns) / 1000,
                     (wall_now_ns() - t_recv) / 1000
                 );
-                if let Some(i) = self
-                    .unmatched
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, (r, _))| joins(&rec, r, &self.clock, self.started_ns))
-                    .min_by_key(|(_, (r, _))| (rec.ts_ns - self.clock.kmsg_to_wall(r.ts_us)).abs())
-                    .map(|(i, _)| i)
-                {
-                    let (report, _) = self.unmatched.swap_remove(i);
+                if let Some(report) = self.reports.claim(&rec, &self.clock) {
                     merge_report(&mut rec, &report, Some(&self.sampler));
                 }
                 self.buffer.push(row);
@@ -599,7 +583,7 @@ impl Engine {
     /// Sets when the probes started to be attached (wall ns); the engine's
     /// own start is the default.
     pub fn set_started(&mut self, ns: i64) {
-        self.started_ns = ns;
+        self.reports.set_started(ns);
     }
 
     /// The way to ask the NVML thread for a sample now.
@@ -857,29 +841,17 @@ impl Engine {
             KmsgEvent::Xid(x) => return self.on_xid(x),
             KmsgEvent::Reaped(_) => return Ok(()),
         };
-        let clock = self.clock;
-        let ts = clock.kmsg_to_wall(report.ts_us);
-        if let Some(p) = self
-            .pending
-            .iter_mut()
-            .filter(|p| {
-                p.record.kmsg.is_none() && joins(&p.record, &report, &clock, self.started_ns)
-            })
-            .min_by_key(|p| (p.record.ts_ns - ts).abs())
-        {
+        let joined = self.reports.offer(
+            *report,
+            self.pending.iter().map(|p| &p.record),
+            &self.clock,
+            wall_now_ns(),
+        );
+        if let Some((i, report)) = joined {
+            let p = &mut self.pending[i];
             merge_report(&mut p.record, &report, Some(&self.sampler));
             self.store.update_kill(p.id, &p.record)?;
-            return Ok(());
         }
-        // A kill from before the probes were attached has no tracepoint
-        // event to wait for: it is due at once (seen at the epoch), so a
-        // recorder that lives only a moment still stores it.
-        let seen = if ts < self.started_ns {
-            0
-        } else {
-            wall_now_ns()
-        };
-        self.unmatched.push((*report, seen));
         Ok(())
     }
 
@@ -887,12 +859,8 @@ impl Engine {
     /// whose tracepoint event was lost) become kernel-log-only records,
     /// unless the store has them already.
     fn settle_unmatched(&mut self, now_ns: i64, all: bool) -> Result<(), StoreError> {
-        let (due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.unmatched)
-            .into_iter()
-            .partition(|(_, seen)| all || now_ns - seen >= UNMATCHED_NS);
-        self.unmatched = keep;
         let mut found = Vec::new();
-        for (report, _) in due {
+        for report in self.reports.due(now_ns, all) {
             let ts = self.clock.kmsg_to_wall(report.ts_us);
             if self
                 .store
@@ -1086,33 +1054,6 @@ impl Engine {
     }
 }
 
-/// Whether a kernel report is about the kill in `rec`: the same pid, at
-/// the same moment, and (where both are known) in the same memory cgroup,
-/// so a pid reused and killed again never takes another kill's report.
-fn joins(rec: &KillRecord, report: &OomReport, clock: &Clock, started_ns: i64) -> bool {
-    // Only the kernel's own view of the cgroup at the kill can veto a join
-    // (the model's may be stale: that is what the report corrects).
-    let same_cgroup = match (
-        rec.victim.memcg.as_deref(),
-        rec.victim.memcg_source,
-        report
-            .summary
-            .as_ref()
-            .and_then(|s| s.task_memcg.as_deref()),
-    ) {
-        (Some(a), Some(crate::record::MemcgSource::Kernel), Some(b)) => a == b,
-        _ => true,
-    };
-    let report_ns = clock.kmsg_to_wall(report.ts_us);
-    rec.killer.kind == KillerKind::KernelOom
-        && rec.victim.pid == report.killed.pid
-        && (rec.ts_ns - report_ns).abs() < JOIN_WINDOW_NS
-        // A kill from before the probes were attached has no tracepoint
-        // event: its report is never another kill's (a pid reused since).
-        && report_ns >= started_ns
-        && same_cgroup
-}
-
 /// Sleeps until `t` (a branch guard keeps `None` from being polled).
 async fn sleep_until(t: Option<tokio::time::Instant>) {
     match t {
@@ -1126,95 +1067,5 @@ async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
     match rx {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::collect::kmsg::{KilledProcess, OomSummary};
-    use crate::record::{MemcgSource, Victim};
-
-    fn kill(pid: u32, ts_ns: i64, memcg: Option<(&str, MemcgSource)>) -> KillRecord {
-        KillRecord {
-            ts_ns,
-            killer: crate::record::Killer {
-                kind: KillerKind::KernelOom,
-                ..Default::default()
-            },
-            victim: Victim {
-                pid,
-                memcg: memcg.map(|(m, _)| m.to_string()),
-                memcg_source: memcg.map(|(_, s)| s),
-                ..Default::default()
-            },
-            ..Default::default()
-        }
-    }
-
-    fn report(pid: u32, ts_us: u64, task_memcg: &str) -> OomReport {
-        OomReport {
-            ts_us,
-            killed: KilledProcess {
-                pid,
-                ..Default::default()
-            },
-            summary: Some(OomSummary {
-                task_memcg: Some(task_memcg.into()),
-                pid,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn reports_join_on_pid_time_cgroup_and_never_across_the_start() {
-        let clock = Clock::fixed(0, 0);
-        let s = 1_000_000_000; // 1 s: the probes started attaching
-        let at = |us: u64| report(7, us, "/a");
-        // Same pid, same moment, same cgroup.
-        assert!(joins(
-            &kill(7, 5_000_000_000, Some(("/a", MemcgSource::Kernel))),
-            &at(5_000_100),
-            &clock,
-            s
-        ));
-        // Another pid.
-        assert!(!joins(
-            &kill(8, 5_000_000_000, None),
-            &at(5_000_000),
-            &clock,
-            s
-        ));
-        // Too far apart: a pid reused and killed again.
-        assert!(!joins(
-            &kill(7, 9_000_000_000, None),
-            &at(5_000_000),
-            &clock,
-            s
-        ));
-        // The kernel at the kill put it elsewhere.
-        assert!(!joins(
-            &kill(7, 5_000_000_000, Some(("/b", MemcgSource::Kernel))),
-            &at(5_000_000),
-            &clock,
-            s
-        ));
-        // The model's cgroup may be stale: it does not veto.
-        assert!(joins(
-            &kill(7, 5_000_000_000, Some(("/b", MemcgSource::Model))),
-            &at(5_000_000),
-            &clock,
-            s
-        ));
-        // A report from before the start (the pid killed while no recorder
-        // ran, then reused and killed 0.4 s later): never joined.
-        assert!(!joins(
-            &kill(7, 1_300_000_000, None),
-            &at(900_000),
-            &clock,
-            s
-        ));
     }
 }

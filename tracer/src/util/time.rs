@@ -49,7 +49,7 @@ impl Clock {
 
     /// A clock with given offsets (wall = boot + `boot_to_wall`, wall =
     /// monotonic + `mono_to_wall`): for joins fed recorded stamps.
-    pub fn fixed(boot_to_wall: i64, mono_to_wall: i64) -> Self {
+    pub const fn fixed(boot_to_wall: i64, mono_to_wall: i64) -> Self {
         Self {
             boot_to_wall,
             mono_to_wall,
