@@ -162,3 +162,42 @@ fn the_scan_reads_groups_and_paths() {
         ["util", "model"]
     );
 }
+
+#[test]
+fn the_correlators_are_pure() {
+    // Time and /proc come in through `correlate::Context`; the store, the
+    // probes and explain are the recorder's and the CLI's business.
+    let forbidden = [
+        "crate::probes",
+        "crate::store",
+        "crate::explain",
+        "std::fs",
+        "fs::read",
+        "wall_now_ns",
+        "Instant::now",
+        "SystemTime::now",
+        "read_status_mem",
+        "proc::read",
+    ];
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/correlate");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    assert!(files.len() >= 4, "{files:?}");
+    let mut wrong = Vec::new();
+    for f in &files {
+        let text = fs::read_to_string(f).expect("read source");
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            for word in forbidden.iter().filter(|w| line.contains(*w)) {
+                wrong.push(format!("{}:{}: {word}", f.display(), n + 1));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "correlate reads the world:\n{}",
+        wrong.join("\n")
+    );
+}

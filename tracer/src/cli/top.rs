@@ -132,7 +132,7 @@ pub fn snapshot(
     let traced = (!ledgers.0.is_empty()).then_some(&ledgers as &dyn TracedMemory);
     let view = sample
         .as_ref()
-        .map(|s| gpuview::build(s, &model, None, traced, now))
+        .map(|s| gpuview::build(s, &model, None, traced, &crate::model::proc::LiveProc, now))
         .unwrap_or_default();
     let memcg = |path: &Option<String>| -> (Option<u64>, Option<u64>) {
         let Some(dir) = path.as_deref().and_then(|p| layout.memcg_dir(p)) else {

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use crate::{
-    model::{ProcessTable, proc, sampler::Sampler},
+    model::{ProcessTable, proc::ProcFacts, sampler::Sampler},
     nvml::GpuSample,
 };
 
@@ -27,6 +27,7 @@ pub fn build(
     model: &ProcessTable,
     sampler: Option<&Sampler>,
     traced: Option<&dyn TracedMemory>,
+    procs: &dyn ProcFacts,
     now_ns: i64,
 ) -> GpuView {
     let mut view = GpuView::default();
@@ -56,7 +57,7 @@ pub fn build(
                         _ => None,
                     },
                     pinned_host,
-                    host_rss_kb: proc::read_status_mem(gp.pid).map(|m| m.rss_kb),
+                    host_rss_kb: procs.status_mem(gp.pid).map(|m| m.rss_kb),
                     memcg_usage: cg.as_ref().map(|c| c.usage_bytes),
                     memcg_limit,
                     pinned_pct_of_limit: match (pinned_host, memcg_limit) {
@@ -139,6 +140,11 @@ mod tests {
     };
 
     struct Fixed;
+    impl ProcFacts for Fixed {
+        fn status_mem(&self, _pid: u32) -> Option<crate::model::proc::StatusMem> {
+            None
+        }
+    }
     impl TracedMemory for Fixed {
         fn device_bytes(&self, pid: u32, _device: u32) -> Option<u64> {
             (pid == 4_000_001).then_some(600)
@@ -171,7 +177,7 @@ mod tests {
             }],
             ..Default::default()
         };
-        let v = build(&sample, &model, None, Some(&Fixed), 1);
+        let v = build(&sample, &model, None, Some(&Fixed), &Fixed, 1);
         let d = v.device(0).unwrap();
         assert_eq!(d.processes[0].pid, 4_000_001);
         assert_eq!(d.processes[0].traced_device, Some(600));

@@ -144,6 +144,14 @@ mod tests {
     };
     use tracer_common::{EventHeader, OomVictim, kind, victim_field};
 
+    /// Every process is gone by the time a record is built.
+    struct Gone;
+    impl crate::model::proc::ProcFacts for Gone {
+        fn status_mem(&self, _pid: u32) -> Option<crate::model::proc::StatusMem> {
+            None
+        }
+    }
+
     /// Wall = monotonic + 0 and boot + 0: kmsg µs and probe ns line up.
     const CLOCK: Clock = Clock::fixed(0, 0);
     /// The probes started attaching at 1 s.
@@ -220,6 +228,7 @@ mod tests {
                 sampler: &self.sampler,
                 session_id: Some(1),
                 now_ns: ev.header.ts_boot_ns as i64,
+                procs: &Gone,
             };
             kill_from_victim(&ctx, ev, memcg.map(String::from))
         }

@@ -14,7 +14,7 @@ use crate::record::{
 };
 use crate::{
     collect::{decode::c_str, kmsg::OomReport},
-    model::{Process, ProcessTable, proc, sampler::Sampler},
+    model::{Process, ProcessTable, proc::ProcFacts, sampler::Sampler},
     util::time::Clock,
 };
 
@@ -36,6 +36,8 @@ pub struct Context<'a> {
     pub session_id: Option<i64>,
     /// Now, wall ns.
     pub now_ns: i64,
+    /// What live processes hold now (/proc in the recorder).
+    pub procs: &'a dyn ProcFacts,
 }
 
 /// A process as reports name it, from the model when it knows it.
@@ -153,7 +155,7 @@ fn tasks_from_model(
                     victim: true,
                 });
             }
-            let m = proc::read_status_mem(pid)?;
+            let m = ctx.procs.status_mem(pid)?;
             Some(TaskAtKill {
                 pid,
                 comm: p.info.comm.clone(),
@@ -302,7 +304,7 @@ pub fn kill_from_signal(ctx: &Context<'_>, ev: &SignalKill) -> Option<KillRecord
     let p = ctx.model.get(ev.target_pid);
     let mut victim = victim_from(ev.target_pid, c_str(&ev.target_comm), p);
     let mut gaps = Vec::new();
-    match proc::read_status_mem(ev.target_pid) {
+    match ctx.procs.status_mem(ev.target_pid) {
         Some(m) => {
             victim.memory = VictimMemory {
                 anon_rss_kb: Some(m.anon_kb),
@@ -540,6 +542,113 @@ mod tests {
             summary_cut,
             ..Default::default()
         }
+    }
+
+    /// /proc as a test wants it: these pids are alive with this much RSS.
+    struct Procs(Vec<(u32, u64)>);
+    impl ProcFacts for Procs {
+        fn status_mem(&self, pid: u32) -> Option<crate::model::proc::StatusMem> {
+            let (_, kb) = self.0.iter().find(|(p, _)| *p == pid)?;
+            Some(crate::model::proc::StatusMem {
+                rss_kb: *kb,
+                anon_kb: *kb,
+                file_kb: 0,
+                shmem_kb: 0,
+            })
+        }
+    }
+
+    fn model_with(procs: &[(u32, &str, &str)]) -> ProcessTable {
+        use crate::model::{
+            cgroup::{CgroupLayout, ProcCgroups},
+            proc::ProcInfo,
+        };
+        let layout = CgroupLayout {
+            memory_v1: Some("/sys/fs/cgroup/memory".into()),
+            ..Default::default()
+        };
+        let mut model = ProcessTable::new(layout, 60_000_000_000, 64);
+        for (pid, comm, memcg) in procs {
+            model.add(ProcInfo {
+                pid: *pid,
+                comm: comm.to_string(),
+                cmdline: format!("/bin/{comm} --serve"),
+                cgroups: ProcCgroups {
+                    memory_v1: Some(memcg.to_string()),
+                    unified: None,
+                },
+                ..Default::default()
+            });
+        }
+        model
+    }
+
+    fn signal(sender: u32, target: u32, code: i32) -> SignalKill {
+        use crate::collect::decode::{Event, as_bytes, comm, decode};
+        let ev = SignalKill {
+            header: tracer_common::EventHeader {
+                kind: tracer_common::kind::SIGNAL_KILL,
+                ts_boot_ns: 7_000_000_000,
+                pid: sender,
+                tid: sender,
+                comm: comm("supervisor"),
+                ..Default::default()
+            },
+            target_pid: target,
+            sig: 9,
+            code,
+            target_comm: comm("worker"),
+            ..Default::default()
+        };
+        match decode(&as_bytes(&ev)).expect("decodes") {
+            Event::SignalKill(s) => s,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_userspace_kill_names_the_sender_and_reads_only_the_live_cgroup() {
+        let model = model_with(&[
+            (100, "supervisor", "/"),
+            (200, "worker", "/job"),
+            (201, "sidecar", "/job"),
+            (300, "other", "/elsewhere"),
+        ]);
+        let sampler = Sampler::new(model.layout().clone(), 0, Vec::new(), None);
+        let clock = Clock::fixed(0, 0);
+        let procs = Procs(vec![(200, 50_000), (201, 7_000), (300, 1)]);
+        let ctx = Context {
+            clock: &clock,
+            model: &model,
+            sampler: &sampler,
+            session_id: Some(3),
+            now_ns: 7_000_000_000,
+            procs: &procs,
+        };
+        let rec = kill_from_signal(&ctx, &signal(100, 200, 0)).expect("a kill");
+        assert_eq!(rec.killer.kind, KillerKind::Userspace);
+        assert_eq!(rec.killer.sender.as_ref().unwrap().comm, "supervisor");
+        assert_eq!(rec.source, Seen::SIGNAL);
+        assert_eq!(rec.victim.memory.source, Some(MemoryFrom::Proc));
+        assert_eq!(rec.victim.memory.anon_rss_kb, Some(50_000));
+        assert_eq!(rec.victim.memcg.as_deref(), Some("/job"));
+        let tasks: Vec<(u32, u64)> = rec.tasks.iter().map(|t| (t.pid, t.rss_kb)).collect();
+        assert_eq!(
+            tasks,
+            [(200, 50_000), (201, 7_000)],
+            "the cgroup's tasks, largest first"
+        );
+
+        // Gone before /proc could be read: said, and filled at its exit later.
+        let gone = Procs(Vec::new());
+        let ctx = Context {
+            procs: &gone,
+            ..ctx
+        };
+        let rec = kill_from_signal(&ctx, &signal(100, 200, 0)).expect("a kill");
+        assert!(rec.gaps.contains(&Gap::MemoryUnknown));
+        // The kernel's own SIGKILL (the OOM killer's) is not a userspace kill.
+        assert!(kill_from_signal(&ctx, &signal(100, 200, SI_KERNEL)).is_none());
     }
 
     #[test]

@@ -105,6 +105,14 @@ impl ProcessTable {
         }
     }
 
+    /// Adds a process known from elsewhere than /proc or the events (a
+    /// fixture): placed in its cgroups as a seeded one would be.
+    pub fn add(&mut self, info: ProcInfo) {
+        let pid = info.pid;
+        let p = self.make(info);
+        self.insert(pid, p);
+    }
+
     /// Adds every process in /proc.
     pub fn seed(&mut self) {
         for pid in proc::all_pids() {

@@ -40,6 +40,24 @@ pub struct StatusMem {
     pub shmem_kb: u64,
 }
 
+/// What the correlators read of a live process at the moment they build
+/// a record. The recorder reads /proc ([`LiveProc`]); tests give fixed
+/// answers, so every join is unit-testable.
+pub trait ProcFacts {
+    /// The memory of `pid` now; `None` when it is gone.
+    fn status_mem(&self, pid: u32) -> Option<StatusMem>;
+}
+
+/// /proc of this machine.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LiveProc;
+
+impl ProcFacts for LiveProc {
+    fn status_mem(&self, pid: u32) -> Option<StatusMem> {
+        read_status_mem(pid)
+    }
+}
+
 fn proc_path(pid: u32, file: &str) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}/{file}"))
 }

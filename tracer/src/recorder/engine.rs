@@ -22,7 +22,7 @@ use crate::{
         decode::{Event, c_str},
         kmsg::KmsgEvent,
     },
-    model::{ProcessTable, sampler::Sampler},
+    model::{ProcessTable, proc::LiveProc, sampler::Sampler},
     probes::{DropCounters, Drops, MemcgCounters},
     store::{DropRow, EventRow, Store, StoreError},
     util::time::{Clock, wall_now_ns},
@@ -407,6 +407,7 @@ impl Engine {
             sampler: &self.sampler,
             session_id: Some(self.session_id),
             now_ns: wall_now_ns(),
+            procs: &LiveProc,
         }
     }
 
@@ -461,6 +462,7 @@ impl Engine {
                         sampler: &self.sampler,
                         session_id: Some(self.session_id),
                         now_ns: row.ts_ns,
+                        procs: &LiveProc,
                     };
                     self.storm.fold(
                         s.header.pid,
@@ -630,8 +632,14 @@ impl Engine {
             tracing::debug!("NVML sample: {e}");
         }
         let traced = self.gpu.as_ref().map(|g| g as &dyn TracedMemory);
-        let mut view =
-            crate::correlate::gpuview::build(&s, &self.model, Some(&self.sampler), traced, s.ts_ns);
+        let mut view = crate::correlate::gpuview::build(
+            &s,
+            &self.model,
+            Some(&self.sampler),
+            traced,
+            &LiveProc,
+            s.ts_ns,
+        );
         crate::correlate::gpuview::annotate_xids(&mut view, &self.xids, s.ts_ns);
         let n = &mut self.summary;
         n.nvml_sample_us_mean =
