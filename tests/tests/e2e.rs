@@ -270,6 +270,45 @@ fn sigkill_from_another_process_names_the_sender() {
 }
 
 #[test]
+fn stored_kills_are_exported_as_json_lines_with_their_store_id() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let out = dir.path().join("kills.jsonl");
+    let rec = Recorder::start_with(&store, &["--export-jsonl", out.to_str().unwrap()]);
+    let mut victim = Proc::spawn({
+        let mut c = Command::new("sleep");
+        c.arg("600");
+        c
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: plain syscall on this test's own child.
+    unsafe { libc::kill(victim.pid() as i32, libc::SIGKILL) };
+    assert_eq!(
+        victim.wait_signal(Duration::from_secs(5)),
+        Some(libc::SIGKILL)
+    );
+    let v = explain_pid(&store, victim.pid(), false);
+    let line = wait_for(Duration::from_secs(5), || {
+        fs::read_to_string(&out).ok()?.lines().find_map(|l| {
+            let j: Value = serde_json::from_str(l).ok()?;
+            (j["record"]["victim"]["pid"] == victim.pid()).then_some(j)
+        })
+    })
+    .expect("the kill was exported");
+    let summary = rec.stop_summary();
+    assert_eq!(line["type"], "kill");
+    assert_eq!(line["id"], v["id"], "the store's row id");
+    assert_eq!(line["record"]["killer"]["kind"], "userspace");
+    assert_eq!(summary["summary"]["export_drops"][0][0], "jsonl");
+    assert_eq!(summary["summary"]["export_drops"][0][1], 0);
+    use std::os::unix::fs::MetadataExt as _;
+    assert_eq!(fs::metadata(&out).unwrap().mode() & 0o777, 0o600);
+}
+
+#[test]
 fn history_survives_restart_and_a_crashed_recorder() {
     if !privileged() {
         return;

@@ -46,6 +46,11 @@ pub struct RecordArgs {
     /// NVML library to load instead of the driver's libnvidia-ml.so.1.
     #[arg(long, value_name = "PATH")]
     pub nvml_lib: Option<std::path::PathBuf>,
+    /// Append every stored kill and GPU OOM, with its store id, to this file
+    /// as a JSON line (created 0600; a slow reader costs counted drops,
+    /// never a late kill).
+    #[arg(long, value_name = "PATH")]
+    pub export_jsonl: Option<std::path::PathBuf>,
     /// NVML sampling period (at least 100ms).
     #[arg(long, default_value = "1s", value_parser = super::parse_duration)]
     pub gpu_interval: Duration,
@@ -223,7 +228,16 @@ async fn record(
             (None, Some(why))
         }
     };
+    let mut exporters = crate::export::Exporters::default();
+    if let Some(path) = &args.export_jsonl {
+        let j = crate::export::jsonl::JsonLines::open(path)
+            .with_context(|| format!("--export-jsonl {}", path.display()))?;
+        exporters
+            .add(Box::new(j))
+            .context("starting the JSON-lines exporter")?;
+    }
     let mut engine = Engine::new(store, model, session, opts, Some(drops), Some(memcg), gpu);
+    engine.set_exporters(exporters);
     engine.set_started(attach_ns);
     // Records say GPU data is missing when GPUs were asked for.
     if args.cuda || args.nvml_lib.is_some() {

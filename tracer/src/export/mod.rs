@@ -1,8 +1,139 @@
-//! Exports: JSON lines for scripts.
+//! Exports. An [`Exporter`] gets what the store already holds, with its
+//! row id, on a thread of its own through a bounded channel: the recorder
+//! only ever `try_send`s, so a slow or dead exporter costs a counted drop,
+//! never a late kill. JSON lines (`jsonl`) is the first exporter.
 
+pub mod jsonl;
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+        mpsc::{SyncSender, TrySendError, sync_channel},
+    },
+    thread::JoinHandle,
+};
+
+use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::{store::EventRow, util::time::format_wall};
+use crate::{
+    record::{GpuOomRecord, KillRecord},
+    store::EventRow,
+    util::time::format_wall,
+};
+
+/// Something the store now holds, as exporters see it.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Exported {
+    /// A kill, once durable.
+    Kill {
+        /// Its row id in the store.
+        id: i64,
+        /// The record.
+        record: Box<KillRecord>,
+    },
+    /// A CUDA out-of-memory failure, once durable.
+    GpuOom {
+        /// Its row id in the store.
+        id: i64,
+        /// The record.
+        record: Box<GpuOomRecord>,
+    },
+}
+
+/// A destination for what the recorder stores.
+pub trait Exporter: Send + 'static {
+    /// Its name, for logs and drop counters.
+    fn name(&self) -> &str;
+    /// Hands one item on. An error is logged and the item is lost; the
+    /// exporter keeps running.
+    fn export(&mut self, item: &Exported) -> std::io::Result<()>;
+}
+
+/// Items offered to an exporter's queue at once, at most.
+pub const QUEUE: usize = 1024;
+
+struct Lane {
+    name: String,
+    tx: SyncSender<Arc<Exported>>,
+    dropped: Arc<AtomicU64>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The exporters of a recorder, each on its own thread.
+#[derive(Default)]
+pub struct Exporters {
+    lanes: Vec<Lane>,
+}
+
+impl Exporters {
+    /// Starts `exporter` on a thread of its own.
+    pub fn add(&mut self, mut exporter: Box<dyn Exporter>) -> std::io::Result<()> {
+        let (tx, rx) = sync_channel::<Arc<Exported>>(QUEUE);
+        let name = exporter.name().to_string();
+        let thread = std::thread::Builder::new()
+            .name(format!("export-{name}"))
+            .spawn(move || {
+                for item in rx {
+                    if let Err(e) = exporter.export(&item) {
+                        tracing::warn!("exporter {}: {e}", exporter.name());
+                    }
+                }
+            })?;
+        self.lanes.push(Lane {
+            name,
+            tx,
+            dropped: Arc::new(AtomicU64::new(0)),
+            thread: Some(thread),
+        });
+        Ok(())
+    }
+
+    /// Whether there is no exporter (nothing to build items for).
+    pub fn is_empty(&self) -> bool {
+        self.lanes.is_empty()
+    }
+
+    /// Offers `item` to every exporter without waiting: a full queue drops
+    /// it for that exporter and counts the drop.
+    pub fn publish(&self, item: Exported) {
+        if self.lanes.is_empty() {
+            return;
+        }
+        let item = Arc::new(item);
+        for lane in &self.lanes {
+            match lane.tx.try_send(item.clone()) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                    lane.dropped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Items each exporter lost (queue full or exporter gone), by name.
+    pub fn dropped(&self) -> Vec<(String, u64)> {
+        self.lanes
+            .iter()
+            .map(|l| (l.name.clone(), l.dropped.load(Ordering::Relaxed)))
+            .collect()
+    }
+
+    /// Closes the queues and waits for the exporters to hand on what they
+    /// hold.
+    pub fn finish(mut self) -> Vec<(String, u64)> {
+        let dropped = self.dropped();
+        for mut lane in self.lanes.drain(..) {
+            drop(lane.tx);
+            if let Some(t) = lane.thread.take() {
+                let _ = t.join();
+            }
+        }
+        dropped
+    }
+}
 
 /// One event as a flat JSON object: time, kind, task, then the kind's fields.
 pub fn event_json(r: &EventRow) -> Value {
@@ -25,6 +156,63 @@ pub fn event_json(r: &EventRow) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An exporter that blocks until the test lets it go.
+    struct Stuck(std::sync::mpsc::Receiver<()>, Arc<AtomicU64>);
+    impl Exporter for Stuck {
+        fn name(&self) -> &str {
+            "stuck"
+        }
+        fn export(&mut self, _item: &Exported) -> std::io::Result<()> {
+            let _ = self.0.recv();
+            self.1.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+    }
+
+    fn kill(id: i64) -> Exported {
+        Exported::Kill {
+            id,
+            record: Box::default(),
+        }
+    }
+
+    #[test]
+    fn a_stuck_exporter_costs_counted_drops_never_a_wait() {
+        let (go, gate) = std::sync::mpsc::channel();
+        let done = Arc::new(AtomicU64::new(0));
+        let mut ex = Exporters::default();
+        ex.add(Box::new(Stuck(gate, done.clone()))).unwrap();
+        let t0 = std::time::Instant::now();
+        let n = QUEUE as i64 + 500;
+        for id in 0..n {
+            ex.publish(kill(id));
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(1),
+            "publishing waited on the exporter"
+        );
+        let dropped = ex.dropped()[0].1;
+        // The exporter holds one item, the queue QUEUE more; the rest drop.
+        assert!((499..=500).contains(&dropped), "dropped {dropped}");
+        for _ in 0..n {
+            let _ = go.send(());
+        }
+        let dropped = ex.finish();
+        assert_eq!(
+            done.load(Ordering::Relaxed) + dropped[0].1,
+            n as u64,
+            "each item handed on or counted"
+        );
+    }
+
+    #[test]
+    fn exported_items_say_what_they_are() {
+        let v = serde_json::to_value(kill(7)).unwrap();
+        assert_eq!(v["type"], "kill");
+        assert_eq!(v["id"], 7);
+        assert_eq!(v["record"]["killer"]["kind"], "kernel_oom");
+    }
 
     #[test]
     fn flattens_details() {

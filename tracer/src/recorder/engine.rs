@@ -8,7 +8,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use tracer_common::{CudaCall, cuda};
 
-use super::cuda::GpuTracker;
+use std::sync::Arc;
+
+use super::{cuda::GpuTracker, metrics::Metrics};
 use crate::correlate::{
     Context,
     gpuview::TracedMemory,
@@ -16,7 +18,9 @@ use crate::correlate::{
     kill_from_report, kill_from_signal, kill_from_victim, merge_report,
     timeline::{AGED_RES_S, DOWNSAMPLE_AFTER_NS, FRESH_RES_S, Window},
 };
+use crate::export::{Exported, Exporters};
 use crate::record::{Gap, GpuView, KillRecord, MemoryFrom, Reaping};
+use crate::util::term::escape;
 use crate::{
     collect::{
         decode::{Event, c_str},
@@ -71,6 +75,8 @@ pub struct EngineSummary {
     pub kmsg_only_kills: u64,
     /// Userspace kills folded into aggregate records (a SIGKILL storm).
     pub folded_kills: u64,
+    /// Items each exporter lost (its queue was full), by exporter.
+    pub export_drops: Vec<(String, u64)>,
     /// Drops by ring.
     pub drops: Drops,
     /// Model counters.
@@ -152,6 +158,10 @@ pub struct Engine {
     /// The store's file system was found full (said once; cleared when
     /// there is room again).
     disk_full: bool,
+    /// Counters readable at any time.
+    metrics: Arc<Metrics>,
+    /// Where stored records are handed on.
+    exporters: Exporters,
 }
 
 impl Engine {
@@ -201,6 +211,8 @@ impl Engine {
             ticks: 0,
             storm: Default::default(),
             disk_full: false,
+            metrics: Arc::default(),
+            exporters: Exporters::default(),
         }
     }
 
@@ -425,6 +437,7 @@ impl Engine {
 
     fn on_event(&mut self, ev: Event) -> Result<(), StoreError> {
         self.summary.events += 1;
+        Metrics::add(&self.metrics.events, 1);
         if let Event::Cuda(c) = &ev {
             return self.on_cuda(c, &ev);
         }
@@ -588,6 +601,16 @@ impl Engine {
         self.reports.set_started(ns);
     }
 
+    /// The counters, for whoever wants to read them while it runs.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// Where stored kills and GPU OOMs are handed on.
+    pub fn set_exporters(&mut self, exporters: Exporters) {
+        self.exporters = exporters;
+    }
+
     /// The way to ask the NVML thread for a sample now.
     pub fn set_sample_now(&mut self, tx: Option<std::sync::mpsc::Sender<()>>) {
         self.sample_now = tx;
@@ -645,6 +668,8 @@ impl Engine {
         n.nvml_sample_us_mean =
             (n.nvml_sample_us_mean * n.nvml_samples + s.took_us) / (n.nvml_samples + 1);
         n.nvml_samples += 1;
+        Metrics::add(&self.metrics.nvml_samples, 1);
+        Metrics::set(&self.metrics.nvml_last_us, s.took_us);
         n.nvml_sample_us_max = n.nvml_sample_us_max.max(s.took_us);
         if let Some((devices, procs)) = self.window.push(&view, s.ts_ns) {
             self.store.insert_timeline(FRESH_RES_S, &devices, &procs)?;
@@ -707,13 +732,20 @@ impl Engine {
                     }
                 }
                 let id = self.store.insert_gpu_oom(&rec)?;
+                Metrics::add(&self.metrics.gpu_ooms, 1);
+                if !self.exporters.is_empty() {
+                    self.exporters.publish(Exported::GpuOom {
+                        id,
+                        record: Box::new(rec.clone()),
+                    });
+                }
                 if let Some(now) = &self.sample_now {
                     let _ = now.send(());
                     self.ooms_awaiting_nvml.push((id, rec.clone()));
                 }
                 tracing::info!(
                     "GPU out of memory: {} (pid {}) asked {} for {} on device {}",
-                    rec.process.comm,
+                    escape(&rec.process.comm),
                     rec.process.pid,
                     rec.function,
                     crate::util::units::bytes(rec.size),
@@ -783,22 +815,31 @@ impl Engine {
                 if self.summary.kill_commit_us.len() == 1000 {
                     self.summary.kill_commit_us.remove(0);
                 }
-                self.summary
-                    .kill_commit_us
-                    .push((done - t).max(0) as u64 / 1000);
+                let us = (done - t).max(0) as u64 / 1000;
+                self.summary.kill_commit_us.push(us);
+                Metrics::set(&self.metrics.last_kill_commit_us, us);
             }
             self.summary.kills += 1;
+            Metrics::add(&self.metrics.kills, 1);
             tracing::info!(
                 "kill recorded: {} (pid {}) by {} [{}]",
-                rec.victim.comm,
+                escape(&rec.victim.comm),
                 rec.victim.pid,
-                rec.killer
-                    .sender
-                    .as_ref()
-                    .map(|s| s.comm.as_str())
-                    .unwrap_or("the kernel OOM killer"),
+                escape(
+                    rec.killer
+                        .sender
+                        .as_ref()
+                        .map(|s| s.comm.as_str())
+                        .unwrap_or("the kernel OOM killer")
+                ),
                 rec.source
             );
+            if !self.exporters.is_empty() {
+                self.exporters.publish(Exported::Kill {
+                    id,
+                    record: Box::new(rec.clone()),
+                });
+            }
             self.pending.push(Pending { id, record: rec });
         }
         Ok(true)
@@ -878,7 +919,7 @@ impl Engine {
                 let rec = kill_from_report(&report, &self.clock, Some(&self.model));
                 tracing::info!(
                     "kill found in the kernel log: {} (pid {})",
-                    rec.victim.comm,
+                    escape(&rec.victim.comm),
                     rec.victim.pid
                 );
                 found.push(rec);
@@ -916,6 +957,7 @@ impl Engine {
             }
         }
         self.summary.folded_kills = self.storm.folded;
+        Metrics::set(&self.metrics.folded_kills, self.storm.folded);
         self.to_commit.extend(due);
         self.commit_kills()?;
         Ok(())
@@ -1015,6 +1057,9 @@ impl Engine {
             }
         }
         self.last_drops = cur;
+        Metrics::set(&self.metrics.drops_critical, cur.critical);
+        Metrics::set(&self.metrics.drops_data, cur.data);
+        Metrics::set(&self.metrics.drops_oom, cur.oom);
         self.last_drops_ns = now;
         Ok(())
     }
@@ -1055,6 +1100,7 @@ impl Engine {
         let r = self.store.end_session(self.session_id, wall_now_ns());
         self.step(r)?;
         self.summary.drops = self.last_drops;
+        self.summary.export_drops = std::mem::take(&mut self.exporters).finish();
         self.summary.model = self.model.stats;
         self.summary.model_entries = self.model.len();
         self.summary.model_live = self.model.live().count();

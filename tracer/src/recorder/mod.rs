@@ -4,3 +4,4 @@
 
 pub mod cuda;
 pub mod engine;
+pub mod metrics;
