@@ -33,7 +33,7 @@ pub struct Options {
     #[arg(long, default_value_t = 1000)]
     pub churn_rate: u64,
     /// Run only one benchmark.
-    #[arg(long, value_parser = ["latency", "load", "idle", "churn", "nvml", "cuda"])]
+    #[arg(long, value_parser = ["latency", "load", "cuda-scan", "idle", "churn", "nvml", "cuda"])]
     pub only: Option<String>,
     /// cudaMalloc/cudaFree pairs per measured loop of the CUDA benchmark.
     #[arg(long, default_value_t = 100_000)]
@@ -54,6 +54,9 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
     }
     if want("load") {
         println!("{}", kill_latency_under_load(&bins, opts.kills)?);
+    }
+    if want("cuda-scan") {
+        println!("{}", kill_latency_during_cuda_scans(&bins, opts.kills)?);
     }
     if want("idle") {
         println!("{}", idle_cost(&bins, opts.idle_secs)?);
@@ -196,6 +199,64 @@ fn kill_latency_under_load(bins: &crate::Bins, kills: usize) -> anyhow::Result<S
         "### Kill-to-durable-row latency under load\n\n\
          | load | rate reached | OOM kills | p50 | p99 | max | OOM ring drops | SIGKILLs folded |\n\
          |---|---|---|---|---|---|---|---|\n{rows}\ntarget: p99 < 20 ms\n"
+    ))
+}
+
+/// Kill commit latency while `record --cuda` looks at 2,000 new processes
+/// (each exec is rescanned 1, 3 and 10 s later for CUDA libraries): the
+/// library watcher runs on its own thread, so the engine is not slowed.
+fn kill_latency_during_cuda_scans(bins: &crate::Bins, kills: usize) -> anyhow::Result<String> {
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("scan.db");
+    let rec = Recorder::start_bin(&bins.tracer, &store, &["--cuda"], false);
+    let sleep = ["/bin/sleep", "/usr/bin/sleep"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .context("no sleep(1)")?;
+    let t0 = Instant::now();
+    let mut sleepers: Vec<Child> = Vec::with_capacity(2000);
+    let spawner = thread::spawn(move || -> anyhow::Result<Vec<Child>> {
+        let mut out = Vec::with_capacity(2000);
+        for _ in 0..2000 {
+            out.push(
+                Command::new(sleep)
+                    .arg("120")
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .spawn()?,
+            );
+            thread::sleep(Duration::from_millis(4));
+        }
+        Ok(out)
+    });
+    thread::sleep(Duration::from_secs(2));
+    let pids = oom_kills(bins, "bench-cuda-scan", kills)?;
+    sleepers.extend(
+        spawner
+            .join()
+            .map_err(|_| anyhow::anyhow!("spawner panicked"))??,
+    );
+    let spawned_in = t0.elapsed();
+    // The rescans 10 s after the last exec, with the kills done.
+    thread::sleep(Duration::from_secs(11));
+    let summary = stop_summary(&rec.stop())?;
+    for c in &mut sleepers {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let lat = commit_latencies(&store, &pids)?;
+    Ok(format!(
+        "### Kill-to-durable-row latency while record --cuda rescans new processes\n\n\
+         | processes exec'd | in | OOM kills | p50 | p99 | max | events |\n\
+         |---|---|---|---|---|---|---|\n\
+         | {} | {:.1} s | {} | {:.2} ms | {:.2} ms | {:.2} ms | {} |\n\ntarget: p99 < 20 ms\n",
+        sleepers.len(),
+        spawned_in.as_secs_f64(),
+        lat.len(),
+        percentile(&lat, 0.5),
+        percentile(&lat, 0.99),
+        lat[lat.len() - 1],
+        summary["summary"]["events"],
     ))
 }
 

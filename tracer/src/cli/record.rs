@@ -204,7 +204,10 @@ async fn record(
     // With --cuda the engine owns the probes (it attaches to CUDA libraries
     // as they appear); otherwise they stay here, attached, until the end.
     let (gpu, _probes) = if args.cuda {
-        (Some(GpuTracker::new(probes)), None)
+        (
+            Some(GpuTracker::new(probes).context("starting the CUDA library watcher")?),
+            None,
+        )
     } else {
         (None, Some(probes))
     };

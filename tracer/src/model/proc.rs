@@ -162,16 +162,7 @@ fn join_cmdline(raw: &[u8]) -> String {
     String::from_utf8_lossy(trimmed).replace('\0', " ")
 }
 
-/// Pids of every process in /proc.
-pub fn all_pids() -> Vec<u32> {
-    fs::read_dir("/proc")
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
+pub use crate::util::sys::all_pids;
 
 #[cfg(test)]
 mod tests {

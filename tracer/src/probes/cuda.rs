@@ -16,9 +16,8 @@ use aya::programs::{
     uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
 };
 use object::{Object as _, ObjectSymbol as _};
-use tracer_common::{cuda, programs};
 
-use super::{ProbeError, Probes};
+use super::{ProbeError, Probes, uprobe::CUDA};
 
 pub use tracer_common::cuda::{FUNCTIONS, name};
 
@@ -81,76 +80,96 @@ pub fn exported_functions(path: &Path) -> io::Result<HashSet<u32>> {
         let Ok(n) = sym.name() else { continue };
         // Versioned names look like `cudaMalloc@@libcudart.so.12` in some tables.
         let n = n.split('@').next().unwrap_or(n);
-        if let Some((id, _)) = FUNCTIONS.iter().find(|(_, s)| *s == n) {
-            found.insert(*id);
+        if let Some(id) = CUDA.id_of(n) {
+            found.insert(id);
         }
     }
     Ok(found)
 }
 
-fn library(pid: u32, path: &str, executable: bool) -> Option<CudaLibrary> {
+/// A file a process maps (or executes) that may hold probed functions,
+/// known by a `stat` only: nothing of it has been read yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    /// The path as the process sees it.
+    pub path: String,
+    /// /proc/PID/root + `path`.
+    pub host_path: PathBuf,
+    /// (st_dev, st_ino).
+    pub id: (u64, u64),
+    /// Whether it is the process's executable.
+    pub executable: bool,
+}
+
+fn candidate(pid: u32, path: &str, executable: bool) -> Option<Candidate> {
     let host_path = PathBuf::from(format!("/proc/{pid}/root{path}"));
     let meta = fs::metadata(&host_path).ok()?;
-    let exported = exported_functions(&host_path).ok()?;
-    if exported.is_empty() {
-        return None;
-    }
-    let is_runtime = exported.iter().any(|&f| f < cuda::DRIVER);
-    let is_driver = exported.iter().any(|&f| f >= cuda::DRIVER);
-    let mut functions: Vec<u32> = exported.iter().copied().collect();
-    functions.sort_unstable();
-    let missing = FUNCTIONS
-        .iter()
-        .filter(|(id, _)| {
-            let layer_present = if *id < cuda::DRIVER {
-                is_runtime
-            } else {
-                is_driver
-            };
-            layer_present && !exported.contains(id)
-        })
-        .map(|(_, n)| *n)
-        .collect();
-    Some(CudaLibrary {
+    meta.is_file().then(|| Candidate {
         path: path.to_string(),
         host_path,
         id: (meta.dev(), meta.ino()),
-        functions,
-        missing,
         executable,
     })
 }
 
-/// The CUDA libraries of `pid`: mapped files named like the runtime or the
-/// driver, and the executable itself when it has cudart linked in.
-pub fn libraries_of(pid: u32) -> io::Result<Vec<CudaLibrary>> {
+/// The files of `pid` that may be CUDA libraries: mapped files named like
+/// the runtime or the driver, and the executable (cudart can be linked
+/// in). One `stat` each; distinct files only.
+pub fn candidates_of(pid: u32) -> io::Result<Vec<Candidate>> {
     let files = mapped_files(pid)?;
-    let mut out: Vec<CudaLibrary> = files
+    let mut out: Vec<Candidate> = files
         .iter()
-        .filter(|p| is_cuda_library_name(p))
-        .filter_map(|p| library(pid, p, false))
+        .filter(|p| (CUDA.library)(p))
+        .filter_map(|p| candidate(pid, p, false))
         .collect();
     if let Ok(exe) = fs::read_link(format!("/proc/{pid}/exe")) {
         let exe = exe.display().to_string();
         let exe = exe.trim_end_matches(" (deleted)");
-        if !is_cuda_library_name(exe)
-            && let Some(l) = library(pid, exe, true)
+        if !(CUDA.library)(exe)
+            && let Some(c) = candidate(pid, exe, true)
         {
-            out.push(l);
+            out.push(c);
         }
     }
     let mut seen = HashSet::new();
-    out.retain(|l| seen.insert(l.id));
+    out.retain(|c| seen.insert(c.id));
     Ok(out)
 }
 
-/// The (entry, return) programs: the real ones, or the empty floor twins.
-fn cuda_programs(floor: bool) -> [&'static str; 2] {
-    if floor {
-        [programs::CUDA_FLOOR_ENTRY, programs::CUDA_FLOOR_RETURN]
-    } else {
-        [programs::CUDA_ENTRY, programs::CUDA_RETURN]
+/// Reads a candidate's symbols: a CUDA library when it exports probed
+/// functions. The file is opened again and its (dev, inode) compared, so
+/// what is parsed is the file that was stat'ed.
+pub fn inspect(c: &Candidate) -> Option<CudaLibrary> {
+    let meta = fs::metadata(&c.host_path).ok()?;
+    if (meta.dev(), meta.ino()) != c.id {
+        return None;
     }
+    let exported = exported_functions(&c.host_path).ok()?;
+    if exported.is_empty() {
+        return None;
+    }
+    let layers: HashSet<u32> = exported.iter().map(|&f| (CUDA.layer)(f)).collect();
+    let mut functions: Vec<u32> = exported.iter().copied().collect();
+    functions.sort_unstable();
+    let missing = CUDA
+        .functions
+        .iter()
+        .filter(|(id, _)| layers.contains(&(CUDA.layer)(*id)) && !exported.contains(id))
+        .map(|(_, n)| *n)
+        .collect();
+    Some(CudaLibrary {
+        path: c.path.clone(),
+        host_path: c.host_path.clone(),
+        id: c.id,
+        functions,
+        missing,
+        executable: c.executable,
+    })
+}
+
+/// The CUDA libraries of `pid` (every candidate, inspected).
+pub fn libraries_of(pid: u32) -> io::Result<Vec<CudaLibrary>> {
+    Ok(candidates_of(pid)?.iter().filter_map(inspect).collect())
 }
 
 /// Where the CUDA programs of one library are attached.
@@ -176,7 +195,7 @@ impl Probes {
     /// Loads the two CUDA programs into the kernel (once); `floor` loads the
     /// empty twins instead.
     pub fn load_cuda(&mut self, floor: bool) -> Result<(), ProbeError> {
-        for name in cuda_programs(floor) {
+        for name in CUDA.programs(floor) {
             let prog: &mut UProbe = self.program(name).map_err(|e| e.into_probe_error(name))?;
             if prog.fd().is_err() {
                 prog.load().map_err(|source| ProbeError::Program {
@@ -197,7 +216,7 @@ impl Probes {
         pid: Option<u32>,
         floor: bool,
     ) -> Result<CudaAttachment, ProbeError> {
-        let [entry_prog, return_prog] = cuda_programs(floor);
+        let [entry_prog, return_prog] = CUDA.programs(floor);
         let scope = match pid.and_then(NonZeroU32::new) {
             Some(p) => UProbeScope::OneProcess(p),
             None => UProbeScope::AllProcesses,
@@ -268,6 +287,7 @@ impl Probes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tracer_common::cuda;
 
     #[test]
     fn every_function_has_a_shape_and_a_unique_id() {

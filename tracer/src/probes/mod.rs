@@ -8,6 +8,8 @@ pub mod caps;
 pub mod cuda;
 pub mod layout;
 pub mod tracefs;
+pub mod uprobe;
+pub mod watch;
 
 use std::{collections::HashMap, path::PathBuf};
 

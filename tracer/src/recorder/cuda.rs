@@ -2,7 +2,7 @@
 //! the node (one attachment per file, for all processes), the ledgers of
 //! the processes that use them, and GPU out-of-memory records.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use tracer_common::{CudaCall, cuda};
 
@@ -13,20 +13,11 @@ use crate::{
     model::{
         ProcessTable,
         ledger::{AllocKind, Change, Ledger, LedgerSummary},
-        proc,
     },
-    probes::{
-        Probes,
-        cuda::{CudaAttachment, libraries_of},
-    },
+    probes::{Probes, uprobe::CUDA, watch::LibraryWatcher},
     store::{Store, StoreError},
 };
 
-/// Rescans of a new process's maps after its exec (libraries such as
-/// libcudart are often loaded seconds later, at `import torch`).
-const RESCAN_AFTER_EXEC_NS: [i64; 3] = [1_000_000_000, 3_000_000_000, 10_000_000_000];
-/// A full scan of every process, for what the exec rescans missed.
-const FULL_SCAN_NS: i64 = 30_000_000_000;
 /// Changed ledgers are stored this often.
 const SNAPSHOT_NS: i64 = 10_000_000_000;
 /// A ledger stays this long after its process exits (to explain a kill).
@@ -44,91 +35,32 @@ pub struct Tracked {
 
 /// The node-wide CUDA tracing state of the recorder.
 pub struct GpuTracker {
-    probes: Probes,
-    attached: Vec<CudaAttachment>,
-    seen: HashSet<(u64, u64)>,
-    rescans: Vec<(u32, i64)>,
-    last_full_scan_ns: Option<i64>,
+    /// Finds and attaches to CUDA libraries, off the engine's thread.
+    watcher: LibraryWatcher,
     ledgers: HashMap<u32, Tracked>,
     /// GPU out-of-memory failures recorded.
     pub ooms: u64,
 }
 
 impl GpuTracker {
-    /// Takes the loaded probes (the CUDA programs must be loaded).
-    pub fn new(probes: Probes) -> Self {
-        Self {
-            probes,
-            attached: Vec::new(),
-            seen: HashSet::new(),
-            rescans: Vec::new(),
-            last_full_scan_ns: None,
+    /// Takes the loaded probes (the CUDA programs must be loaded) and
+    /// attaches to the CUDA libraries every process has now; the watcher
+    /// goes on finding new ones on its own thread.
+    pub fn new(probes: Probes) -> std::io::Result<Self> {
+        Ok(Self {
+            watcher: LibraryWatcher::spawn(probes, &CUDA)?,
             ledgers: HashMap::new(),
             ooms: 0,
-        }
+        })
     }
 
-    /// Attaches to the CUDA libraries `pid` has that are not attached yet.
-    fn scan(&mut self, pid: u32) {
-        let Ok(libs) = libraries_of(pid) else { return };
-        for lib in libs {
-            if !self.seen.insert(lib.id) {
-                continue;
-            }
-            match self.probes.attach_cuda(&lib, None, false) {
-                Ok(att) => {
-                    tracing::info!(
-                        "CUDA: attached to {} ({} functions; found in pid {pid}{})",
-                        lib.path,
-                        att.attached(),
-                        if lib.executable {
-                            ", linked into the executable"
-                        } else {
-                            ""
-                        }
-                    );
-                    for (sym, why) in &att.failed {
-                        tracing::warn!("CUDA: {sym} in {}: {why}", lib.path);
-                    }
-                    self.attached.push(att);
-                }
-                Err(e) => tracing::warn!("CUDA: attaching to {} failed: {e}", lib.path),
-            }
-        }
+    /// A process exec'd: its libraries are looked at a few times as it starts.
+    pub fn on_exec(&mut self, pid: u32, _now_ns: i64) {
+        self.watcher.on_exec(pid);
     }
 
-    /// Every process, now.
-    fn full_scan(&mut self, now_ns: i64) {
-        self.last_full_scan_ns = Some(now_ns);
-        for pid in proc::all_pids() {
-            self.scan(pid);
-        }
-    }
-
-    /// A process exec'd: look at its libraries a few times as it starts.
-    pub fn on_exec(&mut self, pid: u32, now_ns: i64) {
-        self.rescans
-            .extend(RESCAN_AFTER_EXEC_NS.iter().map(|d| (pid, now_ns + d)));
-    }
-
-    /// Periodic work: due rescans, the full scan, ledger snapshots, pruning.
+    /// Periodic work: ledger snapshots, pruning.
     pub fn tick(&mut self, store: &Store, session: i64, now_ns: i64) -> Result<(), StoreError> {
-        if self
-            .last_full_scan_ns
-            .is_none_or(|t| now_ns - t >= FULL_SCAN_NS)
-        {
-            self.full_scan(now_ns);
-        }
-        let due: Vec<u32> = self
-            .rescans
-            .iter()
-            .filter(|(_, t)| *t <= now_ns)
-            .map(|(p, _)| *p)
-            .collect();
-        self.rescans.retain(|(_, t)| *t > now_ns);
-        for pid in due {
-            self.scan(pid);
-        }
         for (pid, t) in &mut self.ledgers {
             if t.dirty && now_ns - t.stored_ns >= SNAPSHOT_NS {
                 store.insert_ledger(session, now_ns, *pid, &t.comm, false, &t.ledger.summary())?;
@@ -247,15 +179,10 @@ impl GpuTracker {
             .unwrap_or(0)
     }
 
-    /// Removes every probe (slow: a kernel grace period per uprobe).
-    pub fn detach(mut self) {
-        let n: usize = self.attached.iter().map(|a| a.attached() * 2).sum();
-        if n > 0 {
-            tracing::info!("CUDA: removing {n} probes");
-        }
-        for att in std::mem::take(&mut self.attached) {
-            self.probes.detach_cuda(att);
-        }
+    /// Stops the watcher and removes every probe (slow: a kernel grace
+    /// period per uprobe).
+    pub fn detach(self) {
+        self.watcher.stop();
     }
 }
 

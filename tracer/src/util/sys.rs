@@ -7,6 +7,17 @@ pub fn page_kb() -> u64 {
     (if size > 0 { size as u64 } else { 4096 }) / 1024
 }
 
+/// Every process id in /proc now.
+pub fn all_pids() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The kernel release (`uname -r`), empty when unreadable.
 pub fn kernel_release() -> String {
     read_trimmed("/proc/sys/kernel/osrelease")
