@@ -107,7 +107,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     check_bounds(&args)?;
     crate::probes::caps::require_bpf()?;
     let store = Store::open_rw(&args.store.path)?;
-    let _checkpointer = Checkpointer::spawn(&args.store.path, Duration::from_secs(1))?;
+    let _checkpointer = Checkpointer::spawn(&args.store.path, Duration::from_secs(5))?;
     let ring = if args.cuda {
         crate::probes::CUDA_DATA_RING_BYTES
     } else {
