@@ -3,6 +3,7 @@
 
 pub mod gpuview;
 pub mod join;
+pub mod kills;
 pub mod storm;
 pub mod timeline;
 

@@ -15,11 +15,13 @@ use crate::correlate::{
     Context,
     gpuview::TracedMemory,
     join::{JOIN_WINDOW_NS, Reports},
-    kill_from_report, kill_from_signal, kill_from_victim, merge_report,
+    kill_from_report, kill_from_signal, kill_from_victim,
+    kills::KillBook,
+    merge_report,
     timeline::{AGED_RES_S, DOWNSAMPLE_AFTER_NS, FRESH_RES_S, Window},
 };
 use crate::export::{Exported, Exporters};
-use crate::record::{Gap, GpuView, KillRecord, MemoryFrom, Reaping};
+use crate::record::{Gap, GpuView, KillRecord};
 use crate::util::term::escape;
 use crate::{
     collect::{
@@ -32,8 +34,6 @@ use crate::{
     util::time::{Clock, wall_now_ns},
 };
 
-/// How long a kill waits for its kernel report and reaper events.
-const PENDING_NS: i64 = 30_000_000_000;
 /// CUDA allocations at least this large are stored as events.
 const NOTABLE_CUDA_BYTES: u64 = 64 << 20;
 /// How long GPU OOMs and kills wait for the CUDA calls before them.
@@ -116,11 +116,6 @@ pub struct Inputs {
     pub stop: tokio::sync::watch::Receiver<bool>,
 }
 
-struct Pending {
-    id: i64,
-    record: KillRecord,
-}
-
 /// The engine.
 pub struct Engine {
     store: Store,
@@ -133,8 +128,8 @@ pub struct Engine {
     memcg: Option<MemcgCounters>,
     last_drops: Drops,
     last_drops_ns: i64,
-    pending: Vec<Pending>,
-    to_commit: Vec<KillRecord>,
+    /// Kills queued for commit, and recently committed ones later events add to.
+    kills: KillBook,
     gpu: Option<GpuTracker>,
     gpu_ooms: Vec<CudaCall>,
     /// NVML's latest picture, joined with the model and the ledgers.
@@ -192,8 +187,7 @@ impl Engine {
             memcg,
             last_drops: Drops::default(),
             last_drops_ns: wall_now_ns(),
-            pending: Vec::new(),
-            to_commit: Vec::new(),
+            kills: KillBook::default(),
             gpu,
             gpu_ooms: Vec::new(),
             gpu_view: None,
@@ -390,7 +384,7 @@ impl Engine {
                 },
             };
             self.on_event(ev)?;
-            if !self.to_commit.is_empty() && self.to_commit.len() >= 64 {
+            if self.kills.queued() >= 64 {
                 self.commit_kills()?;
             }
         }
@@ -497,29 +491,10 @@ impl Engine {
             Event::SignalKill(_) => {}
             Event::Reap(r) => {
                 let start = r.header.kind == tracer_common::kind::REAP_START;
-                let set = |rec: &mut KillRecord| {
-                    let reaping = rec.reaping.get_or_insert_with(Reaping::default);
-                    if start {
-                        reaping.start_ns = Some(row.ts_ns);
-                    } else {
-                        reaping.finish_ns = Some(row.ts_ns);
-                    }
-                };
-                if let Some(rec) = self
-                    .to_commit
-                    .iter_mut()
-                    .rev()
-                    .find(|k| k.victim.pid == r.victim_pid)
+                if let Some(id) = self.kills.on_reap(r.victim_pid, row.ts_ns, start)
+                    && let Some(rec) = self.kills.get(id)
                 {
-                    set(rec);
-                } else if let Some(p) = self
-                    .pending
-                    .iter_mut()
-                    .rev()
-                    .find(|p| p.record.victim.pid == r.victim_pid)
-                {
-                    set(&mut p.record);
-                    self.store.update_kill(p.id, &p.record)?;
+                    self.store.update_kill(id, rec)?;
                 }
             }
             Event::Exec(e) => {
@@ -591,7 +566,7 @@ impl Engine {
     /// Queues a kill; `commit_kills` makes it durable before the engine
     /// waits for anything else.
     fn commit_kill(&mut self, rec: KillRecord) -> Result<(), StoreError> {
-        self.to_commit.push(rec);
+        self.kills.queue(rec);
         Ok(())
     }
 
@@ -702,11 +677,11 @@ impl Engine {
     fn refresh_kill_gpu(&mut self) -> Result<(), StoreError> {
         let Some(gpu) = &self.gpu else { return Ok(()) };
         let recent = wall_now_ns() - 5_000_000_000;
-        for p in self.pending.iter_mut().filter(|p| p.record.ts_ns >= recent) {
-            let ledger = gpu.ledger(p.record.victim.pid);
-            if ledger != p.record.victim.gpu {
-                p.record.victim.gpu = ledger;
-                self.store.update_kill(p.id, &p.record)?;
+        for (id, rec) in self.kills.recent_since(recent) {
+            let ledger = gpu.ledger(rec.victim.pid);
+            if ledger != rec.victim.gpu {
+                rec.victim.gpu = ledger;
+                self.store.update_kill(id, rec)?;
             }
         }
         Ok(())
@@ -760,10 +735,10 @@ impl Engine {
     /// transaction: a burst of kills shares one fsync instead of queueing
     /// behind one another's.
     fn commit_kills(&mut self) -> Result<bool, StoreError> {
-        if self.to_commit.is_empty() {
+        if self.kills.queued() == 0 {
             return Ok(false);
         }
-        let mut kills = std::mem::take(&mut self.to_commit);
+        let mut kills = self.kills.take_queued();
         if let Some(gpu) = &self.gpu {
             for k in &mut kills {
                 k.victim.gpu = gpu.ledger(k.victim.pid);
@@ -788,7 +763,7 @@ impl Engine {
                     Ok(ids) => ids,
                     Err(e) => {
                         let n = kills.len();
-                        self.to_commit.splice(0..0, kills);
+                        self.kills.requeue(kills);
                         if e.is_disk_full() {
                             tracing::warn!(
                                 "{n} kill(s) held in memory: the store's file system is still full"
@@ -800,7 +775,7 @@ impl Engine {
                 }
             }
             Err(e) => {
-                self.to_commit.splice(0..0, kills);
+                self.kills.requeue(kills);
                 return Err(e);
             }
         };
@@ -840,7 +815,7 @@ impl Engine {
                     record: Box::new(rec.clone()),
                 });
             }
-            self.pending.push(Pending { id, record: rec });
+            self.kills.committed(id, rec);
         }
         Ok(true)
     }
@@ -848,38 +823,17 @@ impl Engine {
     /// A killed process whose memory was unknown at the signal (it was gone
     /// before /proc could be read) gets the RSS the kernel had at its exit.
     fn memory_at_exit(&mut self, x: &tracer_common::ProcExit) -> Result<(), StoreError> {
-        // Most exits are of processes no kill record waits for: one lookup.
-        if !self
-            .to_commit
-            .iter()
-            .chain(self.pending.iter().map(|p| &p.record))
-            .any(|r| r.victim.memory.source.is_none())
-        {
+        // Most exits are of processes no kill record waits for: one check.
+        if !self.kills.awaiting_memory() {
             return Ok(());
         }
-        let fill = |rec: &mut KillRecord| -> bool {
-            if rec.victim.pid != x.pid || rec.victim.memory.source.is_some() {
-                return false;
-            }
-            let kb = crate::util::sys::page_kb();
-            rec.victim.memory.anon_rss_kb = Some(x.rss_anon_pages * kb);
-            rec.victim.memory.file_rss_kb = Some(x.rss_file_pages * kb);
-            rec.victim.memory.shmem_rss_kb = Some(x.rss_shmem_pages * kb);
-            rec.victim.memory.source = Some(MemoryFrom::Exit);
-            rec.gaps.retain(|g| *g != Gap::MemoryUnknown);
-            true
-        };
-        if self.to_commit.iter_mut().rev().any(fill) {
-            return Ok(());
-        }
-        if let Some(p) = self
-            .pending
-            .iter_mut()
-            .rev()
-            .find(|p| p.record.victim.pid == x.pid)
-            && fill(&mut p.record)
+        let pages = [x.rss_file_pages, x.rss_anon_pages, x.rss_shmem_pages];
+        if let Some(id) = self
+            .kills
+            .on_exit_memory(x.pid, pages, crate::util::sys::page_kb())
+            && let Some(rec) = self.kills.get(id)
         {
-            self.store.update_kill(p.id, &p.record)?;
+            self.store.update_kill(id, rec)?;
         }
         Ok(())
     }
@@ -890,16 +844,17 @@ impl Engine {
             KmsgEvent::Xid(x) => return self.on_xid(x),
             KmsgEvent::Reaped(_) => return Ok(()),
         };
-        let joined = self.reports.offer(
+        let joined = self.kills.on_report(
             *report,
-            self.pending.iter().map(|p| &p.record),
+            &mut self.reports,
             &self.clock,
             wall_now_ns(),
+            Some(&self.sampler),
         );
-        if let Some((i, report)) = joined {
-            let p = &mut self.pending[i];
-            merge_report(&mut p.record, &report, Some(&self.sampler));
-            self.store.update_kill(p.id, &p.record)?;
+        if let Some(id) = joined
+            && let Some(rec) = self.kills.get(id)
+        {
+            self.store.update_kill(id, rec)?;
         }
         Ok(())
     }
@@ -930,7 +885,7 @@ impl Engine {
             self.summary.kmsg_only_kills += found.len() as u64;
             if let Err(e) = self.store.insert_kills(&found, &[], now_ns) {
                 // Held with the other kills and retried.
-                self.to_commit.extend(found);
+                self.kills.requeue(found);
                 return Err(e);
             }
         }
@@ -958,7 +913,9 @@ impl Engine {
         }
         self.summary.folded_kills = self.storm.folded;
         Metrics::set(&self.metrics.folded_kills, self.storm.folded);
-        self.to_commit.extend(due);
+        for rec in due {
+            self.kills.queue(rec);
+        }
         self.commit_kills()?;
         Ok(())
     }
@@ -1001,7 +958,7 @@ impl Engine {
             }
         }
         self.flush()?;
-        self.pending.retain(|p| now - p.record.ts_ns < PENDING_NS);
+        self.kills.prune(now);
         self.settle_unmatched(now, false)?;
         self.model.prune(now);
         if let Some(gpu) = &mut self.gpu {
@@ -1091,10 +1048,10 @@ impl Engine {
         self.step(r)?;
         let r = self.commit_kills().map(drop);
         self.step(r)?;
-        if !self.to_commit.is_empty() {
+        if self.kills.queued() > 0 {
             tracing::error!(
                 "{} kill(s) could not be written before the recorder stopped: the store's file system is full",
-                self.to_commit.len()
+                self.kills.queued()
             );
         }
         let r = self.store.end_session(self.session_id, wall_now_ns());

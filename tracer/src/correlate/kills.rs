@@ -1,0 +1,300 @@
+//! The kills the recorder holds: those queued for their durable commit, and
+//! those committed in the last [`RECENT_NS`], which later events still add
+//! to (the kernel's report, the OOM reaper, the memory the exit probe read,
+//! the CUDA calls made just before the kill). Pure: each method says which
+//! committed record changed, and the recorder writes it.
+
+use super::join::Reports;
+use crate::{
+    collect::kmsg::OomReport,
+    model::sampler::Sampler,
+    record::{Gap, KillRecord, MemoryFrom, Reaping},
+    util::time::Clock,
+};
+
+/// How long a committed kill still takes later joins.
+pub const RECENT_NS: i64 = 30_000_000_000;
+
+/// Queued and recently committed kills.
+#[derive(Debug, Default)]
+pub struct KillBook {
+    queued: Vec<KillRecord>,
+    recent: Vec<(i64, KillRecord)>,
+}
+
+impl KillBook {
+    /// Queues a kill for the next commit.
+    pub fn queue(&mut self, rec: KillRecord) {
+        self.queued.push(rec);
+    }
+
+    /// Queues kills that could not be written, ahead of newer ones.
+    pub fn requeue(&mut self, kills: Vec<KillRecord>) {
+        self.queued.splice(0..0, kills);
+    }
+
+    /// Kills waiting for their commit.
+    pub fn queued(&self) -> usize {
+        self.queued.len()
+    }
+
+    /// Takes the queued kills, to commit them.
+    pub fn take_queued(&mut self) -> Vec<KillRecord> {
+        std::mem::take(&mut self.queued)
+    }
+
+    /// A kill was committed with row `id`.
+    pub fn committed(&mut self, id: i64, rec: KillRecord) {
+        self.recent.push((id, rec));
+    }
+
+    /// Recently committed kills at or after `since_ns`, with their row ids,
+    /// for a caller that updates them itself.
+    pub fn recent_since(&mut self, since_ns: i64) -> impl Iterator<Item = (i64, &mut KillRecord)> {
+        self.recent
+            .iter_mut()
+            .filter(move |(_, r)| r.ts_ns >= since_ns)
+            .map(|(id, r)| (*id, r))
+    }
+
+    /// The record of a committed kill.
+    pub fn get(&self, id: i64) -> Option<&KillRecord> {
+        self.recent.iter().find(|(i, _)| *i == id).map(|(_, r)| r)
+    }
+
+    /// Forgets committed kills older than [`RECENT_NS`].
+    pub fn prune(&mut self, now_ns: i64) {
+        self.recent.retain(|(_, r)| now_ns - r.ts_ns < RECENT_NS);
+    }
+
+    /// The OOM reaper started (or finished) on `pid` at `ts_ns`. Returns the
+    /// row of a committed record that changed.
+    pub fn on_reap(&mut self, pid: u32, ts_ns: i64, start: bool) -> Option<i64> {
+        let set = |rec: &mut KillRecord| {
+            let r = rec.reaping.get_or_insert_with(Reaping::default);
+            if start {
+                r.start_ns = Some(ts_ns);
+            } else {
+                r.finish_ns = Some(ts_ns);
+            }
+        };
+        if let Some(rec) = self.queued.iter_mut().rev().find(|k| k.victim.pid == pid) {
+            set(rec);
+            return None;
+        }
+        let (id, rec) = self
+            .recent
+            .iter_mut()
+            .rev()
+            .find(|(_, r)| r.victim.pid == pid)?;
+        set(rec);
+        Some(*id)
+    }
+
+    /// Whether any kill still waits for its victim's memory.
+    pub fn awaiting_memory(&self) -> bool {
+        self.queued
+            .iter()
+            .chain(self.recent.iter().map(|(_, r)| r))
+            .any(|r| r.victim.memory.source.is_none())
+    }
+
+    /// `pid` exited holding these pages (file, anon, shmem): a kill whose
+    /// victim's memory was unknown (gone before /proc could be read) gets
+    /// them. Returns the row of a committed record that changed.
+    pub fn on_exit_memory(&mut self, pid: u32, pages: [u64; 3], page_kb: u64) -> Option<i64> {
+        let fill = |rec: &mut KillRecord| -> bool {
+            if rec.victim.pid != pid || rec.victim.memory.source.is_some() {
+                return false;
+            }
+            let m = &mut rec.victim.memory;
+            m.file_rss_kb = Some(pages[0] * page_kb);
+            m.anon_rss_kb = Some(pages[1] * page_kb);
+            m.shmem_rss_kb = Some(pages[2] * page_kb);
+            m.source = Some(MemoryFrom::Exit);
+            rec.gaps.retain(|g| *g != Gap::MemoryUnknown);
+            true
+        };
+        if self.queued.iter_mut().rev().any(fill) {
+            return None;
+        }
+        let (id, rec) = self
+            .recent
+            .iter_mut()
+            .rev()
+            .find(|(_, r)| r.victim.pid == pid)?;
+        fill(rec).then_some(*id)
+    }
+
+    /// A kernel report: joined into the committed kill it belongs to, or
+    /// left waiting in `reports`. Returns the row of the record it joined.
+    pub fn on_report(
+        &mut self,
+        report: OomReport,
+        reports: &mut Reports,
+        clock: &Clock,
+        now_ns: i64,
+        sampler: Option<&Sampler>,
+    ) -> Option<i64> {
+        let (i, report) =
+            reports.offer(report, self.recent.iter().map(|(_, r)| r), clock, now_ns)?;
+        let (id, rec) = &mut self.recent[i];
+        super::merge_report(rec, &report, sampler);
+        Some(*id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        collect::{
+            decode::{Event, as_bytes, decode},
+            kmsg::KilledProcess,
+        },
+        record::{Killer, KillerKind, Seen, Victim},
+    };
+    use tracer_common::{EventHeader, ProcExit, Reap, kind};
+
+    fn kill(pid: u32, ts_ns: i64) -> KillRecord {
+        KillRecord {
+            ts_ns,
+            source: Seen::SIGNAL,
+            killer: Killer {
+                kind: KillerKind::Userspace,
+                ..Default::default()
+            },
+            victim: Victim {
+                pid,
+                ..Default::default()
+            },
+            gaps: vec![Gap::MemoryUnknown],
+            ..Default::default()
+        }
+    }
+
+    fn header(kind: u32, pid: u32) -> EventHeader {
+        EventHeader {
+            kind,
+            pid,
+            tid: pid,
+            ..Default::default()
+        }
+    }
+
+    /// The exit probe's record of `pid`, through the real decoder.
+    fn exit(pid: u32, pages: [u64; 3]) -> ProcExit {
+        let ev = ProcExit {
+            header: header(kind::PROC_EXIT, pid),
+            pid,
+            rss_known: 1,
+            rss_file_pages: pages[0],
+            rss_anon_pages: pages[1],
+            rss_shmem_pages: pages[2],
+        };
+        match decode(&as_bytes(&ev)).unwrap() {
+            Event::Exit(x) => x,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn reap(pid: u32, start: bool) -> Reap {
+        let k = if start {
+            kind::REAP_START
+        } else {
+            kind::REAP_FINISH
+        };
+        let ev = Reap {
+            header: header(k, 0),
+            victim_pid: pid,
+            _pad: 0,
+        };
+        match decode(&as_bytes(&ev)).unwrap() {
+            Event::Reap(r) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_exit_fills_a_victims_unknown_memory_queued_or_committed() {
+        let mut book = KillBook::default();
+        book.queue(kill(10, 1_000));
+        assert!(book.awaiting_memory());
+        let x = exit(10, [1, 200, 3]);
+        let pages = [x.rss_file_pages, x.rss_anon_pages, x.rss_shmem_pages];
+        assert_eq!(
+            book.on_exit_memory(x.pid, pages, 4),
+            None,
+            "queued: nothing to rewrite"
+        );
+        let queued = book.take_queued();
+        let m = &queued[0].victim.memory;
+        assert_eq!(
+            (m.file_rss_kb, m.anon_rss_kb, m.shmem_rss_kb),
+            (Some(4), Some(800), Some(12))
+        );
+        assert_eq!(m.source, Some(MemoryFrom::Exit));
+        assert!(queued[0].gaps.is_empty(), "the memory-unknown gap is gone");
+
+        book.committed(7, kill(11, 2_000));
+        assert_eq!(
+            book.on_exit_memory(11, [0, 5, 0], 4),
+            Some(7),
+            "committed: rewrite row 7"
+        );
+        assert_eq!(book.on_exit_memory(11, [0, 9, 0], 4), None, "filled once");
+        assert_eq!(book.get(7).unwrap().victim.memory.anon_rss_kb, Some(20));
+        assert_eq!(book.on_exit_memory(99, [0, 1, 0], 4), None, "not a victim");
+        assert!(!book.awaiting_memory());
+    }
+
+    #[test]
+    fn reaping_lands_on_the_latest_kill_of_the_pid() {
+        let mut book = KillBook::default();
+        book.committed(1, kill(20, 1_000));
+        book.committed(2, kill(20, 9_000));
+        let r = reap(20, true);
+        assert_eq!(book.on_reap(r.victim_pid, 9_100, true), Some(2));
+        let r = reap(20, false);
+        assert_eq!(book.on_reap(r.victim_pid, 9_300, false), Some(2));
+        let reaping = book.get(2).unwrap().reaping.clone().unwrap();
+        assert_eq!(
+            (reaping.start_ns, reaping.finish_ns),
+            (Some(9_100), Some(9_300))
+        );
+        assert!(book.get(1).unwrap().reaping.is_none());
+        book.queue(kill(21, 10_000));
+        assert_eq!(
+            book.on_reap(21, 10_100, true),
+            None,
+            "queued: committed with it"
+        );
+        assert!(book.take_queued()[0].reaping.is_some());
+    }
+
+    #[test]
+    fn a_report_joins_the_committed_kill_and_recent_kills_age_out() {
+        let clock = Clock::fixed(0, 0);
+        let mut reports = Reports::new(0);
+        let mut book = KillBook::default();
+        let mut k = kill(30, 5_000_000_000);
+        k.killer.kind = KillerKind::KernelOom;
+        k.source = Seen::TRACEPOINT;
+        book.committed(4, k);
+        let report = OomReport {
+            ts_us: 5_000_100,
+            killed: KilledProcess {
+                pid: 30,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(
+            book.on_report(report, &mut reports, &clock, 5_100_000_000, None),
+            Some(4)
+        );
+        assert_eq!(book.get(4).unwrap().source.to_string(), "tracepoint+kmsg");
+        book.prune(5_000_000_000 + RECENT_NS);
+        assert!(book.get(4).is_none());
+    }
+}
