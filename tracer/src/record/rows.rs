@@ -47,3 +47,18 @@ pub struct ProcRow {
     /// Memory cgroup limit.
     pub memcg_limit: Option<u64>,
 }
+
+/// A process's CUDA ledger at a moment, as stored.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LedgerSnapshot {
+    /// Wall time, ns.
+    pub ts_ns: i64,
+    /// The process.
+    pub pid: u32,
+    /// Its name.
+    pub comm: String,
+    /// Whether this is the ledger at its exit (what it never freed).
+    pub at_exit: bool,
+    /// The ledger.
+    pub ledger: crate::model::ledger::LedgerSummary,
+}

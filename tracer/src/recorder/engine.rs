@@ -629,7 +629,7 @@ impl Engine {
         if let Some(e) = &s.error {
             tracing::debug!("NVML sample: {e}");
         }
-        let traced = self.gpu.as_ref().map(|g| g as &dyn TracedMemory);
+        let traced = self.gpu.as_ref().map(|g| &g.ledgers as &dyn TracedMemory);
         let mut view = crate::correlate::gpuview::build(
             &s,
             &self.model,
@@ -1033,7 +1033,7 @@ impl Engine {
         let r = self.refresh_kill_gpu();
         self.step(r)?;
         if let Some(gpu) = self.gpu.take() {
-            self.summary.gpu_ooms = gpu.ooms;
+            self.summary.gpu_ooms = gpu.ooms();
             gpu.detach();
         }
         let (devices, procs) = self.window.take();
