@@ -298,4 +298,33 @@ mod tests {
         l.tick(3 * SNAPSHOT_NS + KEEP_EXITED_NS);
         assert!(l.ledger(20).is_none(), "forgotten");
     }
+
+    #[test]
+    fn a_kill_of_a_cuda_process_is_enriched_with_its_ledger() {
+        use crate::{
+            correlate::KillEnricher,
+            record::{KillRecord, Victim},
+        };
+        let model = ProcessTable::new(CgroupLayout::default(), 0, 16);
+        let mut l = CudaLedgers::default();
+        l.on_call(
+            &call(30, cuda::MALLOC_HOST, 0, GIB, 0xe000, -1),
+            0,
+            &model,
+            1,
+        );
+        let mut k = KillRecord {
+            victim: Victim {
+                pid: 30,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        l.enrich(&mut k);
+        let gpu = k.victim.gpu.expect("the victim's ledger");
+        assert_eq!(gpu.by_kind[&AllocKind::PinnedHost].outstanding, GIB);
+        let mut other = KillRecord::default();
+        l.enrich(&mut other);
+        assert!(other.victim.gpu.is_none(), "not a CUDA process");
+    }
 }

@@ -20,6 +20,27 @@ use crate::{
     util::time::Clock,
 };
 
+/// What a probe family adds to a kill before it is committed: the
+/// victim's CUDA ledger, NVML's picture of its GPUs (and, as families
+/// arrive, its heap's allocation sites). The recorder runs every enricher
+/// it has on every kill; a new family is a new implementation.
+pub trait KillEnricher {
+    /// Adds what this family knows of the victim to `kill`.
+    fn enrich(&self, kill: &mut KillRecord);
+}
+
+impl KillEnricher for cuda::CudaLedgers {
+    fn enrich(&self, kill: &mut KillRecord) {
+        kill.victim.gpu = self.ledger(kill.victim.pid);
+    }
+}
+
+impl KillEnricher for crate::record::GpuView {
+    fn enrich(&self, kill: &mut KillRecord) {
+        kill.gpu_picture = self.of_process(kill.victim.pid);
+    }
+}
+
 /// How far back the lead-up goes.
 pub const LEADUP_NS: i64 = 60_000_000_000;
 

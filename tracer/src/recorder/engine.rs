@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::{cuda::GpuTracker, metrics::Metrics};
 use crate::correlate::{
-    Context,
+    Context, KillEnricher,
     gpuview::TracedMemory,
     join::{JOIN_WINDOW_NS, Reports},
     kill_from_report, kill_from_signal, kill_from_victim,
@@ -739,17 +739,24 @@ impl Engine {
             return Ok(false);
         }
         let mut kills = self.kills.take_queued();
-        if let Some(gpu) = &self.gpu {
-            for k in &mut kills {
-                k.victim.gpu = gpu.ledger(k.victim.pid);
-            }
-        }
+        let enrichers: Vec<&dyn KillEnricher> = [
+            self.gpu.as_ref().map(|g| &g.ledgers as &dyn KillEnricher),
+            self.gpu_view.as_ref().map(|v| v as &dyn KillEnricher),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         for k in &mut kills {
-            if let Some(v) = &self.gpu_view {
-                k.gpu_picture = v.of_process(k.victim.pid);
-            } else if let Some(why) = &self.nvml_missing {
-                k.gaps
-                    .push(Gap::Note(format!("GPU data unavailable: {why}")));
+            for e in &enrichers {
+                e.enrich(k);
+            }
+            if self.gpu_view.is_none()
+                && let Some(why) = &self.nvml_missing
+            {
+                let gap = Gap::Note(format!("GPU data unavailable: {why}"));
+                if !k.gaps.contains(&gap) {
+                    k.gaps.push(gap);
+                }
             }
         }
         let events = std::mem::take(&mut self.buffer);
