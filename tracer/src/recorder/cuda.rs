@@ -2,13 +2,10 @@
 //! distinct CUDA library on the node, and the ledgers of the processes that
 //! use them (the CUDA correlator), whose snapshots it stores.
 
-use tracer_common::CudaCall;
-
 use crate::{
     correlate::cuda::CudaLedgers,
-    model::{ProcessTable, ledger::LedgerSummary},
     probes::{Probes, uprobe::CUDA, watch::LibraryWatcher},
-    record::{GpuOomRecord, LedgerSnapshot},
+    record::LedgerSnapshot,
     store::{Store, StoreError},
     util::{term::escape, units::bytes},
 };
@@ -49,18 +46,6 @@ impl GpuTracker {
         Ok(())
     }
 
-    /// A traced call. Returns a GPU OOM record when an allocation failed
-    /// for lack of memory.
-    pub fn on_call(
-        &mut self,
-        c: &CudaCall,
-        ts_ns: i64,
-        model: &ProcessTable,
-        session: i64,
-    ) -> Option<GpuOomRecord> {
-        self.ledgers.on_call(c, ts_ns, model, session)
-    }
-
     /// A process ended: its final ledger (what it never freed) is stored.
     pub fn on_exit(
         &mut self,
@@ -81,11 +66,6 @@ impl GpuTracker {
             );
         }
         store_snapshot(store, session, &s)
-    }
-
-    /// The ledger of `pid`, if it used CUDA.
-    pub fn ledger(&self, pid: u32) -> Option<LedgerSummary> {
-        self.ledgers.ledger(pid)
     }
 
     /// GPU out-of-memory failures recorded.

@@ -546,7 +546,7 @@ impl Engine {
             return Ok(());
         }
         if let Some(gpu) = &mut self.gpu {
-            gpu.on_call(
+            gpu.ledgers.on_call(
                 c,
                 self.clock.boot_to_wall(c.header.ts_boot_ns),
                 &self.model,
@@ -678,7 +678,7 @@ impl Engine {
         let Some(gpu) = &self.gpu else { return Ok(()) };
         let recent = wall_now_ns() - 5_000_000_000;
         for (id, rec) in self.kills.recent_since(recent) {
-            let ledger = gpu.ledger(rec.victim.pid);
+            let ledger = gpu.ledgers.ledger(rec.victim.pid);
             if ledger != rec.victim.gpu {
                 rec.victim.gpu = ledger;
                 self.store.update_kill(id, rec)?;
@@ -696,7 +696,7 @@ impl Engine {
         };
         for c in calls {
             let ts = self.clock.boot_to_wall(c.header.ts_boot_ns);
-            if let Some(mut rec) = gpu.on_call(&c, ts, &self.model, self.session_id) {
+            if let Some(mut rec) = gpu.ledgers.on_call(&c, ts, &self.model, self.session_id) {
                 match &self.gpu_view {
                     Some(v) if rec.device >= 0 => rec.nvml = v.device(rec.device as u32).cloned(),
                     Some(_) => {}
