@@ -518,8 +518,10 @@ fn kills_from_before_the_recorder_are_stored_at_once() {
     let hog = oom_killed(&cg, Path::new(env!("CARGO_BIN_EXE_memhog")), 8, 20);
     let pid = hog.pid();
 
-    // A recorder that lives a moment (a crash loop) still stores it.
-    let rec = Recorder::start(&store);
+    // A recorder that lives a moment (a crash loop) still stores it, and
+    // hands it to its exporters like any other kill.
+    let exported = dir.path().join("kills.jsonl");
+    let rec = Recorder::start_with(&store, &["--export-jsonl", exported.to_str().unwrap()]);
     let t0 = Instant::now();
     let stored = wait_for(Duration::from_secs(5), || {
         let c = rusqlite::Connection::open_with_flags(
@@ -535,6 +537,14 @@ fn kills_from_before_the_recorder_are_stored_at_once() {
         (n > 0).then(|| t0.elapsed())
     })
     .expect("the kill from before start was stored");
+    let line = wait_for(Duration::from_secs(5), || {
+        fs::read_to_string(&exported).ok()?.lines().find_map(|l| {
+            let j: Value = serde_json::from_str(l).ok()?;
+            (j["record"]["victim"]["pid"] == pid).then_some(j)
+        })
+    })
+    .expect("the kernel-log-only kill was exported");
+    assert_eq!(line["record"]["source"], "kmsg");
     rec.crash();
     assert!(
         stored < Duration::from_millis(1500),

@@ -430,7 +430,6 @@ impl Engine {
     }
 
     fn on_event(&mut self, ev: Event) -> Result<(), StoreError> {
-        self.summary.events += 1;
         Metrics::add(&self.metrics.events, 1);
         if let Event::Cuda(c) = &ev {
             return self.on_cuda(c, &ev);
@@ -643,7 +642,7 @@ impl Engine {
         n.nvml_sample_us_mean =
             (n.nvml_sample_us_mean * n.nvml_samples + s.took_us) / (n.nvml_samples + 1);
         n.nvml_samples += 1;
-        Metrics::add(&self.metrics.nvml_samples, 1);
+        Metrics::set(&self.metrics.nvml_samples, n.nvml_samples);
         Metrics::set(&self.metrics.nvml_last_us, s.took_us);
         n.nvml_sample_us_max = n.nvml_sample_us_max.max(s.took_us);
         if let Some((devices, procs)) = self.window.push(&view, s.ts_ns) {
@@ -678,9 +677,9 @@ impl Engine {
         let Some(gpu) = &self.gpu else { return Ok(()) };
         let recent = wall_now_ns() - 5_000_000_000;
         for (id, rec) in self.kills.recent_since(recent) {
-            let ledger = gpu.ledgers.ledger(rec.victim.pid);
-            if ledger != rec.victim.gpu {
-                rec.victim.gpu = ledger;
+            let before = rec.victim.gpu.clone();
+            gpu.ledgers.enrich(rec);
+            if rec.victim.gpu != before {
                 self.store.update_kill(id, rec)?;
             }
         }
@@ -801,7 +800,6 @@ impl Engine {
                 self.summary.kill_commit_us.push(us);
                 Metrics::set(&self.metrics.last_kill_commit_us, us);
             }
-            self.summary.kills += 1;
             Metrics::add(&self.metrics.kills, 1);
             tracing::info!(
                 "kill recorded: {} (pid {}) by {} [{}]",
@@ -870,7 +868,6 @@ impl Engine {
     /// whose tracepoint event was lost) become kernel-log-only records,
     /// unless the store has them already.
     fn settle_unmatched(&mut self, now_ns: i64, all: bool) -> Result<(), StoreError> {
-        let mut found = Vec::new();
         for report in self.reports.due(now_ns, all) {
             let ts = self.clock.kmsg_to_wall(report.ts_us);
             if self
@@ -878,25 +875,14 @@ impl Engine {
                 .find_kill(report.killed.pid, ts, JOIN_WINDOW_NS)?
                 .is_none()
             {
-                let rec = kill_from_report(&report, &self.clock, Some(&self.model));
-                tracing::info!(
-                    "kill found in the kernel log: {} (pid {})",
-                    escape(&rec.victim.comm),
-                    rec.victim.pid
-                );
-                found.push(rec);
+                self.summary.kmsg_only_kills += 1;
+                self.kills
+                    .queue(kill_from_report(&report, &self.clock, Some(&self.model)));
             }
         }
-        // A backlog found at start (many old kills) costs one commit.
-        if !found.is_empty() {
-            self.summary.kmsg_only_kills += found.len() as u64;
-            if let Err(e) = self.store.insert_kills(&found, &[], now_ns) {
-                // Held with the other kills and retried.
-                self.kills.requeue(found);
-                return Err(e);
-            }
-        }
-        Ok(())
+        // Through the one commit path (held on a full disk, exported, ...);
+        // a backlog found at start (many old kills) costs one commit.
+        self.commit_kills().map(drop)
     }
 
     /// Stores the SIGKILL aggregates whose window has closed (all of them
@@ -918,7 +904,6 @@ impl Engine {
                 );
             }
         }
-        self.summary.folded_kills = self.storm.folded;
         Metrics::set(&self.metrics.folded_kills, self.storm.folded);
         for rec in due {
             self.kills.queue(rec);
@@ -1063,6 +1048,9 @@ impl Engine {
         }
         let r = self.store.end_session(self.session_id, wall_now_ns());
         self.step(r)?;
+        let m = self.metrics.snapshot();
+        (self.summary.events, self.summary.kills) = (m.events, m.kills);
+        self.summary.folded_kills = m.folded_kills;
         self.summary.drops = self.last_drops;
         self.summary.export_drops = std::mem::take(&mut self.exporters).finish();
         self.summary.model = self.model.stats;
