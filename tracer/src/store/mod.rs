@@ -185,14 +185,16 @@ fn has_room(dir: &Path) -> bool {
     (st.f_bavail as u64).saturating_mul(st.f_frsize as u64) >= 2 * RESERVE_BYTES
 }
 
+/// The file named like the store with `suffix` appended (`-wal`, `.lock`).
+fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
 /// The files SQLite keeps beside the store.
 fn side_files(path: &Path) -> [PathBuf; 3] {
-    let with = |suffix: &str| {
-        let mut s = path.as_os_str().to_owned();
-        s.push(suffix);
-        PathBuf::from(s)
-    };
-    [with("-wal"), with("-shm"), with("-journal")]
+    ["-wal", "-shm", "-journal"].map(|s| beside(path, s))
 }
 
 /// Bytes in the store's WAL file (0 when there is none).
@@ -288,13 +290,11 @@ impl StoreLock {
     pub fn take(path: &Path) -> Result<Self, StoreError> {
         use std::io::{Read as _, Seek as _, Write as _};
         use std::os::fd::AsRawFd as _;
-        let mut s = path.as_os_str().to_owned();
-        s.push(".lock");
-        let lock_path = PathBuf::from(s);
-        let mut f = fsafe::open_private(&lock_path).map_err(|source| StoreError::Unsafe {
-            path: path.into(),
-            source,
-        })?;
+        let mut f =
+            fsafe::open_private(&beside(path, ".lock")).map_err(|source| StoreError::Unsafe {
+                path: path.into(),
+                source,
+            })?;
         // SAFETY: flock on an fd this function owns.
         if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let mut holder = String::new();
@@ -341,9 +341,7 @@ impl Store {
         let lock = StoreLock::take(path)?;
         // Restarted on a full file system: the reserve a recorder set aside
         // is what lets SQLite open (its -shm) and write the session.
-        let mut reserve = path.as_os_str().to_owned();
-        reserve.push(".reserve");
-        if !has_room(dir) && std::fs::remove_file(&reserve).is_ok() {
+        if !has_room(dir) && std::fs::remove_file(beside(path, ".reserve")).is_ok() {
             tracing::warn!(
                 "the store's file system is full: its reserve was given back to open the store"
             );
@@ -375,9 +373,7 @@ impl Store {
     }
 
     fn reserve_path(&self) -> PathBuf {
-        let mut s = self.path.as_os_str().to_owned();
-        s.push(".reserve");
-        PathBuf::from(s)
+        beside(&self.path, ".reserve")
     }
 
     /// Sets [`RESERVE_BYTES`] aside (really allocated, not a sparse file),
@@ -501,18 +497,22 @@ impl Store {
         self.conn
             .busy_timeout(std::time::Duration::from_secs(5))
             .map_err(|e| classify(p, e, "busy_timeout"))?;
-        // The first real read: a file that is not a database fails here.
-        let check: String = self
-            .conn
-            .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))
-            .map_err(|e| classify(p, e, "check"))?;
-        if check != "ok" {
-            return Err(StoreError::Corrupt {
-                path: p.clone(),
-                detail: check,
-            });
-        }
-        if rw {
+        if !rw {
+            // The first real read: a file that is not a database fails here.
+            // (A writer's existing file was checked read-only by `validate`
+            // before it was opened for writing; reading it all twice at
+            // start would double the cost on a large store.)
+            let check: String = self
+                .conn
+                .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))
+                .map_err(|e| classify(p, e, "check"))?;
+            if check != "ok" {
+                return Err(StoreError::Corrupt {
+                    path: p.clone(),
+                    detail: check,
+                });
+            }
+        } else {
             // auto_vacuum only takes effect on a new, empty database; an
             // existing store is not written to for it (a restart on a full
             // disk must get through here).
