@@ -186,23 +186,9 @@ impl ProcessTable {
     /// exec (0: unknown): re-read /proc, falling back to the event's fields
     /// when the process is already gone. The kernel's cgroup wins over
     /// /proc's: /proc is read later, perhaps from a zombie.
-    pub fn on_exec_in(&mut self, pid: u32, comm: &str, filename: &str, memcg_id: u64) {
-        self.on_exec(pid, comm, filename);
-        if let Some(path) = self.memcg_by_id(memcg_id, false)
-            && let Some(p) = self.procs.get(&pid)
-            && p.memcg.as_ref() != Some(&path)
-        {
-            let mut p = p.clone();
-            p.owner = owner_of(&path);
-            p.memcg = Some(path);
-            self.insert(pid, p);
-        }
-    }
-
-    /// A new program: re-read /proc, falling back to the event's fields
-    /// when the process is already gone.
-    pub fn on_exec(&mut self, pid: u32, comm: &str, filename: &str) {
+    pub fn on_exec(&mut self, pid: u32, comm: &str, filename: &str, memcg_id: u64) {
         self.stats.execs += 1;
+        let kernel_memcg = self.memcg_by_id(memcg_id, false);
         let info = proc::read(pid).unwrap_or_else(|_| {
             let prev = self
                 .procs
@@ -217,7 +203,11 @@ impl ProcessTable {
                 ..prev
             }
         });
-        let p = self.make(info);
+        let mut p = self.make(info);
+        if let Some(path) = kernel_memcg {
+            p.owner = owner_of(&path);
+            p.memcg = Some(path);
+        }
         self.insert(pid, p);
     }
 

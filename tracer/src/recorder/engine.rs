@@ -497,7 +497,7 @@ impl Engine {
                 }
             }
             Event::Exec(e) => {
-                self.model.on_exec_in(
+                self.model.on_exec(
                     e.pid,
                     &c_str(&e.header.comm),
                     &c_str(&e.filename),
