@@ -7,6 +7,8 @@
 //! constants on the wire; userspace turns them into enums with `TryFrom`.
 #![no_std]
 
+pub mod heap;
+
 /// Length of a kernel task name (`TASK_COMM_LEN`).
 pub const COMM_LEN: usize = 16;
 /// Bytes of an exec'd file name that cross the ring (longer names are cut).
@@ -35,6 +37,16 @@ pub mod maps {
     pub const CUDA_THREAD_DEVICE: &str = "CUDA_THREAD_DEV";
     /// `LruHashMap<u64, i32>`: the device of each CUDA context.
     pub const CUDA_CTX_DEVICE: &str = "CUDA_CTX_DEV";
+    /// Heap calls in flight per thread.
+    pub const HEAP_INFLIGHT: &str = "HEAP_INFLIGHT";
+    /// Sampled live heap blocks.
+    pub const HEAP_LIVE: &str = "HEAP_LIVE";
+    /// Bytes to the next heap sample, per CPU.
+    pub const HEAP_COUNTDOWN: &str = "HEAP_COUNTDOWN";
+    /// Heap program counters (`heap::stat`), per CPU.
+    pub const HEAP_STATS: &str = "HEAP_STATS";
+    /// The heap programs' configuration (`.rodata`).
+    pub const HEAP_CONFIG: &str = "HEAP_CONFIG";
     /// Name of the read-only global that holds the [`super::ProbeConfig`].
     pub const CONFIG: &str = "CONFIG";
 }
@@ -65,6 +77,14 @@ pub mod programs {
     pub const CUDA_FLOOR_ENTRY: &str = "cuda_floor_entry";
     /// Empty `uretprobe` at the same sites.
     pub const CUDA_FLOOR_RETURN: &str = "cuda_floor_return";
+    /// uprobe at the entry of every heap function.
+    pub const HEAP_ENTRY: &str = "heap_entry";
+    /// uretprobe at the return of every heap function but free.
+    pub const HEAP_RETURN: &str = "heap_return";
+    /// Empty twin of HEAP_ENTRY (benchmarks).
+    pub const HEAP_FLOOR_ENTRY: &str = "heap_floor_entry";
+    /// Empty twin of HEAP_RETURN (benchmarks).
+    pub const HEAP_FLOOR_RETURN: &str = "heap_floor_return";
 }
 
 /// Sizes of the ring buffers, in bytes (powers of two, multiples of the page size).
@@ -117,6 +137,10 @@ pub mod kind {
     pub const SIGNAL_KILL: u32 = 8;
     /// A CUDA allocation API call returned ([`super::CudaCall`]).
     pub const CUDA_CALL: u32 = 9;
+    /// A sampled heap allocation ([`crate::heap::HeapAlloc`]).
+    pub const HEAP_ALLOC: u32 = 10;
+    /// A sampled heap block freed ([`crate::heap::HeapFree`]).
+    pub const HEAP_FREE: u32 = 11;
 }
 
 /// What every event starts with. The task fields describe `current`: the
@@ -577,7 +601,7 @@ pub struct CudaCall {
 const _: () = assert!(size_of::<CudaCall>() == 88);
 
 /// The largest event; a reader rejects anything bigger.
-pub const MAX_EVENT_SIZE: usize = size_of::<ProcExec>();
+pub const MAX_EVENT_SIZE: usize = size_of::<heap::HeapAlloc>();
 
 /// A field offset that the running kernel's tracepoint does not have.
 pub const FIELD_ABSENT: u16 = u16::MAX;
@@ -696,4 +720,10 @@ mod pod {
     unsafe impl aya::Pod for MemcgCountKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for CudaInflight {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for heap::HeapConfig {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for heap::HeapInflight {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for heap::HeapKey {}
 }

@@ -3,10 +3,12 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
+    maps::{HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
 };
 use tracer_common::{
-    CUDA_THREAD_ENTRIES, CudaInflight, MEMCG_COUNTS_ENTRIES, MemcgCountKey, ProbeConfig, ring,
+    CUDA_THREAD_ENTRIES, CudaInflight, MEMCG_COUNTS_ENTRIES, MemcgCountKey, ProbeConfig,
+    heap::{self, HeapConfig, HeapInflight, HeapKey},
+    ring,
 };
 
 /// Kills, OOM events and process exits. Small, low rate, wakes the reader on
@@ -51,3 +53,26 @@ pub static CUDA_CTX_DEVICE: LruHashMap<u64, i32> =
 /// Lives in `.rodata`, so the verifier treats its fields as constants.
 #[unsafe(no_mangle)]
 pub static CONFIG: ProbeConfig = ProbeConfig::empty();
+
+/// The outermost probed heap call in flight, per thread (pid_tgid).
+#[map(name = "HEAP_INFLIGHT")]
+pub static HEAP_INFLIGHT: LruHashMap<u64, HeapInflight> =
+    LruHashMap::with_max_entries(CUDA_THREAD_ENTRIES, 0);
+
+/// Sampled heap blocks still live: (process, address) -> bytes. Not an LRU:
+/// a full map refuses (and counts) a sample rather than silently forgetting
+/// a live one.
+#[map(name = "HEAP_LIVE")]
+pub static HEAP_LIVE: HashMap<HeapKey, u64> = HashMap::with_max_entries(heap::LIVE_ENTRIES, 0);
+
+/// Bytes left before the next heap sample, per CPU (0 = not drawn yet).
+#[map(name = "HEAP_COUNTDOWN")]
+pub static HEAP_COUNTDOWN: PerCpuArray<i64> = PerCpuArray::with_max_entries(1, 0);
+
+/// Counters of the heap programs (`tracer_common::heap::stat`), per CPU.
+#[map(name = "HEAP_STATS")]
+pub static HEAP_STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(heap::stat::COUNT, 0);
+
+/// The heap programs' sampling configuration, written by userspace before load.
+#[unsafe(no_mangle)]
+pub static HEAP_CONFIG: HeapConfig = HeapConfig::empty();

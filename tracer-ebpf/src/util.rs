@@ -174,6 +174,12 @@ impl<T> Reserved<T> {
         self.submit();
     }
 
+    /// Gives the slot back unsent.
+    #[inline(always)]
+    pub fn discard(self) {
+        self.entry.discard(BPF_RB_NO_WAKEUP as u64);
+    }
+
     /// Submits a slot filled through `as_mut_ptr`.
     #[inline(always)]
     pub fn submit(self) {

@@ -24,7 +24,8 @@ use crate::{
     model::ledger::{AllocKind, Change, Ledger},
     probes::{
         CUDA_DATA_RING_BYTES, Probes,
-        cuda::{CudaAttachment, libraries_of, name},
+        cuda::name,
+        uprobe::{Attachment, CUDA, libraries_of},
     },
     util::term,
     util::time::{Clock, format_wall},
@@ -270,8 +271,8 @@ pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
     crate::probes::caps::require_bpf()?;
     let pidfd = pidfd(args.pid)?;
     let mut probes = Probes::load(CUDA_DATA_RING_BYTES).context("cannot attach")?;
-    probes.load_cuda(args.floor)?;
-    let libs = match libraries_of(args.pid) {
+    probes.load_family(&CUDA, args.floor)?;
+    let libs = match libraries_of(&CUDA, args.pid) {
         Ok(l) => l,
         Err(e)
             if e.kind() == std::io::ErrorKind::NotFound
@@ -316,11 +317,11 @@ async fn attach(
     }
     drop(tx);
     let drops = probes.take_drop_counters()?;
-    let mut attached: Vec<CudaAttachment> = Vec::new();
+    let mut attached: Vec<Attachment> = Vec::new();
     let mut seen = HashSet::new();
     let mut attach_new =
-        |probes: &mut Probes, attached: &mut Vec<CudaAttachment>| -> anyhow::Result<()> {
-            let libs = match libraries_of(args.pid) {
+        |probes: &mut Probes, attached: &mut Vec<Attachment>| -> anyhow::Result<()> {
+            let libs = match libraries_of(&CUDA, args.pid) {
                 Ok(l) => l,
                 Err(_) => return Ok(()), // the process is going away; the pidfd says so
             };
@@ -328,7 +329,7 @@ async fn attach(
                 if !seen.insert(lib.id) {
                     continue;
                 }
-                let att = probes.attach_cuda(&lib, Some(args.pid), args.floor)?;
+                let att = probes.attach_family(&CUDA, &lib, Some(args.pid), args.floor)?;
                 // Failures because the process went away mid-attach are
                 // said as that, not as the file system's error.
                 if !att.failed.is_empty()
@@ -456,7 +457,7 @@ async fn attach(
         crate::say!("tracer: removing {probes_n} probes from pid {}", args.pid);
     }
     for att in attached {
-        probes.detach_cuda(att);
+        probes.detach_family(att);
     }
     Ok(ExitCode::SUCCESS)
 }

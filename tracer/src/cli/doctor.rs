@@ -322,9 +322,9 @@ pub fn checks(store: &Path, nvml_lib: Option<&Path>) -> Vec<Check> {
 
 /// The CUDA libraries of `pid` and the probed functions each lacks.
 fn cuda_checks(pid: u32) -> Vec<Check> {
-    use crate::probes::cuda::libraries_of;
+    use crate::probes::uprobe::{CUDA, libraries_of};
     let name = format!("CUDA in pid {pid}");
-    match libraries_of(pid) {
+    match libraries_of(&CUDA, pid) {
         Err(e) => vec![check(
             name,
             Status::Fail,

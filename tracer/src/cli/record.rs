@@ -115,7 +115,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     };
     let mut probes = Probes::load(ring).context("cannot record")?;
     if args.cuda {
-        probes.load_cuda(false)?;
+        probes.load_family(&crate::probes::uprobe::CUDA, false)?;
     }
     protect_from_oom_killer();
     let rt = tokio::runtime::Builder::new_current_thread()

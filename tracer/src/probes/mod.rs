@@ -6,7 +6,9 @@
 pub mod btf;
 pub mod caps;
 pub mod cuda;
+pub mod heap;
 pub mod layout;
+pub mod placement;
 pub mod tracefs;
 pub mod uprobe;
 pub mod watch;
@@ -230,6 +232,15 @@ impl Probes {
     /// Checks privilege, finds tracefs and BTF, builds the configuration and
     /// loads maps and programs into the kernel (nothing attached yet).
     pub fn load(data_ring_bytes: u32) -> Result<Self, ProbeError> {
+        let heap = heap::config(heap::DEFAULT_SAMPLE_BYTES, heap::DEFAULT_ALWAYS_BYTES);
+        Self::load_with_heap(data_ring_bytes, &heap)
+    }
+
+    /// As [`Probes::load`], with the heap programs' sampling configuration.
+    pub fn load_with_heap(
+        data_ring_bytes: u32,
+        heap: &tracer_common::heap::HeapConfig,
+    ) -> Result<Self, ProbeError> {
         caps::require_bpf()?;
         let tracefs = tracefs::find_or_mount()?;
         let kbtf = btf::KernelBtf::open(std::path::Path::new(btf::VMLINUX_BTF))?;
@@ -247,6 +258,7 @@ impl Probes {
             // Our programs use no CO-RE relocations: skip parsing kernel BTF again.
             .btf(None)
             .override_global(maps::CONFIG, &config, true)
+            .override_global(maps::HEAP_CONFIG, heap, true)
             .map_max_entries(maps::DATA_RING, data_ring_bytes)
             .load(EBPF_OBJECT)
             .map_err(|source| ProbeError::Load { source })?;

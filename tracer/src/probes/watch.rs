@@ -22,8 +22,7 @@ use std::{
 
 use super::{
     Probes,
-    cuda::{CudaAttachment, candidates_of, inspect},
-    uprobe::UprobeFamily,
+    uprobe::{Attachment, UprobeFamily, candidates_of, inspect},
 };
 use crate::util::{sys::all_pids, term::escape};
 
@@ -57,7 +56,7 @@ struct Watch {
     probes: Probes,
     family: &'static UprobeFamily,
     looked_at: HashSet<(u64, u64)>,
-    attached: Vec<CudaAttachment>,
+    attached: Vec<Attachment>,
     rescans: Vec<(u32, Instant)>,
     last_full: Instant,
     stats: Arc<WatchStats>,
@@ -66,7 +65,7 @@ struct Watch {
 impl Watch {
     /// Attaches to the files of `pid` not looked at yet.
     fn scan(&mut self, pid: u32) {
-        let Ok(candidates) = candidates_of(pid) else {
+        let Ok(candidates) = candidates_of(self.family, pid) else {
             return;
         };
         self.stats.processes_scanned.fetch_add(1, Ordering::Relaxed);
@@ -75,8 +74,10 @@ impl Watch {
                 continue;
             }
             self.stats.files_parsed.fetch_add(1, Ordering::Relaxed);
-            let Some(lib) = inspect(&c) else { continue };
-            match self.probes.attach_cuda(&lib, None, false) {
+            let Some(lib) = inspect(self.family, &c) else {
+                continue;
+            };
+            match self.probes.attach_family(self.family, &lib, None, false) {
                 Ok(att) => {
                     self.stats.files_attached.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(
@@ -150,7 +151,7 @@ impl Watch {
             tracing::info!("{}: removing {n} probes", self.family.name);
         }
         for att in std::mem::take(&mut self.attached) {
-            self.probes.detach_cuda(att);
+            self.probes.detach_family(att);
         }
     }
 }
