@@ -62,7 +62,23 @@ fn main() {
         "-ldl".into(),
         "-lpthread".into(),
     ]);
+    // The heap tests' program, with and without frame pointers, and a
+    // stripped static build (an allocator tracer cannot see).
+    let heap = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("manifest dir"))
+        .join("c/heapsites.c")
+        .display()
+        .to_string();
+    for (name, extra) in [
+        ("heapsites-fp", &["-fno-omit-frame-pointer"][..]),
+        ("heapsites-nofp", &["-fomit-frame-pointer"][..]),
+        ("heapsites-static", &["-static", "-s"][..]),
+    ] {
+        let mut a: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        a.extend(["-o".into(), o(name), heap.clone()]);
+        run(&a);
+    }
     println!("cargo:rustc-env=SIMCUDA_DIR={}", out.display());
+    println!("cargo:rerun-if-changed=c");
     println!("cargo:rerun-if-changed=simcuda");
     println!("cargo:rerun-if-env-changed=CC");
 }

@@ -23,6 +23,12 @@ pub fn simcuda_dir() -> PathBuf {
     PathBuf::from(env!("SIMCUDA_DIR"))
 }
 
+/// The heap tests' program (tests/c/heapsites.c), built by build.rs as
+/// `fp` (frame pointers), `nofp` (none) or `static` (static, stripped).
+pub fn heapsites(variant: &str) -> PathBuf {
+    simcuda_dir().join(format!("heapsites-{variant}"))
+}
+
 /// The real `libcudart.so.12` from the `nvidia-cuda-runtime-cu12` wheel that
 /// `cargo xtask setup` installs (`TRACER_CUDART` overrides the path).
 pub fn real_cudart() -> PathBuf {
@@ -632,7 +638,10 @@ impl Attach {
         let ok = wait_for(Duration::from_secs(30), || {
             let e = me.stderr();
             // Every library of the process is attached once it says "tracing".
-            if e.contains("tracer: tracing pid") || e.contains("waiting for one") {
+            if e.contains("tracer: tracing pid")
+                || e.contains("tracer: tracing the heap of pid")
+                || e.contains("waiting for one")
+            {
                 return Some(());
             }
             if let Ok(Some(status)) = me.child.try_wait() {

@@ -199,7 +199,7 @@ pub const LIVE_ENTRIES: u32 = 131_072;
 /// A sampled allocation, sent when its call returns. The registers are the
 /// caller's at the return (the allocator's frame is gone).
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HeapAlloc {
     /// Common header (`kind` = [`crate::kind::HEAP_ALLOC`]).
     pub header: EventHeader,

@@ -19,5 +19,6 @@ pub mod nvml;
 pub mod probes;
 pub mod record;
 pub mod recorder;
+pub mod stacks;
 pub mod store;
 pub mod util;

@@ -14,6 +14,7 @@ const ORDER: &[&str] = &[
     "probes",
     "collect",
     "model",
+    "stacks",
     "nvml",
     "record",
     "correlate",

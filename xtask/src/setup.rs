@@ -1,4 +1,5 @@
-//! `cargo xtask setup`: the eBPF toolchain (nightly rust-src, bpf-linker)
+//! `cargo xtask setup`: the eBPF toolchain (nightly rust-src, bpf-linker),
+//! what the tests run against (the CUDA runtime wheel, Debian's jemalloc)
 //! and, for the benchmarks, the peer tools. Idempotent: present things are
 //! left alone.
 
@@ -57,8 +58,22 @@ pub fn run() -> anyhow::Result<()> {
     }
     check_toolchain()?;
     cuda_wheel()?;
+    test_packages()?;
     eprintln!("xtask: setup done (nightly + rust-src, bpf-linker {BPF_LINKER}, {CUDA_WHEEL})");
     Ok(())
+}
+
+/// Debian packages the end-to-end tests run against: jemalloc, preloaded
+/// in place of glibc's malloc by the heap tests.
+fn test_packages() -> anyhow::Result<()> {
+    const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+    if std::path::Path::new(JEMALLOC).exists() {
+        return Ok(());
+    }
+    sh(Command::new("apt-get").args(["update", "-qq"]))?;
+    sh(Command::new("apt-get")
+        .args(["install", "-y", "-qq", "libjemalloc2"])
+        .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
 /// Where the wheel is unpacked: target/cuda-wheel/nvidia/cuda_runtime/lib/.

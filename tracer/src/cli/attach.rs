@@ -1,5 +1,6 @@
 //! `tracer attach --pid N`: CUDA allocation calls of a running process,
 //! live, without restarting, stopping or signalling it (uprobes only).
+//! With `--host`, its heap instead (see [`super::attach_host`]).
 
 use std::{
     collections::HashSet,
@@ -54,13 +55,36 @@ pub struct AttachArgs {
     /// of the uprobes themselves); nothing is traced.
     #[arg(long, hide = true)]
     pub floor: bool,
+    /// Trace the host heap (malloc and friends) instead of CUDA: the top
+    /// allocation sites by live bytes and growth, each second.
+    #[arg(long)]
+    pub host: bool,
+    /// With --host: one sample per this many bytes allocated on average
+    /// (0 keeps every allocation: exact, slower).
+    #[arg(long, value_parser = super::parse_size, default_value = "512KiB", value_name = "SIZE")]
+    pub sample_bytes: u64,
+    /// With --host: allocations of at least this size are always kept.
+    #[arg(long, value_parser = super::parse_size, default_value = "1MiB", value_name = "SIZE")]
+    pub always_bytes: u64,
+    /// With --host: sites shown.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// With --host: growth is measured over this window.
+    #[arg(long, value_parser = super::parse_duration, default_value = "10s")]
+    pub growth_window: Duration,
+    /// With --host: blocks live at least this long count as old (leak candidates).
+    #[arg(long, value_parser = super::parse_duration, default_value = "30s")]
+    pub old_after: Duration,
+    /// With --host: at the end, write a flame graph (SVG) of the live bytes by stack.
+    #[arg(long, value_name = "PATH")]
+    pub flamegraph: Option<std::path::PathBuf>,
 }
 
 /// How often the process's memory maps are read for newly loaded libraries.
 const RESCAN: Duration = Duration::from_millis(500);
 
 /// A process's name, or why it cannot be traced.
-fn comm_of(pid: u32) -> anyhow::Result<String> {
+pub(super) fn comm_of(pid: u32) -> anyhow::Result<String> {
     match std::fs::read(format!("/proc/{pid}/comm")) {
         // Shown on the terminal: escaped (a name is the process's choice).
         Ok(c) => Ok(term::escape(String::from_utf8_lossy(&c).trim_end_matches('\n')).into_owned()),
@@ -69,7 +93,7 @@ fn comm_of(pid: u32) -> anyhow::Result<String> {
     }
 }
 
-fn pidfd(pid: u32) -> anyhow::Result<OwnedFd> {
+pub(super) fn pidfd(pid: u32) -> anyhow::Result<OwnedFd> {
     // SAFETY: plain syscall; a non-negative result is a new fd we own.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
     if fd < 0 {
@@ -81,6 +105,19 @@ fn pidfd(pid: u32) -> anyhow::Result<OwnedFd> {
     }
     // SAFETY: the fd was just returned by the kernel and nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Whether the process of `pidfd` has exited (its maps may already be
+/// empty while /proc/PID is still there).
+pub(super) fn has_exited(pidfd: &OwnedFd) -> bool {
+    use std::os::fd::AsRawFd as _;
+    let mut p = libc::pollfd {
+        fd: pidfd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no timeout.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLIN != 0 }
 }
 
 /// `cudaErrorMemoryAllocation` and friends, by value.
@@ -267,6 +304,9 @@ impl Session {
 
 /// Runs `attach`.
 pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
+    if args.host {
+        return super::attach_host::run(args);
+    }
     let comm = comm_of(args.pid)?;
     crate::probes::caps::require_bpf()?;
     let pidfd = pidfd(args.pid)?;
@@ -287,6 +327,12 @@ pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
             return Err(e).with_context(|| format!("reading the memory maps of pid {}", args.pid));
         }
     };
+    if libs.is_empty() && has_exited(&pidfd) {
+        bail!(
+            "pid {} ({comm}) exited while tracer was attaching; nothing was traced",
+            args.pid
+        );
+    }
     if libs.is_empty() && !args.wait {
         bail!(
             "pid {} ({comm}) has no CUDA library loaded: none of its mapped files is a libcudart or libcuda, \

@@ -1,6 +1,7 @@
 //! Command line: one module per subcommand, clap derive, doc comments as help.
 
 pub mod attach;
+pub mod attach_host;
 pub mod doctor;
 pub mod events;
 pub mod explain;
@@ -30,7 +31,7 @@ pub struct Cli {
 pub enum Command {
     /// Record OOM kills, SIGKILLs and memory-cgroup pressure until SIGINT/SIGTERM (needs root).
     Record(record::RecordArgs),
-    /// Trace the CUDA allocations of a running process, live (needs root).
+    /// Trace the CUDA allocations, or with --host the heap, of a running process, live (needs root).
     Attach(attach::AttachArgs),
     /// Explain the latest OOM kill, or every kill in a window.
     Explain(explain::ExplainArgs),

@@ -4,7 +4,9 @@
 use serde_json::{Value, json};
 use tracer_common::{
     COMM_LEN, CudaCall, EventHeader, MAX_EVENT_SIZE, MemcgEvent, OomVictim, ProcExec, ProcExit,
-    ProcFork, Reap, SignalKill, kind, victim_field,
+    ProcFork, Reap, SignalKill,
+    heap::{HeapAlloc, HeapFree},
+    kind, victim_field,
 };
 
 /// A record that is not a valid event.
@@ -52,6 +54,10 @@ pub enum EventKind {
     SignalKill,
     /// A CUDA allocation API call returned.
     CudaCall,
+    /// A sampled heap allocation.
+    HeapAlloc,
+    /// A sampled heap block freed.
+    HeapFree,
 }
 
 impl TryFrom<u32> for EventKind {
@@ -67,6 +73,8 @@ impl TryFrom<u32> for EventKind {
             kind::PROC_EXIT => Self::Exit,
             kind::SIGNAL_KILL => Self::SignalKill,
             kind::CUDA_CALL => Self::CudaCall,
+            kind::HEAP_ALLOC => Self::HeapAlloc,
+            kind::HEAP_FREE => Self::HeapFree,
             other => return Err(DecodeError::UnknownKind(other)),
         })
     }
@@ -85,6 +93,8 @@ impl EventKind {
             Self::Exit => "exit",
             Self::SignalKill => "signal_kill",
             Self::CudaCall => "cuda_call",
+            Self::HeapAlloc => "heap_alloc",
+            Self::HeapFree => "heap_free",
         }
     }
 }
@@ -108,6 +118,10 @@ pub enum Event {
     SignalKill(SignalKill),
     /// CUDA call returned.
     Cuda(CudaCall),
+    /// A sampled heap allocation, with its stack.
+    HeapAlloc(Box<HeapAlloc>),
+    /// A sampled heap block freed.
+    HeapFree(HeapFree),
 }
 
 /// Reads a `T` from the start of `bytes`; the caller checked the length.
@@ -170,6 +184,14 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             expect(size_of::<CudaCall>())?;
             Event::Cuda(read(bytes))
         }
+        EventKind::HeapAlloc => {
+            expect(size_of::<HeapAlloc>())?;
+            Event::HeapAlloc(Box::new(read(bytes)))
+        }
+        EventKind::HeapFree => {
+            expect(size_of::<HeapFree>())?;
+            Event::HeapFree(read(bytes))
+        }
     })
 }
 
@@ -191,6 +213,8 @@ impl Event {
             Event::Exit(e) => &e.header,
             Event::SignalKill(e) => &e.header,
             Event::Cuda(e) => &e.header,
+            Event::HeapAlloc(e) => &e.header,
+            Event::HeapFree(e) => &e.header,
         }
     }
 
@@ -210,6 +234,8 @@ impl Event {
             Event::Exit(e) => e.pid,
             Event::SignalKill(e) => e.target_pid,
             Event::Cuda(e) => e.header.pid,
+            Event::HeapAlloc(e) => e.header.pid,
+            Event::HeapFree(e) => e.header.pid,
         }
     }
 
@@ -257,6 +283,16 @@ impl Event {
                 "ptr": format!("{:#x}", e.ptr),
                 "device": (e.device >= 0).then_some(e.device),
                 "latency_ns": e.latency_ns,
+            }),
+            Event::HeapAlloc(e) => json!({
+                "function": tracer_common::heap::name(e.func),
+                "addr": format!("{:#x}", e.addr),
+                "size": e.size,
+                "how": e.how,
+            }),
+            Event::HeapFree(e) => json!({
+                "function": tracer_common::heap::name(e.func),
+                "addr": format!("{:#x}", e.addr),
             }),
             Event::SignalKill(e) => json!({
                 "target_pid": e.target_pid,
@@ -384,11 +420,38 @@ mod tests {
     }
 
     #[test]
+    fn heap_samples_decode_with_their_stack() {
+        use tracer_common::heap::{HeapAlloc, HeapFree};
+        let mut bytes = vec![0u8; size_of::<HeapAlloc>()];
+        bytes[..size_of::<EventHeader>()].copy_from_slice(&as_bytes(&header(kind::HEAP_ALLOC)));
+        // The last byte of the stack copy survives the trip.
+        *bytes.last_mut().unwrap() = 0xab;
+        match decode(&bytes).unwrap() {
+            Event::HeapAlloc(a) => assert_eq!(a.stack[a.stack.len() - 1], 0xab),
+            other => panic!("{other:?}"),
+        }
+        let free = as_bytes(&HeapFree {
+            header: header(kind::HEAP_FREE),
+            addr: 0x1000,
+            ..Default::default()
+        });
+        assert_eq!(decode(&free).unwrap().kind(), EventKind::HeapFree);
+        // A sample cut short is refused.
+        assert!(matches!(
+            decode(&bytes[..bytes.len() - 8]),
+            Err(DecodeError::Length { .. })
+        ));
+    }
+
+    #[test]
     fn rejects_bad_records() {
         assert_eq!(decode(&[0u8; 8]), Err(DecodeError::BadSize { len: 8 }));
+        let too_big = vec![0u8; MAX_EVENT_SIZE + 8];
         assert_eq!(
-            decode(&[0u8; 4096]),
-            Err(DecodeError::BadSize { len: 4096 })
+            decode(&too_big),
+            Err(DecodeError::BadSize {
+                len: MAX_EVENT_SIZE + 8
+            })
         );
         let mut unknown = as_bytes(&ProcExit {
             header: header(99),

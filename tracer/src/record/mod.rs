@@ -2,9 +2,11 @@
 //! small accessors. Stored as JSON; fields added later must be optional.
 
 pub mod gpu;
+pub mod heap;
 pub mod kill;
 pub mod rows;
 
 pub use gpu::*;
+pub use heap::*;
 pub use kill::*;
 pub use rows::*;

@@ -521,6 +521,9 @@ impl Engine {
                 }
             }
             Event::Cuda(_) => unreachable!("CUDA calls are handled by on_cuda"),
+            // Heap samples come only from processes a heap tracer attached
+            // to; the recorder attaches none yet.
+            Event::HeapAlloc(_) | Event::HeapFree(_) => return Ok(()),
             Event::MemcgOom(m) => {
                 let path = self.model.memcg_by_id(m.memcg_id, false);
                 row.data["memcg_path"] = path.into();

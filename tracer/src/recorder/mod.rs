@@ -4,4 +4,5 @@
 
 pub mod cuda;
 pub mod engine;
+pub mod heap;
 pub mod metrics;

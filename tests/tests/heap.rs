@@ -1,0 +1,254 @@
+//! End-to-end tests of heap tracing: `tracer attach --host` on a program
+//! that is already running (tests/c/heapsites.c), with its known sites,
+//! built with and without frame pointers, under glibc and jemalloc, in
+//! another mount namespace; and the errors a user meets.
+
+use std::{path::Path, process::Command};
+
+use serde_json::Value;
+use tracer_e2e::{Attach, CudaLoad, TestCgroup, heapsites, privileged, tracer};
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+
+/// What each site of heapsites holds at "done", per unit of scale, in
+/// rank order.
+const SITES: [(&str, u64); 6] = [
+    ("big_blocks", 1024 * KIB),
+    ("leak_steadily", 512 * KIB),
+    ("small_blocks", 256 * KIB),
+    ("grow_by_realloc", 128 * KIB),
+    ("zeroed_blocks", 64 * KIB),
+    ("aligned_blocks", 32 * KIB),
+];
+/// Blocks live at "done" per unit of scale.
+const BLOCKS: [u64; 6] = [4, 16, 64, 4, 4, 4];
+
+/// The jemalloc of Debian's libjemalloc2 (installed by `cargo xtask setup`).
+const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+
+fn function(site: &Value, i: usize) -> &str {
+    site["frames"][i]["function"].as_str().unwrap_or("")
+}
+
+/// Starts `cmd` (heapsites), attaches with `extra`, lets it allocate,
+/// stops the tracer while everything is live; returns the final report
+/// and the tracer's stderr.
+fn traced(cmd: Command, extra: &[&str]) -> (Value, String) {
+    let mut prog = CudaLoad::spawn(cmd);
+    let mut args = vec!["--host"];
+    args.extend_from_slice(extra);
+    let attach = Attach::start(prog.pid(), &args);
+    let done = prog.cmd("go");
+    assert!(done.starts_with("done "), "{done}");
+    // A second of summaries after the last allocation.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let err = attach.stderr();
+    let report = attach.stop();
+    prog.exit();
+    (report, err)
+}
+
+/// Checks that the sites are there, in rank order, with their stacks.
+fn ranked(heap: &Value, sites: usize) {
+    let listed = heap["sites"].as_array().expect("sites");
+    assert!(listed.len() >= sites, "{heap:#}");
+    for (i, (name, _)) in SITES.iter().take(sites).enumerate() {
+        let s = &listed[i];
+        assert_eq!(function(s, 0), *name, "site {i}: {s:#}");
+        assert_eq!(function(s, 1), "run", "{s:#}");
+        assert_eq!(function(s, 2), "main", "{s:#}");
+        assert_eq!(s["frames"][0]["file"], "heapsites.c", "{s:#}");
+        assert!(s["frames"][0]["line"].as_u64().unwrap_or(0) > 0, "{s:#}");
+    }
+}
+
+fn exact(report: &Value, scale: u64) {
+    let heap = &report["heap"];
+    ranked(heap, SITES.len());
+    for (i, (name, bytes)) in SITES.iter().enumerate() {
+        let s = &heap["sites"][i];
+        assert_eq!(
+            s["live_bytes"].as_u64(),
+            Some(bytes * scale),
+            "{name}: {s:#}"
+        );
+        assert_eq!(
+            s["live_samples"].as_u64(),
+            Some(BLOCKS[i] * scale),
+            "{name}"
+        );
+    }
+    // churn (malloc + free) and free(NULL) leave nothing; nothing else live
+    // was allocated after attach.
+    let total: u64 = SITES.iter().map(|(_, b)| b * scale).sum();
+    assert_eq!(heap["live_bytes"].as_u64(), Some(total), "{heap:#}");
+    assert_eq!(heap["lost_samples"], 0);
+    assert_eq!(report["probes"]["map_full"], 0);
+}
+
+fn sampled(report: &Value, scale: u64) {
+    let heap = &report["heap"];
+    // The largest sites hold hundreds of samples each: their order is
+    // certain; the smallest two are close enough to swap.
+    ranked(heap, 5);
+    let total: u64 = SITES.iter().map(|(_, b)| b * scale).sum();
+    let est = heap["live_bytes"].as_u64().unwrap();
+    let err = (est as f64 - total as f64).abs() / total as f64;
+    // The estimate's standard error here is about 3% of the total.
+    assert!(
+        err < 0.10,
+        "estimated {est} vs {total}: {:.1}% off",
+        err * 100.0
+    );
+    assert_eq!(heap["lost_samples"], 0);
+    let probes = &report["probes"];
+    let sampled = probes["sampled"].as_u64().unwrap();
+    let calls = probes["calls"].as_u64().unwrap();
+    assert!(sampled > 500 && sampled < calls / 10, "{probes}");
+}
+
+fn in_cgroup(cg: &TestCgroup, bin: &Path, scale: u64) -> Command {
+    let mut cmd = cg.command(bin);
+    cmd.arg(scale.to_string());
+    cmd
+}
+
+#[test]
+fn sites_of_a_running_program_are_ranked_and_exact_with_sampling_off() {
+    if !privileged() {
+        return;
+    }
+    let cg = TestCgroup::new("heap-exact", 256 * MIB);
+    for variant in ["nofp", "fp"] {
+        let (report, err) = traced(
+            in_cgroup(&cg, &heapsites(variant), 2),
+            &["--sample-bytes", "0"],
+        );
+        exact(&report, 2);
+        // glibc's free starts with a single-stepped `test`: its probe, and
+        // others, sit on the emulated branch after it.
+        assert!(
+            err.contains("libc.so.6") && !err.contains(" 0 probes past"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn default_sampling_estimates_within_ten_percent() {
+    if !privileged() {
+        return;
+    }
+    // About 760 MiB live at scale 384, in a cgroup that holds it.
+    let cg = TestCgroup::new("heap-sampled", 2048 * MIB);
+    for variant in ["nofp", "fp"] {
+        let (report, _) = traced(in_cgroup(&cg, &heapsites(variant), 384), &[]);
+        sampled(&report, 384);
+    }
+}
+
+#[test]
+fn jemalloc_preloaded_is_traced_in_place_of_libc() {
+    if !privileged() {
+        return;
+    }
+    assert!(
+        Path::new(JEMALLOC).exists(),
+        "{JEMALLOC} is missing: run `cargo xtask setup` (Debian's libjemalloc2)"
+    );
+    let cg = TestCgroup::new("heap-jemalloc", 256 * MIB);
+    let mut cmd = in_cgroup(&cg, &heapsites("nofp"), 2);
+    cmd.env("LD_PRELOAD", JEMALLOC);
+    let (report, err) = traced(cmd, &["--sample-bytes", "0"]);
+    assert!(err.contains("libjemalloc.so.2"), "{err}");
+    exact(&report, 2);
+}
+
+#[test]
+fn a_program_in_another_mount_namespace_is_named() {
+    if !privileged() {
+        return;
+    }
+    // The program runs from a tmpfs mounted over a directory in its own
+    // mount namespace only: on the host the directory is empty, so names
+    // can only come through /proc/PID.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    let src = heapsites("nofp").display().to_string();
+    let script = format!("mount -t tmpfs none {d} && cp {src} {d}/hs && exec {d}/hs 1");
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private", "sh", "-c", &script]);
+    let (report, _) = traced(cmd, &["--sample-bytes", "0"]);
+    assert!(
+        !dir.path().join("hs").exists(),
+        "the tmpfs leaked to the host"
+    );
+    exact(&report, 1);
+}
+
+#[test]
+fn bad_input_is_said_clearly() {
+    if !privileged() {
+        return;
+    }
+    // A stripped static binary: its allocator is its own.
+    let prog = CudaLoad::spawn({
+        let mut c = Command::new(heapsites("static"));
+        c.arg("1");
+        c
+    });
+    let out = tracer(&["attach", "--host", "--pid", &prog.pid().to_string()]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        e.contains("no allocator") && e.contains("malloc and free") && e.contains("static"),
+        "{e}"
+    );
+    prog.exit();
+    // A process that exits while tracer attaches (its libc mapped
+    // already): a clear end either way.
+    let mut short = Command::new("sleep").arg("0.4").spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let out = tracer(&["attach", "--host", "--pid", &short.id().to_string()]);
+    let _ = short.wait();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("exited") || text.contains("no process with pid"),
+        "{out:?}"
+    );
+    // Not root.
+    let prog = CudaLoad::spawn({
+        let mut c = Command::new(heapsites("nofp"));
+        c.arg("1");
+        c
+    });
+    let out = {
+        use std::os::unix::process::CommandExt as _;
+        Command::new(tracer_e2e::tracer_bin())
+            .args(["attach", "--host", "--pid", &prog.pid().to_string()])
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap()
+    };
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("needs root"),
+        "{out:?}"
+    );
+    // A sampling period the kernel's arithmetic cannot take.
+    let out = tracer(&[
+        "attach",
+        "--host",
+        "--pid",
+        &prog.pid().to_string(),
+        "--sample-bytes",
+        "2TiB",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--sample-bytes"),
+        "{out:?}"
+    );
+    prog.exit();
+}

@@ -1,0 +1,154 @@
+//! Names for code addresses: function, source file and line, module.
+//! blazesym reads the process's own view of each file (through
+//! /proc/PID/map_files, so other mount namespaces work) and caches parsed
+//! ELF and DWARF per file; results are cached here per (process, address).
+
+use std::{collections::HashMap, num::NonZeroU32, path::Path};
+
+use blazesym::{
+    Pid,
+    symbolize::{
+        Input, Symbolized, Symbolizer,
+        source::{Process, Source},
+    },
+};
+
+/// One named frame.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Frame {
+    /// The function (demangled), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub function: Option<String>,
+    /// Source file name (no directory), when the file has line info.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// Source line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    /// The file the code is in (base name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+}
+
+impl Frame {
+    /// `function (file:line)`, `function (module)`, or `?? (module)`.
+    pub fn label(&self) -> String {
+        let f = self.function.as_deref().unwrap_or("??");
+        match (&self.file, self.line, &self.module) {
+            (Some(file), Some(line), _) => format!("{f} ({file}:{line})"),
+            (_, _, Some(m)) if self.function.is_none() => format!("?? ({m})"),
+            _ => f.to_string(),
+        }
+    }
+
+    /// The function or, failing that, `module+?`: a flame-graph frame.
+    pub fn short(&self) -> String {
+        match (&self.function, &self.module) {
+            (Some(f), _) => f.clone(),
+            (None, Some(m)) => format!("?? ({m})"),
+            (None, None) => "??".into(),
+        }
+    }
+}
+
+fn base(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| p.display().to_string())
+}
+
+/// A symbolizer with a cache of what it has named.
+pub struct Symbols {
+    symbolizer: Symbolizer,
+    cache: HashMap<(u32, u64), Frame>,
+}
+
+impl Default for Symbols {
+    fn default() -> Self {
+        Self {
+            symbolizer: Symbolizer::builder()
+                .enable_demangling(true)
+                .enable_code_info(true)
+                // The line of the instruction itself, in the outer function.
+                .enable_inlined_fns(false)
+                .build(),
+            cache: HashMap::new(),
+        }
+    }
+}
+
+impl Symbols {
+    /// Names lookup addresses of `pid` (a return address minus 1, so that
+    /// the call instruction is what is named). Addresses named before are
+    /// not looked up again; a process that is gone names nothing new.
+    pub fn resolve(&mut self, pid: u32, addrs: &[u64]) -> Vec<Frame> {
+        let mut new: Vec<u64> = addrs
+            .iter()
+            .copied()
+            .filter(|a| !self.cache.contains_key(&(pid, *a)))
+            .collect();
+        new.sort_unstable();
+        new.dedup();
+        if let (false, Some(p)) = (new.is_empty(), NonZeroU32::new(pid)) {
+            let mut src = Process::new(Pid::Pid(p));
+            // perf maps live in the host's /tmp, not the process's.
+            src.perf_map = false;
+            if let Ok(syms) = self
+                .symbolizer
+                .symbolize(&Source::Process(src), Input::AbsAddr(&new))
+            {
+                for (addr, s) in new.iter().zip(syms) {
+                    let frame = match s {
+                        Symbolized::Sym(sym) => Frame {
+                            function: Some(sym.name.to_string()),
+                            file: sym.code_info.as_ref().map(|c| base(Path::new(&c.file))),
+                            line: sym.code_info.as_ref().and_then(|c| c.line),
+                            module: sym.module.as_ref().map(|m| base(Path::new(m))),
+                        },
+                        Symbolized::Unknown(_) => Frame::default(),
+                    };
+                    self.cache.insert((pid, *addr), frame);
+                }
+            }
+        }
+        addrs
+            .iter()
+            .map(|a| self.cache.get(&(pid, *a)).cloned().unwrap_or_default())
+            .collect()
+    }
+
+    /// Forgets a process's names.
+    pub fn forget(&mut self, pid: u32) {
+        self.cache.retain(|(p, _), _| *p != pid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[unsafe(no_mangle)]
+    #[inline(never)]
+    extern "C" fn tracer_symbols_test_target() -> u64 {
+        std::hint::black_box(42)
+    }
+
+    #[test]
+    fn names_a_function_of_this_process() {
+        let addr = tracer_symbols_test_target as *const () as u64;
+        let mut s = Symbols::default();
+        let f = s.resolve(std::process::id(), &[addr + 1]);
+        assert_eq!(
+            f[0].function.as_deref(),
+            Some("tracer_symbols_test_target"),
+            "{f:?}"
+        );
+        assert!(
+            f[0].file.as_deref().is_some_and(|f| f.ends_with(".rs")),
+            "{f:?}"
+        );
+        // Unmapped: unknown, not an error.
+        let f = s.resolve(std::process::id(), &[8]);
+        assert_eq!(f[0], Frame::default());
+    }
+}
