@@ -13,7 +13,9 @@
  *   zeroed_blocks    4S x  16 KiB  =   64 KiB x S  (calloc)
  *   aligned_blocks   4S x   8 KiB  =   32 KiB x S  (posix_memalign)
  *
- * plus churn (malloc + free, nothing live) and free(NULL).
+ * plus churn (malloc + free, nothing live) and free(NULL). Then "grow"
+ * makes grow_until_killed take and touch 1 MiB every 50 ms, forever (run it
+ * in a memory cgroup with a limit); any other line frees all and exits.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -82,6 +84,16 @@ __attribute__((noinline)) static void churn(int s) {
     }
 }
 
+__attribute__((noinline)) static void grow_until_killed(void) {
+    struct timespec pause = {0, 50 * 1000 * 1000};
+    for (;;) {
+        char *p = malloc(1 << 20);
+        if (!p) exit(2);
+        memset(p, 1, 1 << 20);
+        nanosleep(&pause, NULL);
+    }
+}
+
 __attribute__((noinline)) static void run(int s) {
     big_blocks(s);
     leak_steadily(s);
@@ -105,6 +117,7 @@ int main(int argc, char **argv) {
     printf("done %zu\n", kept);
     fflush(stdout);
     if (!fgets(line, sizeof line, stdin)) return 1;
+    if (!strncmp(line, "grow", 4)) grow_until_killed();
     for (size_t i = 0; i < kept; i++) free(keep[i]);
     return 0;
 }

@@ -6,7 +6,9 @@
 use std::{path::Path, process::Command};
 
 use serde_json::Value;
-use tracer_e2e::{Attach, CudaLoad, TestCgroup, heapsites, privileged, tracer};
+use tracer_e2e::{
+    Attach, CudaLoad, Recorder, TestCgroup, explain_json, heapsites, privileged, tracer, wait_for,
+};
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
@@ -185,6 +187,63 @@ fn a_program_in_another_mount_namespace_is_named() {
         "the tmpfs leaked to the host"
     );
     exact(&report, 1);
+}
+
+#[test]
+fn a_traced_process_killed_by_a_memcg_oom_keeps_its_top_sites() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let cg = TestCgroup::new("heap-oom", 96 * MIB);
+    let rec = Recorder::start_with(&store, &["--host-cgroup", &cg.path]);
+    // Started after the recorder, in the traced cgroup: found at its exec.
+    let mut prog = CudaLoad::spawn(in_cgroup(&cg, &heapsites("nofp"), 8));
+    let pid = prog.pid();
+    let attached = wait_for(std::time::Duration::from_secs(20), || {
+        rec.log().contains(&format!("for pid {pid}")).then_some(())
+    });
+    assert!(attached.is_some(), "never attached: {}", rec.log());
+    assert!(prog.cmd("go").starts_with("done "));
+    // grow_until_killed takes 1 MiB every 50 ms until the kernel kills it.
+    prog.send("grow");
+    let killed = wait_for(std::time::Duration::from_secs(30), || {
+        (cg.oom_kills() > 0).then_some(())
+    });
+    assert!(killed.is_some(), "no OOM kill in {}", cg.path);
+    let pid_s = pid.to_string();
+    let v = explain_json(
+        &["--store", store.to_str().unwrap(), "--pid", &pid_s],
+        |v| !v["kill"]["victim"]["heap"].is_null(),
+    );
+    let heap = &v["kill"]["victim"]["heap"];
+    let sites = heap["sites"].as_array().expect("sites");
+    assert_eq!(function(&sites[0], 0), "grow_until_killed", "{heap:#}");
+    assert_eq!(function(&sites[0], 1), "main", "{heap:#}");
+    // Growing: most of its bytes are recent, and it holds tens of MiB
+    // (1 MiB blocks are kept whole, not sampled).
+    let top = sites[0]["live_bytes"].as_u64().unwrap();
+    assert!((32 * MIB..=96 * MIB).contains(&top), "{heap:#}");
+    assert!(
+        sites.iter().any(|s| function(s, 0) == "big_blocks"),
+        "{heap:#}"
+    );
+    // And in the text.
+    let out = tracer(&[
+        "explain",
+        "--store",
+        store.to_str().unwrap(),
+        "--pid",
+        &pid_s,
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("heap ") && text.contains("grow_until_killed (heapsites.c:"),
+        "{text}"
+    );
+    drop(prog);
+    rec.stop();
 }
 
 #[test]

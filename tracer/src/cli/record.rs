@@ -13,10 +13,17 @@ use super::StoreArg;
 use crate::{
     collect::{self, ReaderStats},
     model::{ProcessTable, cgroup::CgroupLayout},
-    probes::{Probes, layout::MEMCG_ITEM_NAMES},
+    probes::{
+        Probes,
+        heap::MAX_SAMPLE_BYTES,
+        layout::MEMCG_ITEM_NAMES,
+        uprobe,
+        watch::{LibraryWatcher, Scope, Watched},
+    },
     recorder::{
         cuda::GpuTracker,
         engine::{Engine, EngineOptions},
+        heap::{HeapWorker, View},
     },
     store::{Checkpointer, Store},
     util::time::wall_now_ns,
@@ -54,6 +61,14 @@ pub struct RecordArgs {
     /// NVML sampling period (at least 100ms).
     #[arg(long, default_value = "1s", value_parser = super::parse_duration)]
     pub gpu_interval: Duration,
+    /// Trace the heap (malloc and friends, sampled) of every process of this
+    /// memory cgroup and below, now and later (path as in /proc/PID/cgroup);
+    /// a kill of one carries its top allocation sites. Repeatable.
+    #[arg(long, value_name = "PATH")]
+    pub host_cgroup: Vec<String>,
+    /// With --host-cgroup: one sample per this many bytes allocated on average.
+    #[arg(long, value_parser = super::parse_size, default_value = "512KiB", value_name = "SIZE")]
+    pub sample_bytes: u64,
 }
 
 /// How often the recorder drains the data ring without a wakeup: new
@@ -108,14 +123,26 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     crate::probes::caps::require_bpf()?;
     let store = Store::open_rw(&args.store.path)?;
     let _checkpointer = Checkpointer::spawn(&args.store.path, Duration::from_secs(5))?;
-    let ring = if args.cuda {
+    let heap = !args.host_cgroup.is_empty();
+    if heap && (args.sample_bytes == 0 || args.sample_bytes > MAX_SAMPLE_BYTES) {
+        return Err(anyhow!(
+            "--sample-bytes must be between 1 and {} for record (every allocation of a cgroup is attach --host's job)",
+            crate::util::units::bytes(MAX_SAMPLE_BYTES)
+        ));
+    }
+    let ring = if args.cuda || heap {
         crate::probes::CUDA_DATA_RING_BYTES
     } else {
         crate::probes::DATA_RING_BYTES
     };
-    let mut probes = Probes::load(ring).context("cannot record")?;
+    let heap_config =
+        crate::probes::heap::config(args.sample_bytes, crate::probes::heap::DEFAULT_ALWAYS_BYTES);
+    let mut probes = Probes::load_with_heap(ring, &heap_config).context("cannot record")?;
     if args.cuda {
-        probes.load_family(&crate::probes::uprobe::CUDA, false)?;
+        probes.load_family(&uprobe::CUDA, false)?;
+    }
+    if heap {
+        probes.load_family(&uprobe::HEAP, false)?;
     }
     protect_from_oom_killer();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -201,15 +228,29 @@ async fn record(
             .collect(),
         fault_item: items.get("PGMAJFAULT").copied(),
     };
-    // With --cuda the engine owns the probes (it attaches to CUDA libraries
-    // as they appear); otherwise they stay here, attached, until the end.
-    let (gpu, _probes) = if args.cuda {
-        (
-            Some(GpuTracker::new(probes).context("starting the CUDA library watcher")?),
-            None,
-        )
-    } else {
+    // With uprobe families the library watcher owns the probes (it
+    // attaches as libraries and processes appear); otherwise they stay
+    // here, attached, until the end.
+    let heap = !args.host_cgroup.is_empty();
+    let mut watched = Vec::new();
+    if args.cuda {
+        watched.push(Watched {
+            family: &uprobe::CUDA,
+            scope: Scope::Node,
+        });
+    }
+    if heap {
+        watched.push(Watched {
+            family: &uprobe::HEAP,
+            scope: Scope::Cgroups(args.host_cgroup.clone()),
+        });
+    }
+    let gpu = args.cuda.then(GpuTracker::default);
+    let (watcher, _probes) = if watched.is_empty() {
         (None, Some(probes))
+    } else {
+        let w = LibraryWatcher::spawn(probes, watched).context("starting the library watcher")?;
+        (Some(w), None)
     };
     // NVML on a thread of its own; no driver is a normal state.
     let (gpu_rx, nvml_missing) = match crate::nvml::open(args.nvml_lib.as_deref()) {
@@ -241,6 +282,24 @@ async fn record(
     }
     let mut engine = Engine::new(store, model, session, opts, Some(drops), Some(memcg), gpu);
     engine.set_exporters(exporters);
+    if let Some(w) = watcher {
+        engine.set_watcher(w);
+    }
+    if heap {
+        let view = View {
+            top: 10,
+            growth_window_s: 60,
+            old_after_s: 60,
+        };
+        engine.set_heap(
+            HeapWorker::spawn(args.sample_bytes, view).context("starting the heap worker")?,
+        );
+        tracing::info!(
+            "heap: tracing the processes of {} (one sample per {})",
+            args.host_cgroup.join(", "),
+            crate::util::units::bytes(args.sample_bytes)
+        );
+    }
     engine.set_started(attach_ns);
     // Records say GPU data is missing when GPUs were asked for.
     if args.cuda || args.nvml_lib.is_some() {

@@ -72,8 +72,37 @@ impl HeapProfile {
         &self.stacks[id as usize].1
     }
 
-    /// A sampled block of `pid` at `addr`, standing for `weight` bytes.
-    pub fn alloc(&mut self, pid: u32, addr: u64, frames: Vec<u64>, weight: f64, ts_ns: u64) {
+    /// The processes with live samples or history.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut p: Vec<u32> = self
+            .totals
+            .keys()
+            .map(|id| self.stacks[*id as usize].0)
+            .collect();
+        p.sort_unstable();
+        p.dedup();
+        p
+    }
+
+    /// The stacks of `pid`.
+    pub fn stacks_of(&self, pid: u32) -> Vec<StackId> {
+        self.totals
+            .keys()
+            .filter(|id| self.stacks[**id as usize].0 == pid)
+            .copied()
+            .collect()
+    }
+
+    /// A sampled block of `pid` at `addr`, standing for `weight` bytes;
+    /// returns its stack's id.
+    pub fn alloc(
+        &mut self,
+        pid: u32,
+        addr: u64,
+        frames: Vec<u64>,
+        weight: f64,
+        ts_ns: u64,
+    ) -> StackId {
         let stack = self.intern(pid, frames);
         if let Some(old) = self.live.insert(
             (pid, addr),
@@ -90,6 +119,7 @@ impl HeapProfile {
         t.live_bytes += weight;
         t.live_samples += 1;
         t.allocated_bytes += weight;
+        stack
     }
 
     fn drop_live(&mut self, l: Live) {

@@ -65,6 +65,57 @@ pub fn owner_tag(owner: Option<&crate::model::cgroup::Owner>) -> String {
         .unwrap_or_default()
 }
 
+/// The victim's heap sites, as last sampled before the kill.
+fn render_heap(o: &mut String, h: &crate::record::HeapSnapshot, kill_ns: i64) {
+    let before = (kill_ns - h.ts_ns as i64).max(0) as f64 / 1e9;
+    let sampling = if h.sample_bytes == 0 {
+        "every allocation".to_string()
+    } else {
+        format!("one sample per {}", bytes(h.sample_bytes))
+    };
+    let lost = if h.lost_samples > 0 {
+        format!("; {} samples lost, figures are low", h.lost_samples)
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        o,
+        "  heap       {} live from {} allocation sites, sampled {before:.1}s before the kill ({sampling}{lost}):",
+        bytes(h.live_bytes),
+        h.sites.len() + h.more_sites
+    );
+    for site in h.sites.iter().take(5) {
+        let mut names = site.frames.iter().take(4).enumerate().map(|(i, f)| {
+            if i == 0 {
+                crate::util::term::escape(&f.label()).into_owned()
+            } else {
+                crate::util::term::escape(&f.short()).into_owned()
+            }
+        });
+        let first = names.next().unwrap_or_else(|| "??".into());
+        let rest: Vec<String> = names.collect();
+        let chain = if rest.is_empty() {
+            first
+        } else {
+            format!("{first} <- {}", rest.join(" <- "))
+        };
+        let growth = if site.growth_bytes > 0 {
+            format!(
+                " (+{} in {}s)",
+                bytes(site.growth_bytes as u64),
+                h.growth_window_s
+            )
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            o,
+            "               {:>10}  {chain}{growth}",
+            bytes(site.live_bytes)
+        );
+    }
+}
+
 fn kb(v: Option<u64>) -> String {
     v.map(|k| bytes(k * 1024)).unwrap_or_else(|| "?".into())
 }
@@ -384,6 +435,9 @@ pub fn render_text(e: &Explanation) -> String {
             "  gpu        {} (traced CUDA allocations)",
             gpu::held_by_kind(g)
         );
+    }
+    if let Some(h) = &v.heap {
+        render_heap(&mut o, h, k.ts_ns);
     }
     for n in &k.gpu_picture {
         gpu::render_picture(&mut o, n, k.ts_ns, Some(v.pid));

@@ -1,8 +1,13 @@
-//! The library watcher: finds the files of a uprobe family in the
-//! processes of the node and attaches to each distinct file once, for all
-//! processes, on a thread of its own. Reading /proc of thousands of
-//! processes and parsing ELF symbol tables must never run on the thread
-//! that commits kills.
+//! The library watcher: finds the files of uprobe families in the
+//! processes of the node and attaches to them on a thread of its own.
+//! Reading /proc of thousands of processes and parsing ELF symbol tables
+//! must never run on the thread that commits kills.
+//!
+//! A family is watched node-wide (CUDA: each distinct file once, for all
+//! processes) or for the processes of some memory cgroups only (the heap:
+//! libc is mapped by every process, and every process mapping a probed
+//! file would pay the trap, so each traced process gets its own
+//! attachment, removed when it exits).
 //!
 //! Each file is known by (dev, inode) from a `stat` before anything of it
 //! is read; a file looked at once (CUDA or not) is never parsed again, so
@@ -14,7 +19,7 @@ use std::{
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
-        mpsc::{Receiver, RecvTimeoutError, Sender, channel},
+        mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel},
     },
     thread::JoinHandle,
     time::{Duration, Instant},
@@ -49,42 +54,113 @@ pub struct WatchStats {
 
 enum Msg {
     Exec(u32),
+    Fork(u32),
+    Exit(u32),
+}
+
+/// Which processes a watched family is attached for.
+#[derive(Clone, Debug)]
+pub enum Scope {
+    /// Every process: each distinct file once, for all.
+    Node,
+    /// The processes of these memory cgroups and their descendants (paths
+    /// as /proc/PID/cgroup names them): each process on its own.
+    Cgroups(Vec<String>),
+}
+
+/// A family and the processes it is attached for.
+#[derive(Clone, Debug)]
+pub struct Watched {
+    /// The family.
+    pub family: &'static UprobeFamily,
+    /// For whom.
+    pub scope: Scope,
+}
+
+/// The memory cgroup path of `pid` (v1 `memory` controller, else v2).
+fn memcg_of(pid: u32) -> Option<String> {
+    let text = std::fs::read(format!("/proc/{pid}/cgroup")).ok()?;
+    let text = String::from_utf8_lossy(&text);
+    let mut v2 = None;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if controllers.split(',').any(|c| c == "memory") {
+            return Some(path.to_string());
+        }
+        if controllers.is_empty() {
+            v2 = Some(path.to_string());
+        }
+    }
+    v2
+}
+
+/// Whether cgroup `path` is one of `roots` or below one.
+pub fn under(path: &str, roots: &[String]) -> bool {
+    roots.iter().any(|r| {
+        let r = r.trim_end_matches('/');
+        r.is_empty()
+            || path == r
+            || path
+                .strip_prefix(r)
+                .is_some_and(|rest| rest.starts_with('/'))
+    })
 }
 
 /// The watcher thread's state.
 struct Watch {
     probes: Probes,
-    family: &'static UprobeFamily,
-    looked_at: HashSet<(u64, u64)>,
-    attached: Vec<Attachment>,
+    watched: Vec<Watched>,
+    /// (family index, process for per-process scopes or 0, file).
+    looked_at: HashSet<(usize, u32, (u64, u64))>,
+    /// (process for per-process scopes, attachment).
+    attached: Vec<(Option<u32>, Attachment)>,
     rescans: Vec<(u32, Instant)>,
     last_full: Instant,
     stats: Arc<WatchStats>,
+    /// Whether some family is attached per process.
+    per_process: bool,
 }
 
 impl Watch {
-    /// Attaches to the files of `pid` not looked at yet.
+    /// Attaches to the files of `pid` not looked at yet, for every family
+    /// whose scope takes it.
     fn scan(&mut self, pid: u32) {
-        let Ok(candidates) = candidates_of(self.family, pid) else {
+        for i in 0..self.watched.len() {
+            let target = match &self.watched[i].scope {
+                Scope::Node => None,
+                Scope::Cgroups(roots) => match memcg_of(pid) {
+                    Some(cg) if under(&cg, roots) => Some(pid),
+                    _ => continue,
+                },
+            };
+            self.scan_family(i, pid, target);
+        }
+    }
+
+    fn scan_family(&mut self, i: usize, pid: u32, target: Option<u32>) {
+        let family = self.watched[i].family;
+        let Ok(candidates) = candidates_of(family, pid) else {
             return;
         };
         self.stats.processes_scanned.fetch_add(1, Ordering::Relaxed);
         for c in candidates {
-            if !self.looked_at.insert(c.id) {
+            if !self.looked_at.insert((i, target.unwrap_or(0), c.id)) {
                 continue;
             }
             self.stats.files_parsed.fetch_add(1, Ordering::Relaxed);
-            let Some(lib) = inspect(self.family, &c) else {
+            let Some(lib) = inspect(family, &c) else {
                 continue;
             };
-            match self.probes.attach_family(self.family, &lib, None, false) {
+            match self.probes.attach_family(family, &lib, target, false) {
                 Ok(att) => {
                     self.stats.files_attached.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(
-                        "{}: attached to {} ({} functions; found in pid {pid}{})",
-                        self.family.name,
+                        "{}: attached to {} ({} functions; {} pid {pid}{})",
+                        family.name,
                         escape(&lib.path),
                         att.attached(),
+                        if target.is_some() { "for" } else { "found in" },
                         if lib.executable {
                             ", linked into the executable"
                         } else {
@@ -92,20 +168,37 @@ impl Watch {
                         }
                     );
                     for (sym, why) in &att.failed {
-                        tracing::warn!(
-                            "{}: {sym} in {}: {why}",
-                            self.family.name,
-                            escape(&lib.path)
-                        );
+                        tracing::warn!("{}: {sym} in {}: {why}", family.name, escape(&lib.path));
                     }
-                    self.attached.push(att);
+                    self.attached.push((target, att));
                 }
                 Err(e) => tracing::warn!(
                     "{}: attaching to {} failed: {e}",
-                    self.family.name,
+                    family.name,
                     escape(&lib.path)
                 ),
             }
+        }
+    }
+
+    /// A traced process is gone: its own attachments are removed.
+    fn exited(&mut self, pid: u32) {
+        self.rescans.retain(|(p, _)| *p != pid);
+        self.detach_pid(pid);
+    }
+
+    /// Removes what was attached for `pid` alone.
+    fn detach_pid(&mut self, pid: u32) {
+        if !self.per_process {
+            return;
+        }
+        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.attached)
+            .into_iter()
+            .partition(|(t, _)| *t == Some(pid));
+        self.attached = kept;
+        self.looked_at.retain(|(_, p, _)| *p != pid);
+        for (_, att) in gone {
+            self.probes.detach_family(att);
         }
     }
 
@@ -121,9 +214,22 @@ impl Watch {
             match rx.recv_timeout(Duration::from_millis(250)) {
                 Ok(Msg::Exec(pid)) => {
                     let now = Instant::now();
+                    // A new image. What was attached for this process
+                    // stays: a uprobe bound to a process follows it through
+                    // exec into every file the new image maps too (libc);
+                    // files new to it are found by the rescans.
+                    if self.per_process {
+                        // Its libraries are mapped within milliseconds.
+                        self.rescans.push((pid, now + Duration::from_millis(100)));
+                    }
                     self.rescans
                         .extend(RESCAN_AFTER_EXEC.iter().map(|d| (pid, now + *d)));
                 }
+                Ok(Msg::Fork(pid)) => {
+                    // A child shares its parent's files: looked at now.
+                    self.scan(pid);
+                }
+                Ok(Msg::Exit(pid)) => self.exited(pid),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return self,
             }
@@ -146,19 +252,21 @@ impl Watch {
 
     /// Removes every probe (slow: a kernel grace period per uprobe).
     fn detach(mut self) {
-        let n: usize = self.attached.iter().map(|a| a.attached() * 2).sum();
+        let n: usize = self.attached.iter().map(|(_, a)| a.probes()).sum();
         if n > 0 {
-            tracing::info!("{}: removing {n} probes", self.family.name);
+            tracing::info!("removing {n} probes");
         }
-        for att in std::mem::take(&mut self.attached) {
+        for (_, att) in std::mem::take(&mut self.attached) {
             self.probes.detach_family(att);
         }
     }
 }
 
-/// Attaches a uprobe family to the files that hold it, node-wide.
+/// Attaches uprobe families to the files that hold them.
 pub struct LibraryWatcher {
-    tx: Option<Sender<Msg>>,
+    tx: Option<SyncSender<Msg>>,
+    /// Whether some family is attached per process (forks and exits matter).
+    per_process: bool,
     thread: Option<JoinHandle<Watch>>,
     stats: Arc<WatchStats>,
 }
@@ -166,25 +274,30 @@ pub struct LibraryWatcher {
 impl LibraryWatcher {
     /// Scans every process once (on the calling thread, so what runs now is
     /// traced when this returns), then goes on watching on its own thread.
-    /// `probes` must have the family's programs loaded.
-    pub fn spawn(probes: Probes, family: &'static UprobeFamily) -> std::io::Result<Self> {
+    /// `probes` must have the families' programs loaded.
+    pub fn spawn(probes: Probes, watched: Vec<Watched>) -> std::io::Result<Self> {
         let stats = Arc::new(WatchStats::default());
+        let per_process = watched.iter().any(|w| matches!(w.scope, Scope::Cgroups(_)));
         let mut w = Watch {
             probes,
-            family,
+            watched,
             looked_at: HashSet::new(),
             attached: Vec::new(),
             rescans: Vec::new(),
             last_full: Instant::now(),
             stats: stats.clone(),
+            per_process,
         };
         w.full_scan();
-        let (tx, rx) = channel();
+        // Bounded: a fork storm drops messages (the full scan catches up)
+        // rather than growing a queue without end.
+        let (tx, rx) = sync_channel(4096);
         let thread = std::thread::Builder::new()
             .name("tracer-libwatch".into())
             .spawn(move || w.run(rx))?;
         Ok(Self {
             tx: Some(tx),
+            per_process,
             thread: Some(thread),
             stats,
         })
@@ -193,7 +306,21 @@ impl LibraryWatcher {
     /// A process exec'd: its files are looked at a few times as it starts.
     pub fn on_exec(&self, pid: u32) {
         if let Some(tx) = &self.tx {
-            let _ = tx.send(Msg::Exec(pid));
+            let _ = tx.try_send(Msg::Exec(pid));
+        }
+    }
+
+    /// A process forked: the child is looked at (it may be in a traced cgroup).
+    pub fn on_fork(&self, pid: u32) {
+        if let (true, Some(tx)) = (self.per_process, &self.tx) {
+            let _ = tx.try_send(Msg::Fork(pid));
+        }
+    }
+
+    /// A process exited: what was attached for it alone is removed.
+    pub fn on_exit(&self, pid: u32) {
+        if let (true, Some(tx)) = (self.per_process, &self.tx) {
+            let _ = tx.try_send(Msg::Exit(pid));
         }
     }
 
@@ -210,5 +337,23 @@ impl LibraryWatcher {
         {
             w.detach();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cgroup_scopes_take_descendants_only() {
+        let roots = vec!["/kubepods/pod1".to_string()];
+        assert!(under("/kubepods/pod1", &roots));
+        assert!(under("/kubepods/pod1/ctr", &roots));
+        assert!(!under("/kubepods/pod10", &roots));
+        assert!(!under("/kubepods", &roots));
+        assert!(under("/anything", &["/".to_string()]));
+        // This process is somewhere under the root.
+        let me = memcg_of(std::process::id()).expect("a cgroup");
+        assert!(under(&me, &["/".to_string()]), "{me}");
     }
 }

@@ -272,6 +272,10 @@ pub struct Victim {
     /// GPU and pinned host memory it held (traced CUDA calls), when traced.
     #[serde(default)]
     pub gpu: Option<crate::model::ledger::LedgerSummary>,
+    /// Its heap's top allocation sites (the last snapshot before the
+    /// kill), when its heap was traced (`record --host-cgroup`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heap: Option<super::heap::HeapSnapshot>,
 }
 
 /// Where a victim's memory cgroup was learnt.

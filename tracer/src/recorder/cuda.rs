@@ -1,19 +1,18 @@
-//! The recorder's CUDA side: the library watcher that attaches to every
-//! distinct CUDA library on the node, and the ledgers of the processes that
-//! use them (the CUDA correlator), whose snapshots it stores.
+//! The recorder's CUDA side: the ledgers of the processes that use CUDA
+//! (the CUDA correlator), whose snapshots it stores. The library watcher
+//! that attaches to every distinct CUDA library is the engine's (it serves
+//! the heap family too).
 
 use crate::{
     correlate::cuda::CudaLedgers,
-    probes::{Probes, uprobe::CUDA, watch::LibraryWatcher},
     record::LedgerSnapshot,
     store::{Store, StoreError},
     util::{term::escape, units::bytes},
 };
 
 /// The node-wide CUDA tracing state of the recorder.
+#[derive(Default)]
 pub struct GpuTracker {
-    /// Finds and attaches to CUDA libraries, off the engine's thread.
-    watcher: LibraryWatcher,
     /// The ledgers.
     pub ledgers: CudaLedgers,
 }
@@ -23,21 +22,6 @@ fn store_snapshot(store: &Store, session: i64, s: &LedgerSnapshot) -> Result<(),
 }
 
 impl GpuTracker {
-    /// Takes the loaded probes (the CUDA programs must be loaded) and
-    /// attaches to the CUDA libraries every process has now; the watcher
-    /// goes on finding new ones on its own thread.
-    pub fn new(probes: Probes) -> std::io::Result<Self> {
-        Ok(Self {
-            watcher: LibraryWatcher::spawn(probes, &CUDA)?,
-            ledgers: CudaLedgers::default(),
-        })
-    }
-
-    /// A process exec'd: its libraries are looked at a few times as it starts.
-    pub fn on_exec(&mut self, pid: u32, _now_ns: i64) {
-        self.watcher.on_exec(pid);
-    }
-
     /// Periodic work: ledger snapshots stored, long-gone processes forgotten.
     pub fn tick(&mut self, store: &Store, session: i64, now_ns: i64) -> Result<(), StoreError> {
         for s in self.ledgers.tick(now_ns) {
@@ -71,11 +55,5 @@ impl GpuTracker {
     /// GPU out-of-memory failures recorded.
     pub fn ooms(&self) -> u64 {
         self.ledgers.ooms
-    }
-
-    /// Stops the watcher and removes every probe (slow: a kernel grace
-    /// period per uprobe).
-    pub fn detach(self) {
-        self.watcher.stop();
     }
 }

@@ -131,6 +131,11 @@ pub struct Engine {
     /// Kills queued for commit, and recently committed ones later events add to.
     kills: KillBook,
     gpu: Option<GpuTracker>,
+    /// Attaches uprobe families (CUDA node-wide, the heap per traced
+    /// process) off this thread.
+    watcher: Option<crate::probes::watch::LibraryWatcher>,
+    /// The heaps of the processes of `record --host-cgroup`.
+    heap: Option<super::heap::HeapWorker>,
     gpu_ooms: Vec<CudaCall>,
     /// NVML's latest picture, joined with the model and the ledgers.
     gpu_view: Option<GpuView>,
@@ -160,6 +165,17 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// Hands the engine the library watcher (it tells it of execs, forks
+    /// and exits, and stops it at the end).
+    pub fn set_watcher(&mut self, w: crate::probes::watch::LibraryWatcher) {
+        self.watcher = Some(w);
+    }
+
+    /// Hands the engine the heap worker of `--host-cgroup`.
+    pub fn set_heap(&mut self, h: super::heap::HeapWorker) {
+        self.heap = Some(h);
+    }
+
     /// A new engine writing to `store` in session `session_id`.
     pub fn new(
         store: Store,
@@ -189,6 +205,8 @@ impl Engine {
             last_drops_ns: wall_now_ns(),
             kills: KillBook::default(),
             gpu,
+            watcher: None,
+            heap: None,
             gpu_ooms: Vec::new(),
             gpu_view: None,
             nvml_missing: None,
@@ -503,16 +521,25 @@ impl Engine {
                     &c_str(&e.filename),
                     e.memcg_id,
                 );
-                if let Some(gpu) = &mut self.gpu {
-                    gpu.on_exec(e.pid, row.ts_ns);
+                if let Some(w) = &self.watcher {
+                    w.on_exec(e.pid);
                 }
             }
             Event::Fork(f) => {
                 self.model
-                    .on_fork_at(f.header.pid, f.child_pid, &c_str(&f.header.comm), row.ts_ns)
+                    .on_fork_at(f.header.pid, f.child_pid, &c_str(&f.header.comm), row.ts_ns);
+                if let Some(w) = &self.watcher {
+                    w.on_fork(f.child_pid);
+                }
             }
             Event::Exit(x) => {
                 self.model.on_exit(x.pid, row.ts_ns);
+                if let Some(w) = &self.watcher {
+                    w.on_exit(x.pid);
+                }
+                if let Some(h) = &self.heap {
+                    h.on_exit(x.pid, row.ts_ns.max(0) as u64);
+                }
                 if let Some(gpu) = &mut self.gpu {
                     gpu.on_exit(&self.store, self.session_id, x.pid, row.ts_ns)?;
                 }
@@ -521,9 +548,19 @@ impl Engine {
                 }
             }
             Event::Cuda(_) => unreachable!("CUDA calls are handled by on_cuda"),
-            // Heap samples come only from processes a heap tracer attached
-            // to; the recorder attaches none yet.
-            Event::HeapAlloc(_) | Event::HeapFree(_) => return Ok(()),
+            // Heap samples go to the heap worker's thread, not the store.
+            Event::HeapAlloc(a) => {
+                if let Some(h) = &self.heap {
+                    h.alloc(a, row.ts_ns.max(0) as u64);
+                }
+                return Ok(());
+            }
+            Event::HeapFree(f) => {
+                if let Some(h) = &self.heap {
+                    h.free(f);
+                }
+                return Ok(());
+            }
             Event::MemcgOom(m) => {
                 let path = self.model.memcg_by_id(m.memcg_id, false);
                 row.data["memcg_path"] = path.into();
@@ -744,6 +781,7 @@ impl Engine {
         let enrichers: Vec<&dyn KillEnricher> = [
             self.gpu.as_ref().map(|g| &g.ledgers as &dyn KillEnricher),
             self.gpu_view.as_ref().map(|v| v as &dyn KillEnricher),
+            self.heap.as_ref().map(|h| h as &dyn KillEnricher),
         ]
         .into_iter()
         .flatten()
@@ -1029,7 +1067,12 @@ impl Engine {
         self.step(r)?;
         if let Some(gpu) = self.gpu.take() {
             self.summary.gpu_ooms = gpu.ooms();
-            gpu.detach();
+        }
+        if let Some(h) = self.heap.take() {
+            h.stop();
+        }
+        if let Some(w) = self.watcher.take() {
+            w.stop();
         }
         let (devices, procs) = self.window.take();
         let r = self.store.insert_timeline(FRESH_RES_S, &devices, &procs);

@@ -3,12 +3,12 @@
 //! flame graph of its live bytes. `tracer attach --host` drives it for one
 //! process; it serves any number.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use tracer_common::heap::{HeapAlloc, HeapFree};
 
 use crate::{
-    correlate::heap::HeapProfile,
+    correlate::heap::{HeapProfile, StackId},
     probes::heap::{HeapCounts, weight},
     record::{HeapSite, HeapSnapshot},
     stacks::{
@@ -38,6 +38,9 @@ pub struct HeapTracer {
     /// Samples whose stack could not be unwound past the allocator's caller.
     pub shallow: u64,
     prepared: HashSet<u32>,
+    /// Stacks named when first seen (the process is alive then; it may
+    /// not be when a snapshot is taken, at its OOM kill).
+    named: HashMap<StackId, Vec<Frame>>,
 }
 
 impl HeapTracer {
@@ -50,6 +53,7 @@ impl HeapTracer {
             symbols: Symbols::default(),
             shallow: 0,
             prepared: HashSet::new(),
+            named: HashMap::new(),
         }
     }
 
@@ -79,7 +83,17 @@ impl HeapTracer {
             self.shallow += 1;
         }
         let w = weight(a.size, a.how, self.sample_bytes);
-        self.profile.alloc(pid, a.addr, frames, w, ts_ns);
+        let id = self.profile.alloc(pid, a.addr, frames, w, ts_ns);
+        if !self.named.contains_key(&id) {
+            let frames = self.profile.frames(id).to_vec();
+            let names = self.name(pid, &frames);
+            self.named.insert(id, names);
+        }
+    }
+
+    /// The processes with samples.
+    pub fn pids(&self) -> Vec<u32> {
+        self.profile.pids()
     }
 
     /// A sampled block freed.
@@ -100,6 +114,14 @@ impl HeapTracer {
         self.symbols.resolve(pid, &lookup)
     }
 
+    fn named_frames(&mut self, pid: u32, id: StackId) -> Vec<Frame> {
+        if let Some(f) = self.named.get(&id) {
+            return f.clone();
+        }
+        let frames = self.profile.frames(id).to_vec();
+        self.name(pid, &frames)
+    }
+
     /// The heap of `pid` now.
     pub fn snapshot(
         &mut self,
@@ -118,9 +140,9 @@ impl HeapTracer {
         let sites = listed
             .iter()
             .map(|v| {
-                let frames = self.profile.frames(v.stack).to_vec();
+                let frames = self.named_frames(pid, v.stack);
                 HeapSite {
-                    frames: self.name(pid, &frames),
+                    frames,
                     live_bytes: v.totals.live_bytes.round() as u64,
                     live_samples: v.totals.live_samples,
                     growth_bytes: v.growth_bytes.round() as i64,
@@ -157,9 +179,8 @@ impl HeapTracer {
             if bytes == 0 {
                 continue;
             }
-            let frames = self.profile.frames(v.stack).to_vec();
             let names: Vec<String> = self
-                .name(pid, &frames)
+                .named_frames(pid, v.stack)
                 .iter()
                 .rev()
                 .map(|f| f.short().replace(';', ":"))
@@ -171,9 +192,168 @@ impl HeapTracer {
 
     /// Forgets a process.
     pub fn forget(&mut self, pid: u32) {
+        for id in self.profile.stacks_of(pid) {
+            self.named.remove(&id);
+        }
         self.profile.forget(pid);
         self.unwinders.forget(pid);
         self.symbols.forget(pid);
         self.prepared.remove(&pid);
+    }
+}
+
+/// Messages to the heap worker.
+enum Msg {
+    Alloc(Box<HeapAlloc>, u64),
+    Free(HeapFree),
+    Exit(u32, u64),
+}
+
+/// How long a process's last snapshot is kept after it exits (its kill
+/// is committed long before).
+const KEEP_AFTER_EXIT_NS: u64 = 120_000_000_000;
+
+/// The heap tracer of `record`, on a thread of its own (unwinding and
+/// naming must never delay a kill's commit): samples go in through a
+/// bounded queue (full: counted, dropped); each second every traced
+/// process's snapshot is published, for the kills to carry.
+pub struct HeapWorker {
+    tx: Option<std::sync::mpsc::SyncSender<Msg>>,
+    latest: std::sync::Arc<std::sync::Mutex<HashMap<u32, HeapSnapshot>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Samples dropped because the worker was behind.
+    pub dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl HeapWorker {
+    /// Starts the worker. `comm_of` names a process (read while it lives).
+    pub fn spawn(sample_bytes: u64, view: View) -> std::io::Result<Self> {
+        use std::sync::{Arc, Mutex, atomic::AtomicU64};
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Msg>(4096);
+        let latest: Arc<Mutex<HashMap<u32, HeapSnapshot>>> = Arc::default();
+        let dropped = Arc::new(AtomicU64::new(0));
+        let out = latest.clone();
+        let thread = std::thread::Builder::new()
+            .name("tracer-heap".into())
+            .spawn(move || work(rx, HeapTracer::new(sample_bytes), view, out))?;
+        Ok(Self {
+            tx: Some(tx),
+            latest,
+            thread: Some(thread),
+            dropped,
+        })
+    }
+
+    fn send(&self, m: Msg) {
+        if let Some(tx) = &self.tx
+            && tx.try_send(m).is_err()
+        {
+            self.dropped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// A sampled allocation (wall time `ts_ns`).
+    pub fn alloc(&self, a: &HeapAlloc, ts_ns: u64) {
+        self.send(Msg::Alloc(Box::new(*a), ts_ns));
+    }
+
+    /// A sampled block freed.
+    pub fn free(&self, f: &HeapFree) {
+        self.send(Msg::Free(*f));
+    }
+
+    /// A process exited: its last snapshot is taken now and kept a while.
+    pub fn on_exit(&self, pid: u32, ts_ns: u64) {
+        self.send(Msg::Exit(pid, ts_ns));
+    }
+
+    /// The latest snapshot of `pid`.
+    pub fn latest(&self, pid: u32) -> Option<HeapSnapshot> {
+        self.latest.lock().ok()?.get(&pid).cloned()
+    }
+
+    /// Stops the worker.
+    pub fn stop(mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl crate::correlate::KillEnricher for HeapWorker {
+    fn enrich(&self, kill: &mut crate::record::KillRecord) {
+        if kill.victim.heap.is_none() {
+            kill.victim.heap = self.latest(kill.victim.pid);
+        }
+    }
+}
+
+fn comm_of(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/comm"))
+        .map(|c| String::from_utf8_lossy(&c).trim_end().to_string())
+        .unwrap_or_default()
+}
+
+fn work(
+    rx: std::sync::mpsc::Receiver<Msg>,
+    mut tracer: HeapTracer,
+    view: View,
+    out: std::sync::Arc<std::sync::Mutex<HashMap<u32, HeapSnapshot>>>,
+) {
+    use std::sync::mpsc::RecvTimeoutError;
+    use std::time::{Duration, Instant};
+    let mut comms: HashMap<u32, String> = HashMap::new();
+    let mut exited: Vec<(u32, u64)> = Vec::new();
+    let mut next = Instant::now() + Duration::from_secs(1);
+    let publish = |tracer: &mut HeapTracer, comms: &HashMap<u32, String>, pid: u32, now: u64| {
+        let comm = comms.get(&pid).cloned().unwrap_or_default();
+        let snap = tracer.snapshot(pid, &comm, now, &view, None);
+        if let Ok(mut m) = out.lock() {
+            m.insert(pid, snap);
+        }
+    };
+    loop {
+        match rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
+            Ok(Msg::Alloc(a, ts)) => {
+                comms
+                    .entry(a.header.pid)
+                    .or_insert_with(|| comm_of(a.header.pid));
+                tracer.alloc(&a, ts);
+            }
+            Ok(Msg::Free(f)) => tracer.free(&f),
+            Ok(Msg::Exit(pid, ts)) => {
+                if tracer.pids().contains(&pid) {
+                    publish(&mut tracer, &comms, pid, ts);
+                    exited.push((pid, ts));
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        if Instant::now() < next {
+            continue;
+        }
+        next += Duration::from_secs(1);
+        let now = crate::util::time::wall_now_ns().max(0) as u64;
+        tracer.tick(now, &view);
+        let gone: HashSet<u32> = exited.iter().map(|(p, _)| *p).collect();
+        for pid in tracer.pids() {
+            if !gone.contains(&pid) {
+                publish(&mut tracer, &comms, pid, now);
+            }
+        }
+        exited.retain(|&(pid, ts)| {
+            let keep = now.saturating_sub(ts) < KEEP_AFTER_EXIT_NS;
+            if !keep {
+                tracer.forget(pid);
+                comms.remove(&pid);
+                if let Ok(mut m) = out.lock() {
+                    m.remove(&pid);
+                }
+            }
+            keep
+        });
     }
 }
