@@ -77,6 +77,11 @@ fn main() {
         a.extend(["-o".into(), o(name), heap.clone()]);
         run(&a);
     }
+    let bench = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("manifest dir"))
+        .join("c/allocbench.c")
+        .display()
+        .to_string();
+    run(&["-o".into(), o("allocbench"), bench, "-lpthread".into()]);
     println!("cargo:rustc-env=SIMCUDA_DIR={}", out.display());
     println!("cargo:rerun-if-changed=c");
     println!("cargo:rerun-if-changed=simcuda");

@@ -23,6 +23,11 @@ pub fn simcuda_dir() -> PathBuf {
     PathBuf::from(env!("SIMCUDA_DIR"))
 }
 
+/// The heap benchmark's workload (tests/c/allocbench.c).
+pub fn allocbench() -> PathBuf {
+    simcuda_dir().join("allocbench")
+}
+
 /// The heap tests' program (tests/c/heapsites.c), built by build.rs as
 /// `fp` (frame pointers), `nofp` (none) or `static` (static, stripped).
 pub fn heapsites(variant: &str) -> PathBuf {

@@ -122,12 +122,28 @@ fn sites_of_a_running_program_are_ranked_and_exact_with_sampling_off() {
         return;
     }
     let cg = TestCgroup::new("heap-exact", 256 * MIB);
+    let dir = tempfile::tempdir().unwrap();
     for variant in ["nofp", "fp"] {
+        let svg = dir.path().join(format!("{variant}.svg"));
         let (report, err) = traced(
             in_cgroup(&cg, &heapsites(variant), 2),
-            &["--sample-bytes", "0"],
+            &["--sample-bytes", "0", "--flamegraph", svg.to_str().unwrap()],
         );
         exact(&report, 2);
+        // The flame graph of live bytes: an SVG with every site's frame,
+        // and the 2 MiB of big_blocks in its tooltip.
+        let svg = std::fs::read_to_string(&svg).expect("flame graph written");
+        assert!(
+            svg.starts_with("<?xml") && svg.contains("<svg"),
+            "{svg:.200}"
+        );
+        for (name, _) in SITES {
+            assert!(svg.contains(name), "{name} missing from the flame graph");
+        }
+        assert!(
+            svg.contains("big_blocks (2,097,152 bytes"),
+            "big_blocks' bytes"
+        );
         // glibc's free starts with a single-stepped `test`: its probe, and
         // others, sit on the emulated branch after it.
         assert!(

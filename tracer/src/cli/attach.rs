@@ -75,6 +75,9 @@ pub struct AttachArgs {
     /// With --host: blocks live at least this long count as old (leak candidates).
     #[arg(long, value_parser = super::parse_duration, default_value = "30s")]
     pub old_after: Duration,
+    /// Benchmarks only: probe every function at its entry (no placement).
+    #[arg(long, hide = true)]
+    pub entry_sites: bool,
     /// With --host: at the end, write a flame graph (SVG) of the live bytes by stack.
     #[arg(long, value_name = "PATH")]
     pub flamegraph: Option<std::path::PathBuf>,
@@ -371,9 +374,12 @@ async fn attach(
                 Ok(l) => l,
                 Err(_) => return Ok(()), // the process is going away; the pidfd says so
             };
-            for lib in libs {
+            for mut lib in libs {
                 if !seen.insert(lib.id) {
                     continue;
+                }
+                if args.entry_sites {
+                    lib.sites.iter_mut().for_each(|s| s.shift = 0);
                 }
                 let att = probes.attach_family(&CUDA, &lib, Some(args.pid), args.floor)?;
                 // Failures because the process went away mid-attach are

@@ -38,7 +38,7 @@ use crate::{
 /// How often the process's memory maps are read for newly loaded allocators.
 const RESCAN: Duration = Duration::from_millis(500);
 /// Frames shown per site in text.
-const FRAMES_SHOWN: usize = 4;
+const FRAMES_SHOWN: usize = 3;
 
 /// Runs `attach --host`.
 pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
@@ -230,9 +230,12 @@ async fn attach(
         let Ok(libs) = libraries_of(&HEAP, args.pid) else {
             return Ok(()); // the process is going away; the pidfd says so
         };
-        for lib in libs {
+        for mut lib in libs {
             if !seen.insert(lib.id) {
                 continue;
+            }
+            if args.entry_sites {
+                lib.sites.iter_mut().for_each(|s| s.shift = 0);
             }
             let att = probes.attach_family(&HEAP, &lib, Some(args.pid), args.floor)?;
             if !att.failed.is_empty()
