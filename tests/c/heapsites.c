@@ -12,8 +12,10 @@
  *   grow_by_realloc  4S x  32 KiB  =  128 KiB x S  (each grown 1 KiB -> 32 KiB)
  *   zeroed_blocks    4S x  16 KiB  =   64 KiB x S  (calloc)
  *   aligned_blocks   4S x   8 KiB  =   32 KiB x S  (posix_memalign)
+ *   mapped_blocks    2S x  12 KiB  =   24 KiB x S  (anonymous mmap)
+ *   remapped_blocks   S x   8 KiB  =    8 KiB x S  (mmap 4 KiB, mremap to 8 KiB)
  *
- * plus churn (malloc + free, nothing live) and free(NULL). Then "grow"
+ * plus churn (malloc + free, mmap + munmap: nothing live) and free(NULL). Then "grow"
  * makes grow_until_killed take and touch 1 MiB every 50 ms, forever (run it
  * in a memory cgroup with a limit); any other line frees all and exits.
  */
@@ -21,10 +23,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 static void **keep;
-static size_t kept;
+static size_t kept, malloced;
 
 static void hold(void *p) {
     if (!p) {
@@ -74,6 +77,25 @@ __attribute__((noinline)) static void aligned_blocks(int s) {
     }
 }
 
+static inline __attribute__((always_inline)) void *map(size_t n) {
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) exit(2);
+    return p;
+}
+
+__attribute__((noinline)) static void mapped_blocks(int s) {
+    for (int i = 0; i < 2 * s; i++) keep[kept++] = map(12 << 10);
+}
+
+__attribute__((noinline)) static void remapped_blocks(int s) {
+    for (int i = 0; i < s; i++) {
+        void *p = map(4 << 10);
+        void *q = mremap(p, 4 << 10, 8 << 10, MREMAP_MAYMOVE);
+        if (q == MAP_FAILED) exit(2);
+        keep[kept++] = q;
+    }
+}
+
 __attribute__((noinline)) static void churn(int s) {
     for (int i = 0; i < 64 * s; i++) {
         char *p = malloc(1 << 10);
@@ -82,6 +104,7 @@ __attribute__((noinline)) static void churn(int s) {
         free(p);
         free(NULL);
     }
+    for (int i = 0; i < s; i++) munmap(map(64 << 10), 64 << 10);
 }
 
 __attribute__((noinline)) static void grow_until_killed(void) {
@@ -101,13 +124,15 @@ __attribute__((noinline)) static void run(int s) {
     grow_by_realloc(s);
     zeroed_blocks(s);
     aligned_blocks(s);
+    mapped_blocks(s);
+    remapped_blocks(s);
     churn(s);
 }
 
 int main(int argc, char **argv) {
     int s = argc > 1 ? atoi(argv[1]) : 1;
     char line[64];
-    keep = calloc((size_t)100 * s, sizeof(void *));
+    keep = calloc((size_t)128 * s, sizeof(void *));
     if (!keep || s < 1) return 2;
     printf("ready\n");
     fflush(stdout);
@@ -115,9 +140,11 @@ int main(int argc, char **argv) {
     if (!strncmp(line, "exit", 4)) return 0;
     run(s);
     printf("done %zu\n", kept);
+    malloced = kept - 3 * (size_t)s;
     fflush(stdout);
     if (!fgets(line, sizeof line, stdin)) return 1;
     if (!strncmp(line, "grow", 4)) grow_until_killed();
-    for (size_t i = 0; i < kept; i++) free(keep[i]);
+    /* The mappings are the last 3S entries: left to exit. */
+    for (size_t i = 0; i < malloced; i++) free(keep[i]);
     return 0;
 }

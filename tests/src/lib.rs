@@ -23,6 +23,17 @@ pub fn simcuda_dir() -> PathBuf {
     PathBuf::from(env!("SIMCUDA_DIR"))
 }
 
+/// Runs the tracer binary with `args` as uid/gid 65534 (not root).
+pub fn tracer_as_nobody(args: &[&str]) -> Output {
+    use std::os::unix::process::CommandExt as _;
+    Command::new(tracer_bin())
+        .args(args)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("run tracer as uid 65534")
+}
+
 /// The heap benchmark's workload (tests/c/allocbench.c).
 pub fn allocbench() -> PathBuf {
     simcuda_dir().join("allocbench")

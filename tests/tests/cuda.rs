@@ -334,15 +334,7 @@ fn bad_input() {
     );
     // Not root.
     let target = CudaLoad::sim(&[]);
-    let out = {
-        use std::os::unix::process::CommandExt as _;
-        Command::new(tracer_e2e::tracer_bin())
-            .args(["attach", "--pid", &target.pid().to_string()])
-            .uid(65534)
-            .gid(65534)
-            .output()
-            .unwrap()
-    };
+    let out = tracer_e2e::tracer_as_nobody(&["attach", "--pid", &target.pid().to_string()]);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("needs root"),
         "{out:?}"

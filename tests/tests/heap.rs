@@ -15,16 +15,19 @@ const MIB: u64 = 1 << 20;
 
 /// What each site of heapsites holds at "done", per unit of scale, in
 /// rank order.
-const SITES: [(&str, u64); 6] = [
+const SITES: [(&str, u64); 8] = [
     ("big_blocks", 1024 * KIB),
     ("leak_steadily", 512 * KIB),
     ("small_blocks", 256 * KIB),
     ("grow_by_realloc", 128 * KIB),
     ("zeroed_blocks", 64 * KIB),
     ("aligned_blocks", 32 * KIB),
+    // Anonymous mmap and mremap outside the allocator (syscall tracepoints).
+    ("mapped_blocks", 24 * KIB),
+    ("remapped_blocks", 8 * KIB),
 ];
 /// Blocks live at "done" per unit of scale.
-const BLOCKS: [u64; 6] = [4, 16, 64, 4, 4, 4];
+const BLOCKS: [u64; 8] = [4, 16, 64, 4, 4, 4, 2, 1];
 
 /// The jemalloc of Debian's libjemalloc2 (installed by `cargo xtask setup`).
 const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
@@ -299,15 +302,7 @@ fn bad_input_is_said_clearly() {
         c.arg("1");
         c
     });
-    let out = {
-        use std::os::unix::process::CommandExt as _;
-        Command::new(tracer_e2e::tracer_bin())
-            .args(["attach", "--host", "--pid", &prog.pid().to_string()])
-            .uid(65534)
-            .gid(65534)
-            .output()
-            .unwrap()
-    };
+    let out = tracer_e2e::tracer_as_nobody(&["attach", "--host", "--pid", &prog.pid().to_string()]);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("needs root"),
         "{out:?}"

@@ -25,6 +25,24 @@ pub const VALLOC: u32 = 9;
 /// `pvalloc(size)` (rounded up to whole pages).
 pub const PVALLOC: u32 = 10;
 
+/// An anonymous `mmap` outside the allocator (syscall tracepoints).
+pub const MMAP: u32 = 11;
+/// `mremap` outside the allocator: the old mapping goes, the new one comes.
+pub const MREMAP: u32 = 12;
+/// `brk` growing the heap outside the allocator.
+pub const BRK: u32 = 13;
+/// `munmap` of a sampled mapping.
+pub const MUNMAP: u32 = 14;
+
+/// The memory system calls traced for the processes of the family
+/// (syscall tracepoints, not uprobes: never in [`FUNCTIONS`]).
+pub const SYSCALLS: &[(u32, &str)] = &[
+    (MMAP, "mmap"),
+    (MREMAP, "mremap"),
+    (BRK, "brk"),
+    (MUNMAP, "munmap"),
+];
+
 /// Where a function's size, pointer and result are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
@@ -77,12 +95,23 @@ pub const FUNCTIONS: &[(u32, &str)] = &[
 
 /// The symbol of function `id`.
 pub fn name(id: u32) -> &'static str {
-    FUNCTIONS
-        .iter()
-        .find(|(i, _)| *i == id)
-        .map(|(_, n)| *n)
-        .unwrap_or("?")
+    match crate::name_in(FUNCTIONS, id) {
+        "?" => crate::name_in(SYSCALLS, id),
+        n => n,
+    }
 }
+
+/// Whether `id` is one of the [`SYSCALLS`].
+pub fn name_in_syscalls(id: u32) -> bool {
+    SYSCALLS.iter().any(|(i, _)| *i == id)
+}
+
+/// Processes whose memory system calls are traced (`HEAP_PIDS` entries).
+pub const TRACED_PIDS: u32 = 4096;
+/// `MAP_ANONYMOUS` (x86_64).
+pub const MAP_ANONYMOUS: u64 = 0x20;
+/// `MAP_SHARED` (x86_64).
+pub const MAP_SHARED: u64 = 0x01;
 
 /// Whether a function needs a return probe (every one but `free`).
 pub const fn returns(func: u32) -> bool {

@@ -9,6 +9,15 @@
 
 pub mod heap;
 
+/// The symbol of function `id` in a family's (id, symbol) table, or `?`.
+pub fn name_in(table: &[(u32, &'static str)], id: u32) -> &'static str {
+    table
+        .iter()
+        .find(|(i, _)| *i == id)
+        .map(|(_, n)| *n)
+        .unwrap_or("?")
+}
+
 /// Length of a kernel task name (`TASK_COMM_LEN`).
 pub const COMM_LEN: usize = 16;
 /// Bytes of an exec'd file name that cross the ring (longer names are cut).
@@ -47,6 +56,10 @@ pub mod maps {
     pub const HEAP_STATS: &str = "HEAP_STATS";
     /// The heap programs' configuration (`.rodata`).
     pub const HEAP_CONFIG: &str = "HEAP_CONFIG";
+    /// Processes whose memory system calls are traced.
+    pub const HEAP_PIDS: &str = "HEAP_PIDS";
+    /// Memory system calls in flight per thread.
+    pub const HEAP_SYSCALLS: &str = "HEAP_SYSCALLS";
     /// Name of the read-only global that holds the [`super::ProbeConfig`].
     pub const CONFIG: &str = "CONFIG";
 }
@@ -85,6 +98,20 @@ pub mod programs {
     pub const HEAP_FLOOR_ENTRY: &str = "heap_floor_entry";
     /// Empty twin of HEAP_RETURN (benchmarks).
     pub const HEAP_FLOOR_RETURN: &str = "heap_floor_return";
+    /// `syscalls:sys_enter_mmap` for traced processes.
+    pub const HEAP_MMAP_ENTER: &str = "heap_mmap_enter";
+    /// `syscalls:sys_exit_mmap`.
+    pub const HEAP_MMAP_EXIT: &str = "heap_mmap_exit";
+    /// `syscalls:sys_enter_mremap`.
+    pub const HEAP_MREMAP_ENTER: &str = "heap_mremap_enter";
+    /// `syscalls:sys_exit_mremap`.
+    pub const HEAP_MREMAP_EXIT: &str = "heap_mremap_exit";
+    /// `syscalls:sys_enter_brk`.
+    pub const HEAP_BRK_ENTER: &str = "heap_brk_enter";
+    /// `syscalls:sys_exit_brk`.
+    pub const HEAP_BRK_EXIT: &str = "heap_brk_exit";
+    /// `syscalls:sys_enter_munmap`.
+    pub const HEAP_MUNMAP_ENTER: &str = "heap_munmap_enter";
 }
 
 /// Sizes of the ring buffers, in bytes (powers of two, multiples of the page size).
@@ -541,11 +568,7 @@ pub mod cuda {
 
     /// The symbol of function `id`.
     pub fn name(id: u32) -> &'static str {
-        FUNCTIONS
-            .iter()
-            .find(|(i, _)| *i == id)
-            .map(|(_, n)| *n)
-            .unwrap_or("?")
+        crate::name_in(FUNCTIONS, id)
     }
 }
 

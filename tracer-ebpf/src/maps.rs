@@ -76,3 +76,17 @@ pub static HEAP_STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(heap::st
 /// The heap programs' sampling configuration, written by userspace before load.
 #[unsafe(no_mangle)]
 pub static HEAP_CONFIG: HeapConfig = HeapConfig::empty();
+
+/// Processes whose memory system calls are traced (tgid -> 1), written by
+/// userspace as it attaches the heap family to them.
+#[map(name = "HEAP_PIDS")]
+pub static HEAP_PIDS: HashMap<u32, u32> = HashMap::with_max_entries(heap::TRACED_PIDS, 0);
+
+/// A traced memory system call in flight, per thread (pid_tgid).
+#[map(name = "HEAP_SYSCALLS")]
+pub static HEAP_SYSCALLS: LruHashMap<u64, HeapInflight> =
+    LruHashMap::with_max_entries(CUDA_THREAD_ENTRIES, 0);
+
+/// The last program break seen per traced process (tgid -> brk).
+#[map(name = "HEAP_BRK")]
+pub static HEAP_BRK: LruHashMap<u32, u64> = LruHashMap::with_max_entries(heap::TRACED_PIDS, 0);

@@ -12,13 +12,14 @@ use aya_ebpf::{
     EbpfContext,
     bindings::{BPF_F_USER_STACK, pt_regs},
     helpers::{
-        bpf_get_current_pid_tgid, bpf_probe_read_user,
+        bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user,
         generated::{
-            bpf_get_attach_cookie, bpf_get_prandom_u32, bpf_get_stack, bpf_ktime_get_boot_ns,
+            bpf_get_attach_cookie, bpf_get_current_task_btf, bpf_get_prandom_u32, bpf_get_stack,
+            bpf_ktime_get_boot_ns, bpf_task_pt_regs,
         },
     },
-    macros::{uprobe, uretprobe},
-    programs::{ProbeContext, RetProbeContext},
+    macros::{tracepoint, uprobe, uretprobe},
+    programs::{ProbeContext, RetProbeContext, TracePointContext},
 };
 use tracer_common::{
     heap::{self, HeapAlloc, HeapConfig, HeapFree, HeapInflight, HeapKey, Shape, how, stat},
@@ -26,7 +27,10 @@ use tracer_common::{
 };
 
 use crate::{
-    maps::{HEAP_CONFIG, HEAP_COUNTDOWN, HEAP_INFLIGHT, HEAP_LIVE, HEAP_STATS},
+    maps::{
+        HEAP_BRK, HEAP_CONFIG, HEAP_COUNTDOWN, HEAP_INFLIGHT, HEAP_LIVE, HEAP_PIDS, HEAP_STATS,
+        HEAP_SYSCALLS,
+    },
     util::{Ring, header},
 };
 
@@ -222,12 +226,22 @@ fn try_return(ctx: &RetProbeContext) -> Option<()> {
     if addr == 0 || f.how == 0 {
         return Some(());
     }
-    sample(ctx, tid, addr, &f)
+    let regs = ctx.as_ptr() as *const pt_regs;
+    // SAFETY: `regs` is the context the kernel passed: the user registers.
+    let regs = unsafe { ((*regs).rip, (*regs).rsp, (*regs).rbp) };
+    sample(ctx, regs, tid, addr, &f)
 }
 
-/// Keeps a sampled block and sends it with its stack.
+/// Keeps a sampled block and sends it with the user registers `(ip, sp,
+/// bp)` and stack of the current task.
 #[inline(always)]
-fn sample(ctx: &RetProbeContext, tid: u64, addr: u64, f: &HeapInflight) -> Option<()> {
+fn sample<C: EbpfContext>(
+    ctx: &C,
+    (ip, sp, bp): (u64, u64, u64),
+    tid: u64,
+    addr: u64,
+    f: &HeapInflight,
+) -> Option<()> {
     let key = HeapKey {
         pid: (tid >> 32) as u32,
         _pad: 0,
@@ -245,18 +259,16 @@ fn sample(ctx: &RetProbeContext, tid: u64, addr: u64, f: &HeapInflight) -> Optio
         return None;
     }
     count(stat::SAMPLED);
-    let regs = ctx.as_ptr() as *const pt_regs;
     let ev = slot.as_mut_ptr();
     // SAFETY: `ev` points at a reserved ring slot of size_of::<HeapAlloc>();
     // every field is written through raw pointers (the event is far larger
-    // than the BPF stack). `regs` is the context the kernel passed.
+    // than the BPF stack).
     unsafe {
         (&raw mut (*ev).header).write(header(kind::HEAP_ALLOC));
         (*ev).addr = addr;
         (*ev).size = f.size;
         (*ev).func = f.func;
         (*ev).how = f.how;
-        let (ip, sp, bp) = ((*regs).rip, (*regs).rsp, (*regs).rbp);
         (*ev).ip = ip;
         (*ev).sp = sp;
         (*ev).bp = bp;
@@ -267,23 +279,209 @@ fn sample(ctx: &RetProbeContext, tid: u64, addr: u64, f: &HeapInflight) -> Optio
             BPF_F_USER_STACK as u64,
         );
         (*ev).fp_len = if fp_bytes > 0 { fp_bytes as u32 / 8 } else { 0 };
-        // The whole copy fails when the stack mapping ends sooner: then a
-        // quarter of it, which any live stack has.
+        // A read fails as a whole when the stack mapping ends inside it
+        // (the main thread's stack ends a few KiB above main's frame, by a
+        // random amount): copy up to page boundaries, the most first.
         let dst = (&raw mut (*ev).stack).cast::<u8>();
-        let mut len = heap::STACK_BYTES as u32;
-        if aya_ebpf::helpers::generated::bpf_probe_read_user(dst.cast(), len, sp as *const _) != 0 {
-            len = (heap::STACK_BYTES / 4) as u32;
-            if aya_ebpf::helpers::generated::bpf_probe_read_user(dst.cast(), len, sp as *const _)
-                != 0
+        let to_page_end = 4096 - (sp & 4095);
+        let mut len = 0u32;
+        for pages in [2u64, 1, 0] {
+            let want = (to_page_end + pages * 4096).min(heap::STACK_BYTES as u64) as u32;
+            if aya_ebpf::helpers::generated::bpf_probe_read_user(dst.cast(), want, sp as *const _)
+                == 0
             {
-                len = 0;
-                count(stat::STACK_LOST);
+                len = want;
+                break;
             }
+        }
+        if len == 0 {
+            count(stat::STACK_LOST);
         }
         (*ev).stack_len = len;
     }
     slot.submit();
     Some(())
+}
+
+// ---- Memory system calls of the traced processes (outside the allocator).
+//
+// syscalls:sys_enter_* records are `struct syscall_trace_enter` (common
+// fields, `int nr`, then `unsigned long args[6]` from offset 16);
+// sys_exit_* are `struct syscall_trace_exit` (`long ret` at 16): the same
+// on every kernel with syscall tracepoints (kernel/trace/trace_syscalls.c).
+
+const ARGS: usize = 16;
+const RET: usize = 16;
+
+#[inline(always)]
+fn arg(ctx: &TracePointContext, n: usize) -> u64 {
+    // SAFETY: within the syscall record; the read faults safely.
+    unsafe { ctx.read_at::<u64>(ARGS + 8 * n) }.unwrap_or(0)
+}
+
+#[inline(always)]
+fn ret(ctx: &TracePointContext) -> Option<u64> {
+    // SAFETY: within the syscall record; the read faults safely.
+    let r = unsafe { ctx.read_at::<i64>(RET) }.ok()?;
+    // -4095..-1 are errors.
+    (!(-4095..0).contains(&r)).then_some(r as u64)
+}
+
+/// The calling thread when its process is traced and it is not inside a
+/// probed allocator call (malloc's own mmap and brk are its business).
+#[inline(always)]
+fn traced_thread() -> Option<u64> {
+    let tid = bpf_get_current_pid_tgid();
+    // SAFETY: reading a plain u32 map value.
+    unsafe { HEAP_PIDS.get(&((tid >> 32) as u32)) }?;
+    if HEAP_INFLIGHT.get_ptr(&tid).is_some() {
+        return None;
+    }
+    Some(tid)
+}
+
+/// The user registers of the current task (where its system call was made).
+#[inline(always)]
+fn user_regs() -> Option<(u64, u64, u64)> {
+    // SAFETY: helpers without preconditions beyond a task pointer from the
+    // kernel; the registers are read through bpf_probe_read_kernel.
+    unsafe {
+        let task = bpf_get_current_task_btf();
+        let regs = bpf_task_pt_regs(task) as *const pt_regs;
+        if regs.is_null() {
+            return None;
+        }
+        Some((
+            bpf_probe_read_kernel(&raw const (*regs).rip).ok()?,
+            bpf_probe_read_kernel(&raw const (*regs).rsp).ok()?,
+            bpf_probe_read_kernel(&raw const (*regs).rbp).ok()?,
+        ))
+    }
+}
+
+#[inline(always)]
+fn open_syscall(tid: u64, func: u32, size: u64, old_ptr: u64) -> Option<()> {
+    let f = HeapInflight {
+        func,
+        depth: 1,
+        size,
+        old_ptr,
+        how: decide(size),
+        ..Default::default()
+    };
+    HEAP_SYSCALLS.insert(&tid, &f, 0).ok()
+}
+
+#[inline(always)]
+fn close_syscall() -> Option<(u64, HeapInflight)> {
+    let tid = bpf_get_current_pid_tgid();
+    // SAFETY: a plain map value owned by this thread's key.
+    let f = *unsafe { HEAP_SYSCALLS.get(&tid) }?;
+    let _ = HEAP_SYSCALLS.remove(&tid);
+    Some((tid, f))
+}
+
+/// `tracepoint/syscalls/sys_enter_mmap`: private anonymous mappings of a
+/// traced process, sampled like allocations. Minimum kernel: 5.15.
+#[tracepoint]
+pub fn heap_mmap_enter(ctx: TracePointContext) -> u32 {
+    let Some(tid) = traced_thread() else { return 0 };
+    let flags = arg(&ctx, 3);
+    if flags & heap::MAP_ANONYMOUS == 0 || flags & heap::MAP_SHARED != 0 {
+        return 0;
+    }
+    let _ = open_syscall(tid, heap::MMAP, arg(&ctx, 1), 0);
+    0
+}
+
+/// `tracepoint/syscalls/sys_exit_mmap`. Minimum kernel: 5.15.
+#[tracepoint]
+pub fn heap_mmap_exit(ctx: TracePointContext) -> u32 {
+    let Some((tid, f)) = close_syscall() else {
+        return 0;
+    };
+    if let (Some(addr), true, Some(regs)) = (ret(&ctx), f.how != 0, user_regs()) {
+        let _ = sample(&ctx, regs, tid, addr, &f);
+    }
+    0
+}
+
+/// `tracepoint/syscalls/sys_enter_munmap`: a sampled mapping unmapped (at
+/// its start). Minimum kernel: 5.15.
+#[tracepoint]
+pub fn heap_munmap_enter(ctx: TracePointContext) -> u32 {
+    if let Some(tid) = traced_thread() {
+        forget(tid, arg(&ctx, 0), heap::MUNMAP);
+    }
+    0
+}
+
+/// `tracepoint/syscalls/sys_enter_mremap`. Minimum kernel: 5.15.
+#[tracepoint]
+pub fn heap_mremap_enter(ctx: TracePointContext) -> u32 {
+    if let Some(tid) = traced_thread() {
+        let _ = open_syscall(tid, heap::MREMAP, arg(&ctx, 2), arg(&ctx, 0));
+    }
+    0
+}
+
+/// `tracepoint/syscalls/sys_exit_mremap`: the old mapping goes, the new one
+/// is sampled as an allocation of its new size. Minimum kernel: 5.15.
+#[tracepoint]
+pub fn heap_mremap_exit(ctx: TracePointContext) -> u32 {
+    let Some((tid, f)) = close_syscall() else {
+        return 0;
+    };
+    let Some(addr) = ret(&ctx) else { return 0 };
+    forget(tid, f.old_ptr, heap::MREMAP);
+    if let (true, Some(regs)) = (f.how != 0, user_regs()) {
+        let _ = sample(&ctx, regs, tid, addr, &f);
+    }
+    0
+}
+
+/// `tracepoint/syscalls/sys_enter_brk`: followed inside the allocator too
+/// (its growth must not be charged to the next brk outside it), sampled
+/// only outside. Minimum kernel: 5.15.
+#[tracepoint]
+pub fn heap_brk_enter(_ctx: TracePointContext) -> u32 {
+    let tid = bpf_get_current_pid_tgid();
+    // SAFETY: reading a plain u32 map value.
+    if unsafe { HEAP_PIDS.get(&((tid >> 32) as u32)) }.is_none() {
+        return 0;
+    }
+    let inside = HEAP_INFLIGHT.get_ptr(&tid).is_some();
+    let f = HeapInflight {
+        func: heap::BRK,
+        depth: if inside { 2 } else { 1 },
+        ..Default::default()
+    };
+    let _ = HEAP_SYSCALLS.insert(&tid, &f, 0);
+    0
+}
+
+/// `tracepoint/syscalls/sys_exit_brk`: growth of the program break past
+/// the last one seen is sampled as an allocation at the old break (a
+/// shrink is not followed). Minimum kernel: 5.15.
+#[tracepoint]
+pub fn heap_brk_exit(ctx: TracePointContext) -> u32 {
+    let Some((tid, mut f)) = close_syscall() else {
+        return 0;
+    };
+    let Some(top) = ret(&ctx) else { return 0 };
+    let pid = (tid >> 32) as u32;
+    // SAFETY: reading a plain u64 map value.
+    let last = unsafe { HEAP_BRK.get(&pid) }.copied();
+    let _ = HEAP_BRK.insert(&pid, &top, 0);
+    let Some(last) = last.filter(|l| top > *l && f.depth == 1) else {
+        return 0;
+    };
+    f.size = top - last;
+    f.how = decide(f.size);
+    if let (true, Some(regs)) = (f.how != 0, user_regs()) {
+        let _ = sample(&ctx, regs, tid, last, &f);
+    }
+    0
 }
 
 /// An empty `uprobe` at the same sites as [`heap_entry`] (benchmarks).

@@ -26,7 +26,7 @@ use crate::{
     probes::{
         CUDA_DATA_RING_BYTES, Probes,
         cuda::name,
-        uprobe::{Attachment, CUDA, libraries_of},
+        uprobe::{Attachment, CUDA, UprobeFamily, libraries_of},
     },
     util::term,
     util::time::{Clock, format_wall},
@@ -305,6 +305,128 @@ impl Session {
     }
 }
 
+/// A family's files attached in one process, as they appear.
+pub(super) struct Attached {
+    family: &'static UprobeFamily,
+    pid: u32,
+    floor: bool,
+    entry_sites: bool,
+    seen: HashSet<(u64, u64)>,
+    list: Vec<Attachment>,
+}
+
+impl Attached {
+    pub(super) fn new(family: &'static UprobeFamily, args: &AttachArgs) -> Self {
+        Self {
+            family,
+            pid: args.pid,
+            floor: args.floor,
+            entry_sites: args.entry_sites,
+            seen: HashSet::new(),
+            list: Vec::new(),
+        }
+    }
+
+    /// Attaches to the family's files of the process not attached yet.
+    pub(super) fn scan(&mut self, probes: &mut Probes) -> anyhow::Result<()> {
+        let Ok(libs) = libraries_of(self.family, self.pid) else {
+            return Ok(()); // the process is going away; the pidfd says so
+        };
+        for mut lib in libs {
+            if !self.seen.insert(lib.id) {
+                continue;
+            }
+            if self.entry_sites {
+                lib.sites.iter_mut().for_each(|s| s.shift = 0);
+            }
+            let att = probes.attach_family(self.family, &lib, Some(self.pid), self.floor)?;
+            // Failures because the process went away mid-attach are said
+            // as that, not as the file system's error.
+            if !att.failed.is_empty()
+                && !std::path::Path::new(&format!("/proc/{}", self.pid)).exists()
+            {
+                bail!("pid {} exited while tracer was attaching", self.pid);
+            }
+            if att.attached() == 0 && !att.failed.is_empty() {
+                bail!(
+                    "attaching to {}: {}",
+                    term::escape(&lib.path),
+                    att.failed[0].1
+                );
+            }
+            crate::say!(
+                "tracer: attached to {} in pid {} ({} functions, {} probes past a single-stepped first instruction{})",
+                term::escape(&lib.path),
+                self.pid,
+                att.attached(),
+                lib.placed(),
+                if lib.executable {
+                    ", linked into the executable"
+                } else {
+                    ""
+                }
+            );
+            for sym in &lib.missing {
+                tracing::info!("{} has no {sym}: not traced", term::escape(&lib.path));
+            }
+            for (sym, why) in &att.failed {
+                tracing::warn!("{sym} in {}: {why}", term::escape(&lib.path));
+            }
+            self.list.push(att);
+        }
+        Ok(())
+    }
+
+    /// Functions attached, and in how many files.
+    pub(super) fn counts(&self) -> (usize, usize) {
+        (
+            self.list.iter().map(|a| a.attached()).sum(),
+            self.list.len(),
+        )
+    }
+
+    /// Removes every probe (the kernel waits for a grace period per uprobe,
+    /// about 0.1 s each here, so callers report first).
+    pub(super) fn detach(self, probes: &mut Probes) {
+        let n: usize = self.list.iter().map(|a| a.probes()).sum();
+        if n > 0 {
+            crate::say!("tracer: removing {n} probes from pid {}", self.pid);
+        }
+        for att in self.list {
+            probes.detach_family(att);
+        }
+    }
+}
+
+/// The files of `family` in `pid` at attach time; a process that went away
+/// meanwhile is said as that.
+pub(super) fn first_libraries(
+    family: &UprobeFamily,
+    pid: u32,
+    comm: &str,
+    pidfd: &OwnedFd,
+) -> anyhow::Result<Vec<crate::probes::uprobe::Library>> {
+    let gone =
+        || anyhow!("pid {pid} ({comm}) exited while tracer was attaching; nothing was traced");
+    let libs = match libraries_of(family, pid) {
+        Ok(l) => l,
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(libc::ESRCH) =>
+        {
+            return Err(gone());
+        }
+        Err(e) => {
+            return Err(e).with_context(|| format!("reading the memory maps of pid {pid}"));
+        }
+    };
+    // Its maps can be empty before /proc/PID goes away.
+    if libs.is_empty() && has_exited(pidfd) {
+        return Err(gone());
+    }
+    Ok(libs)
+}
+
 /// Runs `attach`.
 pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
     if args.host {
@@ -315,27 +437,7 @@ pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
     let pidfd = pidfd(args.pid)?;
     let mut probes = Probes::load(CUDA_DATA_RING_BYTES).context("cannot attach")?;
     probes.load_family(&CUDA, args.floor)?;
-    let libs = match libraries_of(&CUDA, args.pid) {
-        Ok(l) => l,
-        Err(e)
-            if e.kind() == std::io::ErrorKind::NotFound
-                || e.raw_os_error() == Some(libc::ESRCH) =>
-        {
-            bail!(
-                "pid {} ({comm}) exited while tracer was attaching; nothing was traced",
-                args.pid
-            )
-        }
-        Err(e) => {
-            return Err(e).with_context(|| format!("reading the memory maps of pid {}", args.pid));
-        }
-    };
-    if libs.is_empty() && has_exited(&pidfd) {
-        bail!(
-            "pid {} ({comm}) exited while tracer was attaching; nothing was traced",
-            args.pid
-        );
-    }
+    let libs = first_libraries(&CUDA, args.pid, &comm, &pidfd)?;
     if libs.is_empty() && !args.wait {
         bail!(
             "pid {} ({comm}) has no CUDA library loaded: none of its mapped files is a libcudart or libcuda, \
@@ -366,70 +468,17 @@ async fn attach(
     }
     drop(tx);
     let drops = probes.take_drop_counters()?;
-    let mut attached: Vec<Attachment> = Vec::new();
-    let mut seen = HashSet::new();
-    let mut attach_new =
-        |probes: &mut Probes, attached: &mut Vec<Attachment>| -> anyhow::Result<()> {
-            let libs = match libraries_of(&CUDA, args.pid) {
-                Ok(l) => l,
-                Err(_) => return Ok(()), // the process is going away; the pidfd says so
-            };
-            for mut lib in libs {
-                if !seen.insert(lib.id) {
-                    continue;
-                }
-                if args.entry_sites {
-                    lib.sites.iter_mut().for_each(|s| s.shift = 0);
-                }
-                let att = probes.attach_family(&CUDA, &lib, Some(args.pid), args.floor)?;
-                // Failures because the process went away mid-attach are
-                // said as that, not as the file system's error.
-                if !att.failed.is_empty()
-                    && !std::path::Path::new(&format!("/proc/{}", args.pid)).exists()
-                {
-                    bail!("pid {} exited while tracer was attaching", args.pid);
-                }
-                if att.attached() == 0 && !att.failed.is_empty() {
-                    bail!(
-                        "attaching to {}: {}",
-                        term::escape(&lib.path),
-                        att.failed[0].1
-                    );
-                }
-                crate::say!(
-                    "tracer: attached to {} in pid {} ({} functions{})",
-                    term::escape(&lib.path),
-                    args.pid,
-                    att.attached(),
-                    if lib.executable {
-                        ", linked into the executable"
-                    } else {
-                        ""
-                    }
-                );
-                for sym in &lib.missing {
-                    tracing::info!("{} has no {sym}: not traced", term::escape(&lib.path));
-                }
-                for (sym, why) in &att.failed {
-                    tracing::warn!("{sym} in {}: {why}", term::escape(&lib.path));
-                }
-                attached.push(att);
-            }
-            Ok(())
-        };
-    attach_new(&mut probes, &mut attached)?;
-    if attached.is_empty() {
-        crate::say!(
+    let mut attached = Attached::new(&CUDA, &args);
+    attached.scan(&mut probes)?;
+    match attached.counts() {
+        (_, 0) => crate::say!(
             "tracer: pid {} ({comm}) has no CUDA library yet; waiting for one to be loaded",
             args.pid
-        );
-    } else {
-        let functions: usize = attached.iter().map(|a| a.attached()).sum();
-        crate::say!(
-            "tracer: tracing pid {} ({comm}): {functions} functions in {} files",
-            args.pid,
-            attached.len()
-        );
+        ),
+        (functions, files) => crate::say!(
+            "tracer: tracing pid {} ({comm}): {functions} functions in {files} files",
+            args.pid
+        ),
     }
 
     let mut session = Session {
@@ -474,7 +523,7 @@ async fn attach(
                 session.calls(&mut pending);
                 session.summary();
             }
-            _ = rescan.tick() => attach_new(&mut probes, &mut attached)?,
+            _ = rescan.tick() => attached.scan(&mut probes)?,
             r = exit.readable() => {
                 let _ = r?;
                 break true;
@@ -502,14 +551,7 @@ async fn attach(
     tasks.shutdown().await;
     session.summary();
     session.report(exited, lost);
-    // Report first: the kernel waits for a grace period per removed uprobe
-    // (about 0.1 s each here), so a library's worth takes a few seconds.
-    let probes_n: usize = attached.iter().map(|a| a.attached() * 2).sum();
-    if probes_n > 0 {
-        crate::say!("tracer: removing {probes_n} probes from pid {}", args.pid);
-    }
-    for att in attached {
-        probes.detach_family(att);
-    }
+    // Report first: removing a library's worth of probes takes seconds.
+    attached.detach(&mut probes);
     Ok(ExitCode::SUCCESS)
 }

@@ -5,10 +5,7 @@
 //! named here; each second the top sites by live bytes, their growth and
 //! what has been live a long time.
 
-use std::{
-    collections::HashSet, io::Write as _, os::fd::OwnedFd, process::ExitCode, sync::Arc,
-    time::Duration,
-};
+use std::{io::Write as _, os::fd::OwnedFd, process::ExitCode, sync::Arc, time::Duration};
 
 use anyhow::{Context as _, anyhow, bail};
 use serde_json::json;
@@ -18,16 +15,16 @@ use tokio::{
     task::JoinSet,
 };
 
-use super::attach::{AttachArgs, comm_of, has_exited, pidfd};
+use super::attach::{AttachArgs, Attached, comm_of, first_libraries, pidfd};
 use crate::{
     collect::{self, ReaderStats, decode::Event},
     probes::{
-        CUDA_DATA_RING_BYTES, Probes,
+        HEAP_DATA_RING_BYTES, Probes,
         heap::{HeapStats, MAX_SAMPLE_BYTES, config},
-        uprobe::{Attachment, HEAP, libraries_of},
+        uprobe::HEAP,
     },
     record::HeapSnapshot,
-    recorder::heap::{HeapTracer, View},
+    recorder::heap::{HeapWorker, Reply, View},
     util::{
         term,
         time::{Clock, format_wall, wall_now_ns},
@@ -50,29 +47,15 @@ pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
     let pidfd = pidfd(args.pid)?;
     let heap = config(args.sample_bytes, args.always_bytes);
     let mut probes =
-        Probes::load_with_heap(CUDA_DATA_RING_BYTES, &heap).context("cannot attach")?;
+        Probes::load_with_heap(HEAP_DATA_RING_BYTES, &heap).context("cannot attach")?;
     probes.load_family(&HEAP, args.floor)?;
-    let libs = match libraries_of(&HEAP, args.pid) {
-        Ok(l) => l,
-        Err(e)
-            if e.kind() == std::io::ErrorKind::NotFound
-                || e.raw_os_error() == Some(libc::ESRCH) =>
-        {
-            bail!(
-                "pid {} ({comm}) exited while tracer was attaching; nothing was traced",
-                args.pid
-            )
+    if !args.floor {
+        for why in probes.attach_heap_syscalls() {
+            tracing::warn!("{why}: mmap, mremap, brk and munmap are not traced");
         }
-        Err(e) => {
-            return Err(e).with_context(|| format!("reading the memory maps of pid {}", args.pid));
-        }
-    };
-    if libs.is_empty() && has_exited(&pidfd) {
-        bail!(
-            "pid {} ({comm}) exited while tracer was attaching; nothing was traced",
-            args.pid
-        );
+        probes.heap_pid(args.pid, true)?;
     }
+    let libs = first_libraries(&HEAP, args.pid, &comm, &pidfd)?;
     if libs.is_empty() {
         bail!(
             "pid {} ({comm}) has no allocator tracer can probe: none of its mapped files \
@@ -90,10 +73,8 @@ pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
 
 struct Session {
     pid: u32,
-    comm: String,
     json: bool,
-    view: View,
-    tracer: HeapTracer,
+    worker: HeapWorker,
     stats: HeapStats,
     clock: Clock,
     out: std::io::StdoutLock<'static>,
@@ -104,31 +85,25 @@ impl Session {
         match ev {
             Event::HeapAlloc(a) if a.header.pid == self.pid => {
                 let ts = self.clock.boot_to_wall(a.header.ts_boot_ns).max(0) as u64;
-                self.tracer.alloc(a, ts);
+                self.worker.alloc(a, ts);
             }
-            Event::HeapFree(f) if f.header.pid == self.pid => self.tracer.free(f),
+            Event::HeapFree(f) if f.header.pid == self.pid => self.worker.free(f),
             _ => {}
         }
     }
 
-    fn snapshot(&mut self) -> HeapSnapshot {
-        let now = wall_now_ns().max(0) as u64;
+    /// Shows a snapshot the worker made, with what was lost on the way.
+    fn show(&mut self, kind: &str, (mut snap, _): Reply) {
+        let now = wall_now_ns();
         let counts = self.stats.read().ok();
-        self.tracer
-            .snapshot(self.pid, &self.comm, now, &self.view, counts)
-    }
-
-    fn show(&mut self, kind: &str) {
-        let now = wall_now_ns().max(0) as u64;
-        self.tracer.tick(now, &self.view);
-        let snap = self.snapshot();
+        snap.lost_samples =
+            counts.map(|c| c.map_full + c.ring_full).unwrap_or(0) + self.worker.dropped();
         if self.json {
-            let counts = self.stats.read().ok();
-            let v = json!({ "type": kind, "time": format_wall(now as i64), "heap": snap,
-                "probes": counts, "unknown_stack_samples": self.tracer.shallow });
+            let v =
+                json!({ "type": kind, "time": format_wall(now), "heap": snap, "probes": counts });
             let _ = writeln!(self.out, "{v}");
         } else {
-            let _ = write!(self.out, "{}", render(&snap, &format_wall(now as i64)));
+            let _ = write!(self.out, "{}", render(&snap, &format_wall(now)));
         }
         let _ = self.out.flush();
     }
@@ -220,73 +195,26 @@ async fn attach(
     drop(tx);
     let drops = probes.take_drop_counters()?;
     let heap_stats = probes.take_heap_stats()?;
-    let mut tracer = HeapTracer::new(args.sample_bytes);
-    tracer.prepare(args.pid);
-    let mut attached: Vec<Attachment> = Vec::new();
-    let mut seen = HashSet::new();
-    let mut attach_new = |probes: &mut Probes,
-                          attached: &mut Vec<Attachment>|
-     -> anyhow::Result<()> {
-        let Ok(libs) = libraries_of(&HEAP, args.pid) else {
-            return Ok(()); // the process is going away; the pidfd says so
-        };
-        for mut lib in libs {
-            if !seen.insert(lib.id) {
-                continue;
-            }
-            if args.entry_sites {
-                lib.sites.iter_mut().for_each(|s| s.shift = 0);
-            }
-            let att = probes.attach_family(&HEAP, &lib, Some(args.pid), args.floor)?;
-            if !att.failed.is_empty()
-                && !std::path::Path::new(&format!("/proc/{}", args.pid)).exists()
-            {
-                bail!("pid {} exited while tracer was attaching", args.pid);
-            }
-            if att.attached() == 0 && !att.failed.is_empty() {
-                bail!(
-                    "attaching to {}: {}",
-                    term::escape(&lib.path),
-                    att.failed[0].1
-                );
-            }
-            crate::say!(
-                "tracer: attached to {} in pid {} ({} functions, {} probes past a single-stepped first instruction{})",
-                term::escape(&lib.path),
-                args.pid,
-                att.attached(),
-                lib.placed(),
-                if lib.executable {
-                    ", linked into the executable"
-                } else {
-                    ""
-                }
-            );
-            for (sym, why) in &att.failed {
-                tracing::warn!("{sym} in {}: {why}", term::escape(&lib.path));
-            }
-            attached.push(att);
-        }
-        Ok(())
-    };
-    attach_new(&mut probes, &mut attached)?;
-    let functions: usize = attached.iter().map(|a| a.attached()).sum();
-    crate::say!(
-        "tracer: tracing the heap of pid {} ({comm}): {functions} functions in {} files",
-        args.pid,
-        attached.len()
-    );
-
-    let mut session = Session {
-        pid: args.pid,
-        comm: comm.clone(),
-        json: args.json,
-        view: View {
+    let worker = HeapWorker::spawn(
+        args.sample_bytes,
+        View {
             top: args.top,
             growth_window_s: args.growth_window.as_secs().max(1),
             old_after_s: args.old_after.as_secs(),
         },
-        tracer,
+    )?;
+    let mut attached = Attached::new(&HEAP, &args);
+    attached.scan(&mut probes)?;
+    let (functions, files) = attached.counts();
+    crate::say!(
+        "tracer: tracing the heap of pid {} ({comm}): {functions} functions in {files} files",
+        args.pid
+    );
+
+    let mut session = Session {
+        pid: args.pid,
+        json: args.json,
+        worker,
         stats: heap_stats,
         clock: Clock::now(),
         out: std::io::stdout().lock(),
@@ -306,14 +234,23 @@ async fn attach(
         }
     };
     tokio::pin!(until_deadline);
+    let mut asked: Option<tokio::sync::oneshot::Receiver<Reply>> = None;
     let exited = loop {
         tokio::select! {
             ev = rx.recv() => match ev {
                 Some(ev) => session.event(&ev),
                 None => return Err(anyhow!("the ring buffer readers stopped")),
             },
-            _ = each_second.tick() => session.show("heap"),
-            _ = rescan.tick() => attach_new(&mut probes, &mut attached)?,
+            // One snapshot asked for at a time; the loop goes on reading
+            // the ring while the worker makes it.
+            _ = each_second.tick(), if asked.is_none() => {
+                asked = session.worker.request(args.pid, false);
+            }
+            Ok(reply) = async { asked.as_mut().expect("guarded").await }, if asked.is_some() => {
+                asked = None;
+                session.show("heap", reply);
+            }
+            _ = rescan.tick() => attached.scan(&mut probes)?,
             r = exit.readable() => {
                 let _ = r?;
                 break true;
@@ -334,7 +271,19 @@ async fn attach(
     }
     tasks.shutdown().await;
     let ring_lost = drops.read().map(|d| d.data).unwrap_or(0);
-    session.show(if exited { "exit" } else { "detach" });
+    let last = match session.worker.request(args.pid, args.flamegraph.is_some()) {
+        // The first naming of a large program's symbols can take seconds.
+        Some(rx) => tokio::time::timeout(Duration::from_secs(60), rx)
+            .await
+            .ok()
+            .and_then(Result::ok),
+        None => None,
+    };
+    let Some(last) = last else {
+        bail!("the heap worker did not answer");
+    };
+    let folded = last.1.clone();
+    session.show(if exited { "exit" } else { "detach" }, last);
     if exited {
         crate::say!("tracer: pid {} exited", args.pid);
     }
@@ -342,18 +291,10 @@ async fn attach(
         crate::say!("tracer: {ring_lost} events lost (ring buffer full): the figures are low");
     }
     if let Some(path) = &args.flamegraph {
-        let now = wall_now_ns().max(0) as u64;
-        let folded = session.tracer.folded(args.pid, now);
         write_flamegraph(path, &folded, args.pid, &comm)?;
     }
-    drop(session);
-    let n: usize = attached.iter().map(|a| a.probes()).sum();
-    if n > 0 {
-        crate::say!("tracer: removing {n} probes from pid {}", args.pid);
-    }
-    for att in attached {
-        probes.detach_family(att);
-    }
+    session.worker.stop();
+    attached.detach(&mut probes);
     Ok(ExitCode::SUCCESS)
 }
 

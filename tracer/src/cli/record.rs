@@ -130,7 +130,9 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
             crate::util::units::bytes(MAX_SAMPLE_BYTES)
         ));
     }
-    let ring = if args.cuda || heap {
+    let ring = if heap {
+        crate::probes::HEAP_DATA_RING_BYTES
+    } else if args.cuda {
         crate::probes::CUDA_DATA_RING_BYTES
     } else {
         crate::probes::DATA_RING_BYTES
@@ -143,6 +145,9 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     }
     if heap {
         probes.load_family(&uprobe::HEAP, false)?;
+        for why in probes.attach_heap_syscalls() {
+            tracing::warn!("{why}: mmap, mremap, brk and munmap are not traced");
+        }
     }
     protect_from_oom_killer();
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -2,7 +2,10 @@
 //! the sampling configuration the programs run with, and their counters.
 
 use aya::maps::{MapData, PerCpuArray};
-use tracer_common::heap::{EXP_TABLE_LEN, EXP_TABLE_ONE, HeapConfig, stat};
+use tracer_common::{
+    heap::{EXP_TABLE_LEN, EXP_TABLE_ONE, HeapConfig, stat},
+    programs,
+};
 
 use super::{ProbeError, Probes};
 
@@ -92,7 +95,54 @@ impl HeapStats {
     }
 }
 
+/// The memory system calls traced for the heap family's processes:
+/// (program, tracepoint).
+const SYSCALL_PROBES: [(&str, &str); 7] = [
+    (programs::HEAP_MMAP_ENTER, "sys_enter_mmap"),
+    (programs::HEAP_MMAP_EXIT, "sys_exit_mmap"),
+    (programs::HEAP_MUNMAP_ENTER, "sys_enter_munmap"),
+    (programs::HEAP_MREMAP_ENTER, "sys_enter_mremap"),
+    (programs::HEAP_MREMAP_EXIT, "sys_exit_mremap"),
+    (programs::HEAP_BRK_ENTER, "sys_enter_brk"),
+    (programs::HEAP_BRK_EXIT, "sys_exit_brk"),
+];
+
 impl Probes {
+    /// Attaches the heap family's syscall tracepoints (mmap, munmap,
+    /// mremap, brk), which act only for the processes entered with
+    /// [`Probes::heap_pid`]. A kernel without syscall tracepoints
+    /// (`CONFIG_FTRACE_SYSCALLS` off) traces malloc and friends only: the
+    /// returned lines say what is missing.
+    pub fn attach_heap_syscalls(&mut self) -> Vec<String> {
+        let mut missing = Vec::new();
+        for (program, tp) in SYSCALL_PROBES {
+            if let Err(e) = self.attach_tracepoint(program, "syscalls", tp) {
+                missing.push(format!("syscalls:{tp}: {e}"));
+            }
+        }
+        missing
+    }
+
+    /// Enters (or removes) a process whose memory system calls are traced.
+    pub fn heap_pid(&mut self, pid: u32, traced: bool) -> Result<(), ProbeError> {
+        let name = tracer_common::maps::HEAP_PIDS;
+        let map = self
+            .ebpf
+            .map_mut(name)
+            .ok_or(ProbeError::Missing { what: "map", name })?;
+        let mut map: aya::maps::HashMap<_, u32, u32> =
+            aya::maps::HashMap::try_from(map).map_err(|source| ProbeError::Map { name, source })?;
+        let r = if traced {
+            map.insert(pid, 1, 0)
+        } else {
+            map.remove(&pid)
+        };
+        match r {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(source) => Err(ProbeError::Map { name, source }),
+        }
+    }
+
     /// Takes the heap counters out of the object.
     pub fn take_heap_stats(&mut self) -> Result<HeapStats, ProbeError> {
         let name = tracer_common::maps::HEAP_STATS;

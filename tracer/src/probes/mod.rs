@@ -28,6 +28,10 @@ pub use layout::LayoutNotes;
 pub const DATA_RING_BYTES: u32 = tracer_common::ring::DATA_BYTES;
 /// Data ring size when CUDA calls are traced (hundreds of thousands a second).
 pub const CUDA_DATA_RING_BYTES: u32 = 8 * 1024 * 1024;
+/// Data ring size when heaps are traced: a sample carries 8 KiB of stack,
+/// and a burst of allocations must wait out the first naming of a
+/// program's symbols (about 3,800 samples).
+pub const HEAP_DATA_RING_BYTES: u32 = 32 * 1024 * 1024;
 
 /// The eBPF object built by build.rs from tracer-ebpf.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));

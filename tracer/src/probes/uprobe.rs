@@ -47,6 +47,9 @@ pub struct UprobeFamily {
     pub programs: [&'static str; 2],
     /// The empty (entry, return) twins, for benchmarks of the floor cost.
     pub floor: [&'static str; 2],
+    /// Whether the processes attached for are also entered for the
+    /// family's syscall tracepoints ([`Probes::heap_pid`]).
+    pub syscalls: bool,
 }
 
 impl UprobeFamily {
@@ -65,11 +68,7 @@ impl UprobeFamily {
 
     /// The symbol of an id of this family.
     pub fn name_of(&self, id: u32) -> &'static str {
-        self.functions
-            .iter()
-            .find(|(i, _)| *i == id)
-            .map(|(_, n)| *n)
-            .unwrap_or("?")
+        tracer_common::name_in(self.functions, id)
     }
 }
 
@@ -83,6 +82,7 @@ pub const CUDA: UprobeFamily = UprobeFamily {
     returns: |_| true,
     programs: [programs::CUDA_ENTRY, programs::CUDA_RETURN],
     floor: [programs::CUDA_FLOOR_ENTRY, programs::CUDA_FLOOR_RETURN],
+    syscalls: false,
 };
 
 /// malloc and friends, in whichever library exports them.
@@ -95,6 +95,7 @@ pub const HEAP: UprobeFamily = UprobeFamily {
     returns: tracer_common::heap::returns,
     programs: [programs::HEAP_ENTRY, programs::HEAP_RETURN],
     floor: [programs::HEAP_FLOOR_ENTRY, programs::HEAP_FLOOR_RETURN],
+    syscalls: true,
 };
 
 /// Where one function is probed.

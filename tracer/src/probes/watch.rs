@@ -154,6 +154,11 @@ impl Watch {
             };
             match self.probes.attach_family(family, &lib, target, false) {
                 Ok(att) => {
+                    if let (true, Some(pid)) = (family.syscalls, target)
+                        && let Err(e) = self.probes.heap_pid(pid, true)
+                    {
+                        tracing::warn!("{}: pid {pid}'s system calls: {e}", family.name);
+                    }
                     self.stats.files_attached.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(
                         "{}: attached to {} ({} functions; {} pid {pid}{})",
@@ -197,6 +202,9 @@ impl Watch {
             .partition(|(t, _)| *t == Some(pid));
         self.attached = kept;
         self.looked_at.retain(|(_, p, _)| *p != pid);
+        if !gone.is_empty() {
+            let _ = self.probes.heap_pid(pid, false);
+        }
         for (_, att) in gone {
             self.probes.detach_family(att);
         }

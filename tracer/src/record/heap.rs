@@ -47,6 +47,7 @@ pub struct HeapSnapshot {
     /// Sites beyond those listed.
     pub more_sites: usize,
     /// What was lost on the way: samples the kernel could not keep or
-    /// send, samples without a stack. Nonzero means the figures are low.
+    /// send, or the tracer could not take in time. Nonzero means the
+    /// figures are low.
     pub lost_samples: u64,
 }

@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use tracer_common::heap::{HeapAlloc, HeapFree};
+use tracer_common::heap::{self, HeapAlloc, HeapFree};
 
 use crate::{
     correlate::heap::{HeapProfile, StackId},
@@ -79,6 +79,12 @@ impl HeapTracer {
                 fp,
             },
         );
+        let mut frames = frames;
+        if heap::name_in_syscalls(a.func) && !frames.is_empty() {
+            // Taken at the system call: the first frame is libc's wrapper
+            // (mmap, mremap, brk); the site is its caller.
+            frames.remove(0);
+        }
         if frames.len() < 2 {
             self.shallow += 1;
         }
@@ -151,9 +157,7 @@ impl HeapTracer {
                 }
             })
             .collect();
-        let lost = counts
-            .map(|c| c.map_full + c.ring_full + c.stack_lost)
-            .unwrap_or(0);
+        let lost = counts.map(|c| c.map_full + c.ring_full).unwrap_or(0);
         HeapSnapshot {
             pid,
             comm: comm.to_string(),
@@ -202,27 +206,31 @@ impl HeapTracer {
     }
 }
 
+/// A snapshot asked of the worker, and the folded stacks with it.
+pub type Reply = (HeapSnapshot, Vec<String>);
+
 /// Messages to the heap worker.
 enum Msg {
     Alloc(Box<HeapAlloc>, u64),
     Free(HeapFree),
     Exit(u32, u64),
+    Snapshot(u32, bool, tokio::sync::oneshot::Sender<Reply>),
 }
 
 /// How long a process's last snapshot is kept after it exits (its kill
 /// is committed long before).
 const KEEP_AFTER_EXIT_NS: u64 = 120_000_000_000;
 
-/// The heap tracer of `record`, on a thread of its own (unwinding and
-/// naming must never delay a kill's commit): samples go in through a
-/// bounded queue (full: counted, dropped); each second every traced
-/// process's snapshot is published, for the kills to carry.
+/// The heap tracer on a thread of its own (unwinding and naming must never
+/// delay a kill's commit, nor the reading of the ring): samples go in
+/// through a bounded queue (full: counted, dropped); each second every
+/// traced process's snapshot is published, for the kills to carry, and a
+/// snapshot can be asked for (it sees every sample sent before).
 pub struct HeapWorker {
     tx: Option<std::sync::mpsc::SyncSender<Msg>>,
     latest: std::sync::Arc<std::sync::Mutex<HashMap<u32, HeapSnapshot>>>,
     thread: Option<std::thread::JoinHandle<()>>,
-    /// Samples dropped because the worker was behind.
-    pub dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl HeapWorker {
@@ -261,6 +269,24 @@ impl HeapWorker {
     /// A sampled block freed.
     pub fn free(&self, f: &HeapFree) {
         self.send(Msg::Free(*f));
+    }
+
+    /// Asks for the snapshot of `pid` after every sample sent so far, with
+    /// its folded stacks when `folded`; the answer comes when the worker
+    /// has taken in what was queued before.
+    pub fn request(&self, pid: u32, folded: bool) -> Option<tokio::sync::oneshot::Receiver<Reply>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        // Not dropped when the queue is full: waits its turn.
+        self.tx
+            .as_ref()?
+            .send(Msg::Snapshot(pid, folded, tx))
+            .ok()?;
+        Some(rx)
+    }
+
+    /// Samples dropped because the worker was behind.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A process exited: its last snapshot is taken now and kept a while.
@@ -323,6 +349,18 @@ fn work(
                 tracer.alloc(&a, ts);
             }
             Ok(Msg::Free(f)) => tracer.free(&f),
+            Ok(Msg::Snapshot(pid, folded, reply)) => {
+                let now = crate::util::time::wall_now_ns().max(0) as u64;
+                tracer.tick(now, &view);
+                let comm = comms.get(&pid).cloned().unwrap_or_else(|| comm_of(pid));
+                let snap = tracer.snapshot(pid, &comm, now, &view, None);
+                let lines = if folded {
+                    tracer.folded(pid, now)
+                } else {
+                    Vec::new()
+                };
+                let _ = reply.send((snap, lines));
+            }
             Ok(Msg::Exit(pid, ts)) => {
                 if tracer.pids().contains(&pid) {
                     publish(&mut tracer, &comms, pid, ts);
