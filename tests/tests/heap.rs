@@ -89,7 +89,10 @@ fn exact(report: &Value, scale: u64) {
     let total: u64 = SITES.iter().map(|(_, b)| b * scale).sum();
     assert_eq!(heap["live_bytes"].as_u64(), Some(total), "{heap:#}");
     assert_eq!(heap["lost_samples"], 0);
+    // Every sample unwound past its allocator's caller (whole stack copies).
+    assert_eq!(heap["shallow_samples"], 0, "{heap:#}");
     assert_eq!(report["probes"]["map_full"], 0);
+    assert_eq!(report["probes"]["stack_lost"], 0);
 }
 
 fn sampled(report: &Value, scale: u64) {

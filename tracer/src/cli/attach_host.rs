@@ -133,6 +133,10 @@ pub fn render(s: &HeapSnapshot, time: &str) -> String {
             format!("; {} samples lost (figures are low)", s.lost_samples)
         } else {
             String::new()
+        } + &if s.shallow_samples > 0 {
+            format!("; {} samples with a stack cut short", s.shallow_samples)
+        } else {
+            String::new()
         }
     );
     if s.sites.is_empty() {

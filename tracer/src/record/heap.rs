@@ -50,4 +50,9 @@ pub struct HeapSnapshot {
     /// send, or the tracer could not take in time. Nonzero means the
     /// figures are low.
     pub lost_samples: u64,
+    /// Samples whose stack went no further than the allocator's caller
+    /// (no stack copy, or code without unwind information): their sites
+    /// are cut short.
+    #[serde(default)]
+    pub shallow_samples: u64,
 }

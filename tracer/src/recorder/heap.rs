@@ -35,8 +35,9 @@ pub struct HeapTracer {
     profile: HeapProfile,
     unwinders: Unwinders,
     symbols: Symbols,
-    /// Samples whose stack could not be unwound past the allocator's caller.
-    pub shallow: u64,
+    /// Samples whose stack could not be unwound past the allocator's
+    /// caller, per process.
+    shallow: HashMap<u32, u64>,
     prepared: HashSet<u32>,
     /// Stacks named when first seen (the process is alive then; it may
     /// not be when a snapshot is taken, at its OOM kill).
@@ -51,7 +52,7 @@ impl HeapTracer {
             profile: HeapProfile::default(),
             unwinders: Unwinders::default(),
             symbols: Symbols::default(),
-            shallow: 0,
+            shallow: HashMap::new(),
             prepared: HashSet::new(),
             named: HashMap::new(),
         }
@@ -86,7 +87,7 @@ impl HeapTracer {
             frames.remove(0);
         }
         if frames.len() < 2 {
-            self.shallow += 1;
+            *self.shallow.entry(pid).or_default() += 1;
         }
         let w = weight(a.size, a.how, self.sample_bytes);
         let id = self.profile.alloc(pid, a.addr, frames, w, ts_ns);
@@ -170,6 +171,7 @@ impl HeapTracer {
             sites,
             more_sites,
             lost_samples: lost,
+            shallow_samples: self.shallow.get(&pid).copied().unwrap_or(0),
         }
     }
 
@@ -203,6 +205,7 @@ impl HeapTracer {
         self.unwinders.forget(pid);
         self.symbols.forget(pid);
         self.prepared.remove(&pid);
+        self.shallow.remove(&pid);
     }
 }
 

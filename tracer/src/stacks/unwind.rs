@@ -251,9 +251,24 @@ mod tests {
                 ip = out(reg) ip, sp = out(reg) sp, bp = out(reg) bp,
                 options(nomem, nostack, preserves_flags));
         }
-        // SAFETY: the live stack of this thread from sp, 16 KiB of it
-        // (the test thread's stack is far larger).
-        let stack = unsafe { std::slice::from_raw_parts(sp as *const u8, 16 * 1024) }.to_vec();
+        // The thread's stack ends a few KiB above this frame: copy up to
+        // the end of its mapping, 16 KiB at most.
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let end = maps
+            .lines()
+            .filter_map(|l| {
+                let (a, b) = l.split_whitespace().next()?.split_once('-')?;
+                let (a, b) = (
+                    u64::from_str_radix(a, 16).ok()?,
+                    u64::from_str_radix(b, 16).ok()?,
+                );
+                (a <= sp && sp < b).then_some(b)
+            })
+            .next()
+            .expect("the stack's mapping");
+        let len = (end - sp).min(16 * 1024) as usize;
+        // SAFETY: `len` bytes from sp lie in this thread's live, mapped stack.
+        let stack = unsafe { std::slice::from_raw_parts(sp as *const u8, len) }.to_vec();
         let mut u = Unwinders::default();
         *out = u.unwind(
             std::process::id(),
