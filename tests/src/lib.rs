@@ -23,6 +23,28 @@ pub fn simcuda_dir() -> PathBuf {
     PathBuf::from(env!("SIMCUDA_DIR"))
 }
 
+/// Attaches with `args` (and `--pid`) to a `sleep` of `life_ms` started
+/// `after_ms` before: the process exits while tracer attaches, which it
+/// must say (or not find it), whatever the timing.
+pub fn attach_to_an_exiting_process(args: &[&str], life_ms: u64, after_ms: u64) {
+    let mut short = Command::new("sleep")
+        .arg(format!("{}", life_ms as f64 / 1000.0))
+        .spawn()
+        .expect("spawn sleep");
+    thread::sleep(Duration::from_millis(after_ms));
+    let pid = short.id().to_string();
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["--pid", &pid]);
+    let out = tracer(&all);
+    let _ = short.wait();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("exited") || text.contains("no process with pid"),
+        "{out:?}"
+    );
+}
+
 /// Runs the tracer binary with `args` as uid/gid 65534 (not root).
 pub fn tracer_as_nobody(args: &[&str]) -> Output {
     use std::os::unix::process::CommandExt as _;

@@ -323,15 +323,7 @@ fn bad_input() {
     let _ = sleeper.kill();
     let _ = sleeper.wait();
     // A process that exits while tracer attaches: a clear end either way.
-    let mut short = Command::new("sleep").arg("0.3").spawn().unwrap();
-    let out = tracer(&["attach", "--wait", "--pid", &short.id().to_string()]);
-    let _ = short.wait();
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(
-        text.contains("exited") || text.contains("no process with pid"),
-        "{out:?}"
-    );
+    tracer_e2e::attach_to_an_exiting_process(&["attach", "--wait"], 300, 0);
     // Not root.
     let target = CudaLoad::sim(&[]);
     let out = tracer_e2e::tracer_as_nobody(&["attach", "--pid", &target.pid().to_string()]);

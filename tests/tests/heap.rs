@@ -289,16 +289,7 @@ fn bad_input_is_said_clearly() {
     prog.exit();
     // A process that exits while tracer attaches (its libc mapped
     // already): a clear end either way.
-    let mut short = Command::new("sleep").arg("0.4").spawn().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(100));
-    let out = tracer(&["attach", "--host", "--pid", &short.id().to_string()]);
-    let _ = short.wait();
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(
-        text.contains("exited") || text.contains("no process with pid"),
-        "{out:?}"
-    );
+    tracer_e2e::attach_to_an_exiting_process(&["attach", "--host"], 400, 100);
     // Not root.
     let prog = CudaLoad::spawn({
         let mut c = Command::new(heapsites("nofp"));

@@ -398,6 +398,27 @@ impl Attached {
     }
 }
 
+/// The ring readers of a live view (events show within 20 ms), feeding a
+/// queue of `capacity`; and the rings' drop counters.
+pub(super) fn start_readers(
+    probes: &mut Probes,
+    capacity: usize,
+) -> anyhow::Result<(
+    mpsc::Receiver<Event>,
+    JoinSet<anyhow::Result<()>>,
+    crate::probes::DropCounters,
+)> {
+    let stats = Arc::new(ReaderStats::default());
+    let (tx, rx) = mpsc::channel::<Event>(capacity);
+    let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
+    for (ring, opts) in collect::ring_options(Duration::from_millis(20)) {
+        let r = probes.take_ring(ring)?;
+        let (tx, stats) = (tx.clone(), stats.clone());
+        tasks.spawn(async move { Ok(collect::read_ring(r, ring, tx, stats, opts).await?) });
+    }
+    Ok((rx, tasks, probes.take_drop_counters()?))
+}
+
 /// The files of `family` in `pid` at attach time; a process that went away
 /// meanwhile is said as that.
 pub(super) fn first_libraries(
@@ -457,17 +478,7 @@ async fn attach(
     mut probes: Probes,
     pidfd: OwnedFd,
 ) -> anyhow::Result<ExitCode> {
-    let stats = Arc::new(ReaderStats::default());
-    let (tx, mut rx) = mpsc::channel::<Event>(65536);
-    let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
-    // A live view: calls show within 20 ms.
-    for (ring, opts) in collect::ring_options(Duration::from_millis(20)) {
-        let r = probes.take_ring(ring)?;
-        let (tx, stats) = (tx.clone(), stats.clone());
-        tasks.spawn(async move { Ok(collect::read_ring(r, ring, tx, stats, opts).await?) });
-    }
-    drop(tx);
-    let drops = probes.take_drop_counters()?;
+    let (mut rx, mut tasks, drops) = start_readers(&mut probes, 65536)?;
     let mut attached = Attached::new(&CUDA, &args);
     attached.scan(&mut probes)?;
     match attached.counts() {

@@ -5,19 +5,15 @@
 //! named here; each second the top sites by live bytes, their growth and
 //! what has been live a long time.
 
-use std::{io::Write as _, os::fd::OwnedFd, process::ExitCode, sync::Arc, time::Duration};
+use std::{io::Write as _, os::fd::OwnedFd, process::ExitCode, time::Duration};
 
 use anyhow::{Context as _, anyhow, bail};
 use serde_json::json;
-use tokio::{
-    signal::unix::{SignalKind, signal},
-    sync::mpsc,
-    task::JoinSet,
-};
+use tokio::signal::unix::{SignalKind, signal};
 
-use super::attach::{AttachArgs, Attached, comm_of, first_libraries, pidfd};
+use super::attach::{AttachArgs, Attached, comm_of, first_libraries, pidfd, start_readers};
 use crate::{
-    collect::{self, ReaderStats, decode::Event},
+    collect::{self, decode::Event},
     probes::{
         HEAP_DATA_RING_BYTES, Probes,
         heap::{HeapStats, MAX_SAMPLE_BYTES, config},
@@ -187,17 +183,8 @@ async fn attach(
     mut probes: Probes,
     pidfd: OwnedFd,
 ) -> anyhow::Result<ExitCode> {
-    let stats = Arc::new(ReaderStats::default());
     // Samples are large (they carry 8 KiB of stack): a short queue.
-    let (tx, mut rx) = mpsc::channel::<Event>(4096);
-    let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
-    for (ring, opts) in collect::ring_options(Duration::from_millis(20)) {
-        let r = probes.take_ring(ring)?;
-        let (tx, stats) = (tx.clone(), stats.clone());
-        tasks.spawn(async move { Ok(collect::read_ring(r, ring, tx, stats, opts).await?) });
-    }
-    drop(tx);
-    let drops = probes.take_drop_counters()?;
+    let (mut rx, mut tasks, drops) = start_readers(&mut probes, 4096)?;
     let heap_stats = probes.take_heap_stats()?;
     let worker = HeapWorker::spawn(
         args.sample_bytes,
