@@ -31,6 +31,8 @@ const BLOCKS: [u64; 8] = [4, 16, 64, 4, 4, 4, 2, 1];
 
 /// The jemalloc of Debian's libjemalloc2 (installed by `cargo xtask setup`).
 const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+/// tcmalloc of Debian's libtcmalloc-minimal4 (installed by `cargo xtask setup`).
+const TCMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
 
 fn function(site: &Value, i: usize) -> &str {
     site["frames"][i]["function"].as_str().unwrap_or("")
@@ -187,6 +189,61 @@ fn jemalloc_preloaded_is_traced_in_place_of_libc() {
     let (report, err) = traced(cmd, &["--sample-bytes", "0"]);
     assert!(err.contains("libjemalloc.so.2"), "{err}");
     exact(&report, 2);
+}
+
+#[test]
+fn tcmalloc_preloaded_is_traced_in_place_of_libc() {
+    if !privileged() {
+        return;
+    }
+    assert!(
+        Path::new(TCMALLOC).exists(),
+        "{TCMALLOC} is missing: run `cargo xtask setup` (Debian's libtcmalloc-minimal4)"
+    );
+    let cg = TestCgroup::new("heap-tcmalloc", 256 * MIB);
+    let mut cmd = in_cgroup(&cg, &heapsites("nofp"), 2);
+    cmd.env("LD_PRELOAD", TCMALLOC);
+    let (report, err) = traced(cmd, &["--sample-bytes", "0"]);
+    assert!(err.contains("libtcmalloc_minimal.so"), "{err}");
+    // tcmalloc hooks mmap itself (and calls libc's syscall()): the mapped
+    // sites are still the program's functions.
+    exact(&report, 2);
+}
+
+#[test]
+fn a_musl_program_is_traced_in_musl() {
+    if !privileged() {
+        return;
+    }
+    // Debian's musl-tools (installed by `cargo xtask setup`).
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("heapsites-musl");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/c/heapsites.c");
+    let built = Command::new("musl-gcc")
+        .args(["-O2", "-g", "-o"])
+        .arg(&bin)
+        .arg(src)
+        .status()
+        .expect("musl-gcc is missing: run `cargo xtask setup` (Debian's musl-tools)");
+    assert!(built.success());
+    let cg = TestCgroup::new("heap-musl", 256 * MIB);
+    let (report, err) = traced(in_cgroup(&cg, &bin, 2), &["--sample-bytes", "0"]);
+    assert!(err.contains("x86_64-linux-musl/libc.so"), "{err}");
+    let heap = &report["heap"];
+    // The malloc family: exact, named. Debian's musl has no unwind tables,
+    // so its mmap wrapper's callers cannot be unwound: those bytes count
+    // in the total, at a site of their own.
+    ranked(heap, 6);
+    for (i, (name, bytes)) in SITES.iter().take(6).enumerate() {
+        assert_eq!(
+            heap["sites"][i]["live_bytes"].as_u64(),
+            Some(bytes * 2),
+            "{name}"
+        );
+    }
+    let total: u64 = SITES.iter().map(|(_, b)| b * 2).sum();
+    assert_eq!(heap["live_bytes"].as_u64(), Some(total), "{heap:#}");
+    assert_eq!(heap["lost_samples"], 0);
 }
 
 #[test]

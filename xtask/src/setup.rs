@@ -1,5 +1,6 @@
 //! `cargo xtask setup`: the eBPF toolchain (nightly rust-src, bpf-linker),
-//! what the tests run against (the CUDA runtime wheel, Debian's jemalloc)
+//! what the tests run against (the CUDA runtime wheel, Debian's jemalloc,
+//! tcmalloc and musl)
 //! and, for the benchmarks, the peer tools. Idempotent: present things are
 //! left alone.
 
@@ -63,16 +64,29 @@ pub fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Debian packages the end-to-end tests run against: jemalloc, preloaded
-/// in place of glibc's malloc by the heap tests.
+/// Debian packages the end-to-end tests run against: jemalloc and tcmalloc,
+/// preloaded in place of glibc's malloc by the heap tests, and musl-gcc.
 fn test_packages() -> anyhow::Result<()> {
-    const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
-    if std::path::Path::new(JEMALLOC).exists() {
+    let wanted = [
+        ("libjemalloc2", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
+        (
+            "libtcmalloc-minimal4",
+            "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+        ),
+        ("musl-tools", "/usr/bin/musl-gcc"),
+    ];
+    let missing: Vec<&str> = wanted
+        .iter()
+        .filter(|(_, file)| !std::path::Path::new(file).exists())
+        .map(|(package, _)| *package)
+        .collect();
+    if missing.is_empty() {
         return Ok(());
     }
     sh(Command::new("apt-get").args(["update", "-qq"]))?;
     sh(Command::new("apt-get")
-        .args(["install", "-y", "-qq", "libjemalloc2"])
+        .args(["install", "-y", "-qq"])
+        .args(&missing)
         .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 

@@ -82,9 +82,20 @@ impl HeapTracer {
         );
         let mut frames = frames;
         if heap::name_in_syscalls(a.func) && !frames.is_empty() {
-            // Taken at the system call: the first frame is libc's wrapper
-            // (mmap, mremap, brk); the site is its caller.
-            frames.remove(0);
+            // Taken at the system call: the first frames are the wrapper
+            // (libc's mmap, or an allocator's hook of it, as tcmalloc's,
+            // calling libc's syscall()): the site is the first frame
+            // outside the allocator libraries. When nothing outside them
+            // was unwound, the last frame stays.
+            let inside = frames
+                .iter()
+                .take_while(|f| {
+                    self.unwinders
+                        .file_at(pid, **f)
+                        .is_some_and(crate::probes::heap::is_allocator_library_name)
+                })
+                .count();
+            frames.drain(..inside.min(frames.len() - 1));
         }
         if frames.len() < 2 {
             *self.shallow.entry(pid).or_default() += 1;

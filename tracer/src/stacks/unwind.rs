@@ -110,13 +110,21 @@ impl FileInfo {
 
 struct Process {
     unwinder: UnwinderX86_64<Arc<[u8]>>,
-    ranges: Vec<Range<u64>>,
+    /// Executable mappings and their files' paths.
+    ranges: Vec<(Range<u64>, String)>,
     read_at: Instant,
 }
 
 impl Process {
     fn covers(&self, addr: u64) -> bool {
-        self.ranges.iter().any(|r| r.contains(&addr))
+        self.file_at(addr).is_some()
+    }
+
+    fn file_at(&self, addr: u64) -> Option<&str> {
+        self.ranges
+            .iter()
+            .find(|(r, _)| r.contains(&addr))
+            .map(|(_, f)| f.as_str())
     }
 }
 
@@ -158,7 +166,7 @@ impl Unwinders {
                 .clone();
             if let Some(module) = info.and_then(|i| i.module(m)) {
                 unwinder.add_module(module);
-                ranges.push(m.start..m.end);
+                ranges.push((m.start..m.end, m.path.clone()));
             }
         }
         Some(Process {
@@ -179,6 +187,11 @@ impl Unwinders {
     /// Forgets a process.
     pub fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
+    }
+
+    /// The path (as `pid` sees it) of the file whose code holds `addr`.
+    pub fn file_at(&self, pid: u32, addr: u64) -> Option<&str> {
+        self.procs.get(&pid)?.file_at(addr)
     }
 
     /// The return addresses of a sample, innermost first; the first is the
