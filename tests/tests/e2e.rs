@@ -484,3 +484,83 @@ fn bad_input_gives_clear_errors() {
     let out = tracer(&["explain", "--pid", "abc"]);
     assert_eq!(out.status.code(), Some(2), "clap rejects a non-numeric pid");
 }
+
+/// A real memcg OOM kill, read back from a saved kernel log in the shapes
+/// people paste: `dmesg`, `dmesg -T`, and syslog lines of the kind
+/// kern.log and `journalctl -k` write (made from the kernel's own lines).
+#[test]
+fn explain_reads_saved_kernel_logs() {
+    if !privileged() {
+        return;
+    }
+    let cg = TestCgroup::new("savedlog", 48 * 1024 * 1024);
+    let hog = tracer_e2e::oom_killed(
+        &cg,
+        std::path::Path::new(env!("CARGO_BIN_EXE_memhog")),
+        8,
+        20,
+    );
+    let pid = hog.pid();
+    let dmesg = |args: &[&str]| {
+        let out = Command::new("dmesg").args(args).output().expect("dmesg");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let explain_log = |log: &str, extra: &[&str]| -> std::process::Output {
+        use std::io::Write as _;
+        let mut child = Command::new(tracer_e2e::tracer_bin())
+            .args(["explain", "--log", "-", "--pid", &pid.to_string()])
+            .args(extra)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("tracer explain --log -");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(log.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let json = |log: &str| -> Value {
+        let out = explain_log(log, &["--format", "json"]);
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_slice(&out.stdout).expect("json")
+    };
+    // dmesg: seconds since boot only: no wall time is made up.
+    let plain = dmesg(&[]);
+    let v = json(&plain);
+    assert_eq!(v["kill"]["victim"]["pid"], pid);
+    assert_eq!(v["kill"]["memcg"]["path"], cg.path.as_str(), "{v:#}");
+    let text = String::from_utf8_lossy(&explain_log(&plain, &[]).stdout).into_owned();
+    assert!(
+        text.contains("s after boot]") && text.contains("wall time of this kill is not known"),
+        "{text}"
+    );
+    // dmesg -T: the wall time, to the second.
+    let v = json(&dmesg(&["-T"]));
+    let ts = v["kill"]["ts_ns"].as_i64().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    assert!((now - ts).abs() < 120_000_000_000, "{ts} vs now {now}");
+    // syslog (kern.log / journalctl -k short-iso) from the same lines.
+    let iso: String = dmesg(&["--time-format", "iso"])
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(stamp, text)| format!("{stamp} node-7 kernel: {text}\n"))
+        .collect();
+    let v = json(&iso);
+    assert_eq!(v["kill"]["victim"]["pid"], pid);
+    let ts2 = v["kill"]["ts_ns"].as_i64().unwrap();
+    assert!((ts2 - ts).abs() < 2_000_000_000, "{ts2} vs {ts}");
+    assert!(
+        v["kill"]["gaps"]
+            .to_string()
+            .contains("logged by host node-7"),
+        "{v:#}"
+    );
+}

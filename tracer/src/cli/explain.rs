@@ -38,6 +38,43 @@ pub struct ExplainArgs {
     /// Explain CUDA out-of-memory errors (recorded with `record --cuda`) instead of kills.
     #[arg(long, conflicts_with = "kmsg")]
     pub gpu_oom: bool,
+    /// Read a saved kernel log instead of the store (`-`: standard input):
+    /// dmesg, dmesg -T, syslog/kern.log, journalctl -k, raw /dev/kmsg.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["kmsg", "gpu_oom"])]
+    pub log: Option<std::path::PathBuf>,
+}
+
+/// The kills of a saved kernel log, latest first.
+fn kills_from_log(path: &std::path::Path) -> anyhow::Result<Vec<crate::record::KillRecord>> {
+    use crate::{collect::logfile, record::Gap};
+    // Syslog stamps have no year: this one.
+    let year = 1970 + wall_now_ns() / 1_000_000_000 / 31_556_952;
+    let reports = if path.as_os_str() == "-" {
+        logfile::read_reports(std::io::stdin().lock(), year)
+    } else {
+        let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        logfile::read_reports(std::io::BufReader::new(f), year)
+    }
+    .with_context(|| format!("reading {}", path.display()))?;
+    let mut kills: Vec<_> = reports
+        .iter()
+        .map(|r| {
+            let clock = Clock::fixed(0, r.mono_to_wall_ns.unwrap_or(0));
+            let mut k = kill_from_report(&r.report, &clock, None);
+            if r.mono_to_wall_ns.is_none() {
+                k.gaps.push(Gap::Note(format!(
+                    "the log gives only the time since boot ({:.6} s): the wall time of this kill is not known",
+                    r.report.ts_us as f64 / 1e6
+                )));
+            }
+            if let Some(h) = &r.host {
+                k.gaps.push(Gap::Note(format!("logged by host {h}")));
+            }
+            k
+        })
+        .collect();
+    kills.reverse();
+    Ok(kills)
 }
 
 /// Runs `explain`.
@@ -50,7 +87,14 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     if args.gpu_oom {
         return gpu_ooms(&args, since_ns, limit);
     }
-    let found: Vec<Explanation> = if args.kmsg {
+    let found: Vec<Explanation> = if let Some(path) = &args.log {
+        kills_from_log(path)?
+            .into_iter()
+            .filter(|k| k.ts_ns >= since_ns && args.pid.is_none_or(|p| p == k.victim.pid))
+            .take(limit)
+            .map(|k| explain(None, printable_if(&args, k), Vec::new(), None))
+            .collect()
+    } else if args.kmsg {
         let clock = Clock::now();
         let mut reports = kmsg::read_all_reports()?;
         reports.reverse();
@@ -87,7 +131,9 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         }
         out
     };
-    let source = if args.kmsg {
+    let source = if let Some(path) = &args.log {
+        path.display().to_string()
+    } else if args.kmsg {
         "the kernel log".to_string()
     } else {
         args.store.path.display().to_string()

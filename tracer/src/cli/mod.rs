@@ -20,7 +20,7 @@ use crate::store;
 pub struct Cli {
     /// Log filter (error, warn, info, debug, trace, or a tracing directive).
     #[arg(long, global = true, env = "TRACER_LOG", default_value = "info")]
-    pub log: String,
+    pub log_level: String,
     /// The subcommand.
     #[command(subcommand)]
     pub command: Command,

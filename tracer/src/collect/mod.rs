@@ -4,6 +4,7 @@
 
 pub mod decode;
 pub mod kmsg;
+pub mod logfile;
 
 use std::sync::{
     Arc,

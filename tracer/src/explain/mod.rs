@@ -390,13 +390,14 @@ pub fn render_text(e: &Explanation) -> String {
     } else {
         "killed by the kernel OOM killer"
     };
-    let _ = writeln!(
-        o,
-        "{} {} (pid {}) {by}",
-        format_wall(k.ts_ns),
-        v.comm,
-        v.pid
-    );
+    // A kill from a saved log that gives only the time since boot carries
+    // that time (nothing before 1990 is a wall time).
+    let when = if k.ts_ns < 631_152_000_000_000_000 {
+        format!("[{:.6} s after boot]", k.ts_ns as f64 / 1e9)
+    } else {
+        format_wall(k.ts_ns)
+    };
+    let _ = writeln!(o, "{when} {} (pid {}) {by}", v.comm, v.pid);
     let _ = writeln!(o);
     let uid = v.uid.map(|u| format!(", uid {u}")).unwrap_or_default();
     let _ = writeln!(o, "  victim     {} (pid {}{uid})", v.comm, v.pid);

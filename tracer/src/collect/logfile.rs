@@ -1,0 +1,435 @@
+//! Saved kernel logs: the common shapes of a kernel log line turned into
+//! the records the OOM report assembler reads, so a kill can be explained
+//! from a log that came in a ticket, from the previous boot's journal, or
+//! from a node where no recorder ran.
+//!
+//! Shapes: raw /dev/kmsg records (`6,1234,5678,-;text`), `dmesg`
+//! (`[  123.456789] text`), `dmesg -T` (`[Mon Mar  3 10:00:00 2025] text`),
+//! syslog and kern.log (`Mar  3 10:00:00 host kernel: [  123.456789] text`),
+//! and `journalctl -k` in its short, short-iso, short-precise-iso and
+//! short-monotonic forms. Logs of several hosts may be interleaved: each
+//! host's lines are assembled on their own. What a line does not give (a
+//! wall time, a year) is not invented: a report's wall time is known only
+//! when its lines carry one; `dmesg -T` and syslog times are local times,
+//! taken as UTC unless they say otherwise.
+
+use std::{collections::HashMap, io::BufRead};
+
+use super::kmsg::{Assembler, KmsgEvent, KmsgRecord, OomReport};
+
+/// One kernel log line, whatever its shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogLine {
+    /// The host that logged it, when the line names one.
+    pub host: Option<String>,
+    /// Microseconds since boot, when the line gives them.
+    pub mono_us: Option<u64>,
+    /// Wall time, ns since the epoch, when the line gives it.
+    pub wall_ns: Option<i64>,
+    /// Whether it is the kernel's (false for a record userspace wrote to
+    /// /dev/kmsg, when the shape tells).
+    pub kernel: bool,
+    /// The message.
+    pub text: String,
+}
+
+/// A report found in a saved log.
+#[derive(Clone, Debug)]
+pub struct LogReport {
+    /// The kernel's report.
+    pub report: OomReport,
+    /// The host, when the log names it.
+    pub host: Option<String>,
+    /// Wall time minus monotonic time on that host, when the log gives
+    /// both (or only wall times: then the report's stamps are wall times).
+    pub mono_to_wall_ns: Option<i64>,
+}
+
+const MONTHS: [&str; 12] = [
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+];
+
+/// Days since 1970-01-01 of a civil date (proleptic Gregorian).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Wall ns of a civil date and time of day, `offset_s` east of UTC.
+fn wall(
+    (y, mo, d): (i64, i64, i64),
+    (h, mi, s): (i64, i64, i64),
+    frac_ns: i64,
+    offset_s: i64,
+) -> i64 {
+    ((days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s - offset_s) * 1_000_000_000)
+        + frac_ns
+}
+
+fn month(name: &str) -> Option<i64> {
+    MONTHS.iter().position(|m| *m == name).map(|i| i as i64 + 1)
+}
+
+/// `HH:MM:SS` -> seconds of the day.
+fn hms(t: &str) -> Option<(i64, i64, i64)> {
+    let mut p = t.split(':').map(|v| v.parse::<i64>().ok());
+    let (h, m, s) = (p.next()??, p.next()??, p.next()??);
+    (h < 24 && m < 60 && s < 61).then_some((h, m, s))
+}
+
+/// `123.456789` -> microseconds.
+fn seconds_us(s: &str) -> Option<u64> {
+    let (a, b) = s.trim().split_once('.')?;
+    let whole: u64 = a.parse().ok()?;
+    let frac = format!("{b:0<6}");
+    let us: u64 = frac.get(..6)?.parse().ok()?;
+    Some(whole * 1_000_000 + us)
+}
+
+/// `[  123.456789] ` at the start of `s`: (microseconds, rest).
+fn mono_prefix(s: &str) -> Option<(u64, &str)> {
+    let inner = s.strip_prefix('[')?;
+    let (stamp, rest) = inner.split_once(']')?;
+    Some((seconds_us(stamp)?, rest.strip_prefix(' ').unwrap_or(rest)))
+}
+
+/// `host kernel: text` -> (host, text).
+fn host_kernel(s: &str) -> Option<(String, &str)> {
+    let (host, rest) = s.split_once(' ')?;
+    let text = rest.strip_prefix("kernel: ")?;
+    Some((host.to_string(), text))
+}
+
+/// `2025-03-03T10:00:00[.123456][Z|+0000|+00:00]` -> wall ns.
+fn iso(s: &str) -> Option<i64> {
+    let (date, time) = s.split_once('T')?;
+    let mut d = date.split('-').map(|v| v.parse::<i64>().ok());
+    let (y, mo, da) = (d.next()??, d.next()??, d.next()??);
+    let (clock, zone) = match time.find(['Z', '+', '-']) {
+        Some(i) => time.split_at(i),
+        None => (time, ""),
+    };
+    // dmesg --time-format iso writes a comma before the fraction.
+    let (hms_part, frac) = clock.split_once(['.', ',']).unwrap_or((clock, ""));
+    let (h, mi, se) = hms(hms_part)?;
+    let frac_ns: i64 = if frac.is_empty() {
+        0
+    } else {
+        format!("{frac:0<9}").get(..9)?.parse().ok()?
+    };
+    let offset_s = match zone {
+        "" | "Z" => 0,
+        z => {
+            let sign = if z.starts_with('-') { -1 } else { 1 };
+            let digits: String = z[1..].chars().filter(char::is_ascii_digit).collect();
+            let hh: i64 = digits.get(..2)?.parse().ok()?;
+            let mm: i64 = digits.get(2..4).unwrap_or("00").parse().ok()?;
+            sign * (hh * 3600 + mm * 60)
+        }
+    };
+    Some(wall((y, mo, da), (h, mi, se), frac_ns, offset_s))
+}
+
+/// Parses one line of a saved kernel log; `None` when it is no kernel log
+/// line of any known shape. `year` is used for syslog stamps, which have
+/// none.
+pub fn parse_line(line: &str, year: i64) -> Option<LogLine> {
+    let line = line.trim_end_matches(['\r', '\n']);
+    // Raw /dev/kmsg: `prio,seq,ts_us,flags[,...];text`.
+    if let Ok(rec) = super::kmsg::parse_record(line) {
+        return Some(LogLine {
+            host: None,
+            mono_us: Some(rec.ts_us),
+            wall_ns: None,
+            kernel: rec.facility == 0,
+            text: rec.text,
+        });
+    }
+    // dmesg, and journalctl -o short-monotonic (`[ 1.2] host kernel: text`).
+    if let Some((us, rest)) = mono_prefix(line) {
+        let (host, text) = match host_kernel(rest) {
+            Some((h, t)) => (Some(h), t),
+            None => (None, rest),
+        };
+        return Some(LogLine {
+            host,
+            mono_us: Some(us),
+            wall_ns: None,
+            kernel: true,
+            text: text.to_string(),
+        });
+    }
+    // dmesg -T: `[Mon Mar  3 10:00:00 2025] text`.
+    if let Some(inner) = line.strip_prefix('[')
+        && let Some((stamp, rest)) = inner.split_once(']')
+    {
+        let w: Vec<&str> = stamp.split_whitespace().collect();
+        if let [_, mon, day, time, year] = w[..] {
+            let date = (year.parse().ok()?, month(mon)?, day.parse().ok()?);
+            let wall_ns = wall(date, hms(time)?, 0, 0);
+            return Some(LogLine {
+                host: None,
+                mono_us: None,
+                wall_ns: Some(wall_ns),
+                kernel: true,
+                text: rest.strip_prefix(' ').unwrap_or(rest).to_string(),
+            });
+        }
+        return None;
+    }
+    // journalctl short-iso / short-precise-iso, RFC 3339 syslog:
+    // `2025-03-03T10:00:00+0000 host kernel: text`.
+    if line.as_bytes().first().is_some_and(u8::is_ascii_digit) {
+        let (stamp, rest) = line.split_once(' ')?;
+        let wall_ns = iso(stamp)?;
+        let (host, text) = host_kernel(rest)?;
+        return Some(with_mono(Some(host), Some(wall_ns), text));
+    }
+    // syslog, kern.log, journalctl short: `Mar  3 10:00:00 host kernel: text`.
+    let mon = month(line.get(..3)?)?;
+    let rest = line[3..].trim_start();
+    let (day, rest) = rest.split_once(' ')?;
+    let (time, rest) = rest.trim_start().split_once(' ')?;
+    let wall_ns = wall((year, mon, day.parse().ok()?), hms(time)?, 0, 0);
+    let (host, text) = host_kernel(rest)?;
+    Some(with_mono(Some(host), Some(wall_ns), text))
+}
+
+/// A syslog-shaped line, with the monotonic stamp the kernel may have
+/// printed at the start of its text (`kernel: [  123.456789] text`).
+fn with_mono(host: Option<String>, wall_ns: Option<i64>, text: &str) -> LogLine {
+    let (mono_us, text) = match mono_prefix(text) {
+        Some((us, t)) => (Some(us), t),
+        None => (None, text),
+    };
+    LogLine {
+        host,
+        mono_us,
+        wall_ns,
+        kernel: true,
+        text: text.to_string(),
+    }
+}
+
+/// Per host: the assembler and the clock the lines give.
+#[derive(Default)]
+struct HostLog {
+    asm: Assembler,
+    mono_to_wall: Option<i64>,
+    seq: u64,
+}
+
+/// Every OOM report of a saved log, in the order they end. `year` is the
+/// year of syslog stamps (which have none).
+pub fn read_reports(input: impl BufRead, year: i64) -> std::io::Result<Vec<LogReport>> {
+    let mut hosts: HashMap<Option<String>, HostLog> = HashMap::new();
+    let mut out = Vec::new();
+    for line in input.split(b'\n') {
+        let line = line?;
+        let line = String::from_utf8_lossy(&line);
+        let Some(l) = parse_line(&line, year) else {
+            continue;
+        };
+        let h = hosts.entry(l.host.clone()).or_default();
+        // The report's stamps: monotonic when the line has one (then the
+        // wall time, when also given, fixes the host's offset), else the
+        // wall time itself (offset 0).
+        let ts_us = match (l.mono_us, l.wall_ns) {
+            (Some(us), Some(w)) => {
+                h.mono_to_wall = Some(w - us as i64 * 1000);
+                us
+            }
+            (Some(us), None) => us,
+            (None, Some(w)) => {
+                h.mono_to_wall = Some(0);
+                (w / 1000).max(0) as u64
+            }
+            (None, None) => continue,
+        };
+        h.seq += 1;
+        let rec = KmsgRecord {
+            seq: h.seq,
+            ts_us,
+            level: 4,
+            facility: if l.kernel { 0 } else { 1 },
+            text: l.text,
+        };
+        if let Some(KmsgEvent::Report(r)) = h.asm.push(&rec) {
+            out.push(LogReport {
+                report: *r,
+                host: l.host,
+                mono_to_wall_ns: h.mono_to_wall,
+            });
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: i64 = 1_741_017_600_000_000_000; // 2025-03-03T16:00:00Z
+
+    /// (line, host, monotonic us, wall ns, text).
+    type Case<'a> = (&'a str, Option<&'a str>, Option<u64>, Option<i64>, &'a str);
+
+    #[test]
+    fn every_shape_of_a_line() {
+        let cases: &[Case] = &[
+            (
+                "6,1234,5678901,-;Out of memory",
+                None,
+                Some(5_678_901),
+                None,
+                "Out of memory",
+            ),
+            (
+                "[ 5678.901234] Out of memory",
+                None,
+                Some(5_678_901_234),
+                None,
+                "Out of memory",
+            ),
+            ("[    2.5] x", None, Some(2_500_000), None, "x"),
+            (
+                "[Mon Mar  3 16:00:00 2025] Out of memory",
+                None,
+                None,
+                Some(T),
+                "Out of memory",
+            ),
+            (
+                "Mar  3 16:00:00 node-7 kernel: [ 5678.901234] Out of memory",
+                Some("node-7"),
+                Some(5_678_901_234),
+                Some(T),
+                "Out of memory",
+            ),
+            (
+                "Mar 03 16:00:00 node-7 kernel: Out of memory",
+                Some("node-7"),
+                None,
+                Some(T),
+                "Out of memory",
+            ),
+            (
+                "2025-03-03T17:00:00+0100 node-7 kernel: Out of memory",
+                Some("node-7"),
+                None,
+                Some(T),
+                "Out of memory",
+            ),
+            (
+                "2025-03-03T16:00:00.250000+00:00 node-7 kernel: x",
+                Some("node-7"),
+                None,
+                Some(T + 250_000_000),
+                "x",
+            ),
+            (
+                "2025-03-03T16:00:00,250000+00:00 node-7 kernel: x",
+                Some("node-7"),
+                None,
+                Some(T + 250_000_000),
+                "x",
+            ),
+            (
+                "[ 5678.901234] node-7 kernel: Out of memory",
+                Some("node-7"),
+                Some(5_678_901_234),
+                None,
+                "Out of memory",
+            ),
+        ];
+        for (line, host, mono, wall, text) in cases {
+            let l = parse_line(line, 2025).unwrap_or_else(|| panic!("{line}"));
+            assert_eq!(l.host.as_deref(), *host, "{line}");
+            assert_eq!(l.mono_us, *mono, "{line}");
+            assert_eq!(l.wall_ns, *wall, "{line}");
+            assert_eq!(l.text, *text, "{line}");
+            assert!(l.kernel);
+        }
+        // A syslog line of another program, and prose, are not kernel lines.
+        assert_eq!(
+            parse_line("Mar  3 16:00:00 node-7 sshd[99]: Accepted", 2025),
+            None
+        );
+        assert_eq!(parse_line("the node died at 4 pm", 2025), None);
+        // The tasks table's `[  pid  ]` is no timestamp.
+        assert_eq!(parse_line("[   3129]     0  3129", 2025), None);
+        // A record userspace wrote to /dev/kmsg is marked as such.
+        assert!(
+            !parse_line("12,7,100,-;Killed process 1 (x)", 2025)
+                .unwrap()
+                .kernel
+        );
+    }
+
+    /// The kernel's lines of one memcg OOM kill (6.18, cgroup v1).
+    const REPORT: &[&str] = &[
+        "python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0",
+        "memory: usage 65536kB, limit 65536kB, failcnt 3543",
+        "Tasks state (memory values in pages):",
+        "[  pid  ]   uid  tgid total_vm      rss rss_anon rss_file rss_shmem pgtables_bytes swapents oom_score_adj name",
+        "[   3129]     0  3129    18790    16950    16288      662         0   192512        0             0 python3",
+        "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/job,task_memcg=/job,task=python3,pid=3129,uid=0",
+        "Memory cgroup out of memory: Killed process 3129 (python3) total-vm:75160kB, anon-rss:65152kB, file-rss:2648kB, shmem-rss:0kB, UID:0 pgtables:188kB oom_score_adj:0",
+    ];
+
+    #[test]
+    fn a_report_from_each_shape_of_log() {
+        let shapes: [fn(usize, &str) -> String; 4] = [
+            |i, l| format!("[ 100.{i:06}] {l}"),
+            |i, l| format!("Mar  3 16:00:0{} node-7 kernel: [  100.{i:06}] {l}", i % 10),
+            |_, l| format!("2025-03-03T16:00:00+0000 node-7 kernel: {l}"),
+            |_, l| format!("[Mon Mar  3 16:00:00 2025] {l}"),
+        ];
+        for (n, shape) in shapes.iter().enumerate() {
+            let log: String = REPORT
+                .iter()
+                .enumerate()
+                .map(|(i, l)| shape(i, l) + "\n")
+                .collect();
+            let found = read_reports(log.as_bytes(), 2025).unwrap();
+            assert_eq!(found.len(), 1, "shape {n}:\n{log}");
+            let r = &found[0];
+            assert_eq!(r.report.killed.pid, 3129, "shape {n}");
+            assert_eq!(r.report.memory.as_ref().unwrap().limit_kb, 65536);
+            assert_eq!(r.report.tasks.len(), 1);
+            // Wall time only where the lines carry one.
+            assert_eq!(r.mono_to_wall_ns.is_some(), n > 0, "shape {n}");
+        }
+    }
+
+    #[test]
+    fn interleaved_hosts_are_assembled_apart() {
+        let mut log = String::new();
+        for l in REPORT {
+            log += &format!("2025-03-03T16:00:00+0000 node-a kernel: {l}\n");
+            log += &format!(
+                "2025-03-03T16:00:01+0000 node-b kernel: {}\n",
+                l.replace("3129", "4242")
+            );
+        }
+        let found = read_reports(log.as_bytes(), 2025).unwrap();
+        let mut got: Vec<(String, u32)> = found
+            .iter()
+            .map(|r| (r.host.clone().unwrap(), r.report.killed.pid))
+            .collect();
+        got.sort();
+        assert_eq!(got, [("node-a".into(), 3129), ("node-b".into(), 4242)]);
+    }
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+        assert_eq!(wall((2025, 3, 3), (16, 0, 0), 0, 0), T);
+    }
+}
