@@ -229,45 +229,76 @@ struct HostLog {
 pub fn read_reports(input: impl BufRead, year: i64) -> std::io::Result<Vec<LogReport>> {
     let mut hosts: HashMap<Option<String>, HostLog> = HashMap::new();
     let mut out = Vec::new();
+    // A line is held until the next: a line with no prefix of any shape
+    // that follows it is its tail, cut off by a mail client or a ticket
+    // system's wrapping.
+    let mut held: Option<LogLine> = None;
     for line in input.split(b'\n') {
         let line = line?;
         let line = String::from_utf8_lossy(&line);
-        let Some(l) = parse_line(&line, year) else {
-            continue;
-        };
-        let h = hosts.entry(l.host.clone()).or_default();
-        // The report's stamps: monotonic when the line has one (then the
-        // wall time, when also given, fixes the host's offset), else the
-        // wall time itself (offset 0).
-        let ts_us = match (l.mono_us, l.wall_ns) {
-            (Some(us), Some(w)) => {
-                h.mono_to_wall = Some(w - us as i64 * 1000);
-                us
+        match (parse_line(&line, year), held.as_mut()) {
+            (Some(l), _) => {
+                if let Some(prev) = held.replace(l) {
+                    feed(&mut hosts, &mut out, prev);
+                }
             }
-            (Some(us), None) => us,
-            (None, Some(w)) => {
-                h.mono_to_wall = Some(0);
-                (w / 1000).max(0) as u64
-            }
-            (None, None) => continue,
-        };
-        h.seq += 1;
-        let rec = KmsgRecord {
-            seq: h.seq,
-            ts_us,
-            level: 4,
-            facility: if l.kernel { 0 } else { 1 },
-            text: l.text,
-        };
-        if let Some(KmsgEvent::Report(r)) = h.asm.push(&rec) {
-            out.push(LogReport {
-                report: *r,
-                host: l.host,
-                mono_to_wall_ns: h.mono_to_wall,
-            });
+            (None, Some(prev)) if !line.trim().is_empty() => rejoin(&mut prev.text, line.trim()),
+            (None, _) => {}
         }
     }
+    if let Some(prev) = held {
+        feed(&mut hosts, &mut out, prev);
+    }
     Ok(out)
+}
+
+/// Puts a wrapped line's tail back. A soft wrap replaced a space; a hard
+/// wrap cut a word too long for the line (the kernel's
+/// `oom-kill:constraint=...,task=...` has no space in 150 characters):
+/// that is a last word of 30 characters or more, or a tail that goes on
+/// with a `,` or `)`.
+fn rejoin(text: &mut String, tail: &str) {
+    let last_word = text.rsplit(' ').next().unwrap_or("");
+    let hard = text.is_empty() || last_word.len() >= 30 || tail.starts_with([',', ')']);
+    if !hard {
+        text.push(' ');
+    }
+    text.push_str(tail);
+}
+
+/// Hands one whole line to its host's assembler.
+fn feed(hosts: &mut HashMap<Option<String>, HostLog>, out: &mut Vec<LogReport>, l: LogLine) {
+    let h = hosts.entry(l.host.clone()).or_default();
+    // The report's stamps: monotonic when the line has one (then the wall
+    // time, when also given, fixes the host's offset), else the wall time
+    // itself (offset 0).
+    let ts_us = match (l.mono_us, l.wall_ns) {
+        (Some(us), Some(w)) => {
+            h.mono_to_wall = Some(w - us as i64 * 1000);
+            us
+        }
+        (Some(us), None) => us,
+        (None, Some(w)) => {
+            h.mono_to_wall = Some(0);
+            (w / 1000).max(0) as u64
+        }
+        (None, None) => return,
+    };
+    h.seq += 1;
+    let rec = KmsgRecord {
+        seq: h.seq,
+        ts_us,
+        level: 4,
+        facility: if l.kernel { 0 } else { 1 },
+        text: l.text,
+    };
+    if let Some(KmsgEvent::Report(r)) = h.asm.push(&rec) {
+        out.push(LogReport {
+            report: *r,
+            host: l.host,
+            mono_to_wall_ns: h.mono_to_wall,
+        });
+    }
 }
 
 #[cfg(test)]
@@ -404,6 +435,50 @@ mod tests {
             assert_eq!(r.report.tasks.len(), 1);
             // Wall time only where the lines carry one.
             assert_eq!(r.mono_to_wall_ns.is_some(), n > 0, "shape {n}");
+        }
+    }
+
+    /// Wraps `line` at `width` columns the way mail clients do: at a space
+    /// when there is one, else hard.
+    fn wrap(line: &str, width: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut rest = line;
+        while rest.len() > width {
+            let cut = rest[..width].rfind(' ').filter(|&i| i > 0);
+            match cut {
+                Some(i) => {
+                    out.push(rest[..i].to_string());
+                    rest = &rest[i + 1..];
+                }
+                None => {
+                    out.push(rest[..width].to_string());
+                    rest = &rest[width..];
+                }
+            }
+        }
+        out.push(rest.to_string());
+        out
+    }
+
+    #[test]
+    fn lines_rewrapped_by_a_mail_client_are_put_back() {
+        for width in [60, 72, 78] {
+            let log: String = REPORT
+                .iter()
+                .enumerate()
+                .flat_map(|(i, l)| wrap(&format!("[ 100.{i:06}] {l}"), width))
+                .map(|l| l + "\n")
+                .collect();
+            let found = read_reports(log.as_bytes(), 2025).unwrap();
+            assert_eq!(found.len(), 1, "width {width}:\n{log}");
+            let r = &found[0].report;
+            assert_eq!(r.killed.pid, 3129);
+            assert_eq!(r.killed.anon_rss_kb, Some(65152), "width {width}");
+            assert_eq!(r.killed.oom_score_adj, Some(0), "width {width}");
+            let s = r.summary.as_ref().expect("the oom-kill line");
+            assert_eq!(s.task_memcg.as_deref(), Some("/job"), "width {width}");
+            assert_eq!((s.task.as_str(), s.pid, s.uid), ("python3", 3129, Some(0)));
+            assert_eq!(r.tasks.len(), 1, "width {width}");
         }
     }
 
