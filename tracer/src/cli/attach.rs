@@ -84,7 +84,48 @@ pub struct AttachArgs {
 }
 
 /// How often the process's memory maps are read for newly loaded libraries.
-const RESCAN: Duration = Duration::from_millis(500);
+pub(super) const RESCAN: Duration = Duration::from_millis(500);
+
+/// What ends a live session: the process exits, `--duration` runs out,
+/// SIGINT or SIGTERM.
+pub(super) struct Ends {
+    exit: tokio::io::unix::AsyncFd<OwnedFd>,
+    sigint: tokio::signal::unix::Signal,
+    sigterm: tokio::signal::unix::Signal,
+    deadline: Option<tokio::time::Instant>,
+}
+
+impl Ends {
+    pub(super) fn new(pidfd: OwnedFd, duration: Option<Duration>) -> anyhow::Result<Self> {
+        Ok(Self {
+            exit: collect::async_fd(pidfd)?,
+            sigint: signal(SignalKind::interrupt())?,
+            sigterm: signal(SignalKind::terminate())?,
+            deadline: duration.map(|d| tokio::time::Instant::now() + d),
+        })
+    }
+
+    /// Waits for the end; true when the process exited. Cancel-safe: a
+    /// select loop may drop it and call again.
+    pub(super) async fn wait(&mut self) -> anyhow::Result<bool> {
+        let deadline = self.deadline;
+        let until_deadline = async move {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = self.exit.readable() => {
+                let _ = r?;
+                Ok(true)
+            }
+            _ = until_deadline => Ok(false),
+            _ = self.sigint.recv() => Ok(false),
+            _ = self.sigterm.recv() => Ok(false),
+        }
+    }
+}
 
 /// A process's name, or why it cannot be traced.
 pub(super) fn comm_of(pid: u32) -> anyhow::Result<String> {
@@ -503,21 +544,11 @@ async fn attach(
         quiet_seconds: 0,
         out: std::io::stdout().lock(),
     };
-    let exit = collect::async_fd(pidfd)?;
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut ends = Ends::new(pidfd, args.duration)?;
     let mut summary = tokio::time::interval(Duration::from_secs(1));
     summary.reset();
     let mut rescan = tokio::time::interval(RESCAN);
     rescan.reset();
-    let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
-    let until_deadline = async {
-        match deadline {
-            Some(d) => tokio::time::sleep_until(d).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(until_deadline);
     // The two rings are read separately; a short buffer puts calls back
     // in the order they happened before they are shown.
     let mut pending: Vec<CudaCall> = Vec::new();
@@ -535,13 +566,7 @@ async fn attach(
                 session.summary();
             }
             _ = rescan.tick() => attached.scan(&mut probes)?,
-            r = exit.readable() => {
-                let _ = r?;
-                break true;
-            }
-            _ = &mut until_deadline => break false,
-            _ = sigint.recv() => break false,
-            _ = sigterm.recv() => break false,
+            end = ends.wait() => break end?,
             Some(r) = tasks.join_next() => {
                 r??;
                 return Err(anyhow!("a ring buffer reader stopped"));

@@ -9,11 +9,12 @@ use std::{io::Write as _, os::fd::OwnedFd, process::ExitCode, time::Duration};
 
 use anyhow::{Context as _, anyhow, bail};
 use serde_json::json;
-use tokio::signal::unix::{SignalKind, signal};
 
-use super::attach::{AttachArgs, Attached, comm_of, first_libraries, pidfd, start_readers};
+use super::attach::{
+    AttachArgs, Attached, Ends, RESCAN, comm_of, first_libraries, pidfd, start_readers,
+};
 use crate::{
-    collect::{self, decode::Event},
+    collect::decode::Event,
     probes::{
         HEAP_DATA_RING_BYTES, Probes,
         heap::{HeapStats, MAX_SAMPLE_BYTES, config},
@@ -28,8 +29,6 @@ use crate::{
     },
 };
 
-/// How often the process's memory maps are read for newly loaded allocators.
-const RESCAN: Duration = Duration::from_millis(500);
 /// Frames shown per site in text.
 const FRAMES_SHOWN: usize = 3;
 
@@ -77,13 +76,14 @@ struct Session {
 }
 
 impl Session {
-    fn event(&mut self, ev: &Event) {
+    fn event(&mut self, ev: Event) {
         match ev {
+            // The 8.5 KiB sample moves on to the worker as it is.
             Event::HeapAlloc(a) if a.header.pid == self.pid => {
                 let ts = self.clock.boot_to_wall(a.header.ts_boot_ns).max(0) as u64;
                 self.worker.alloc(a, ts);
             }
-            Event::HeapFree(f) if f.header.pid == self.pid => self.worker.free(f),
+            Event::HeapFree(f) if f.header.pid == self.pid => self.worker.free(&f),
             _ => {}
         }
     }
@@ -210,26 +210,16 @@ async fn attach(
         clock: Clock::now(),
         out: std::io::stdout().lock(),
     };
-    let exit = collect::async_fd(pidfd)?;
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut ends = Ends::new(pidfd, args.duration)?;
     let mut each_second = tokio::time::interval(Duration::from_secs(1));
     each_second.reset();
     let mut rescan = tokio::time::interval(RESCAN);
     rescan.reset();
-    let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
-    let until_deadline = async {
-        match deadline {
-            Some(d) => tokio::time::sleep_until(d).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(until_deadline);
     let mut asked: Option<tokio::sync::oneshot::Receiver<Reply>> = None;
     let exited = loop {
         tokio::select! {
             ev = rx.recv() => match ev {
-                Some(ev) => session.event(&ev),
+                Some(ev) => session.event(ev),
                 None => return Err(anyhow!("the ring buffer readers stopped")),
             },
             // One snapshot asked for at a time; the loop goes on reading
@@ -242,13 +232,7 @@ async fn attach(
                 session.show("heap", reply);
             }
             _ = rescan.tick() => attached.scan(&mut probes)?,
-            r = exit.readable() => {
-                let _ = r?;
-                break true;
-            }
-            _ = &mut until_deadline => break false,
-            _ = sigint.recv() => break false,
-            _ = sigterm.recv() => break false,
+            end = ends.wait() => break end?,
             Some(r) = tasks.join_next() => {
                 r??;
                 return Err(anyhow!("a ring buffer reader stopped"));
@@ -258,18 +242,24 @@ async fn attach(
     // What the readers already queued belongs to this session.
     tokio::time::sleep(Duration::from_millis(100)).await;
     while let Ok(ev) = rx.try_recv() {
-        session.event(&ev);
+        session.event(ev);
     }
     tasks.shutdown().await;
     let ring_lost = drops.read().map(|d| d.data).unwrap_or(0);
-    let last = match session.worker.request(args.pid, args.flamegraph.is_some()) {
-        // The first naming of a large program's symbols can take seconds.
-        Some(rx) => tokio::time::timeout(Duration::from_secs(60), rx)
-            .await
-            .ok()
-            .and_then(Result::ok),
-        None => None,
-    };
+    // The first naming of a large program's symbols can take seconds; a
+    // full queue takes the request once the worker has made room.
+    let folded = args.flamegraph.is_some();
+    let last = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match session.worker.request(args.pid, folded) {
+                Some(rx) => break rx.await.ok(),
+                None => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    })
+    .await
+    .ok()
+    .flatten();
     let Some(last) = last else {
         bail!("the heap worker did not answer");
     };

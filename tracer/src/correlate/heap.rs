@@ -41,7 +41,9 @@ pub struct SiteView {
 /// The heap profile of every traced process.
 #[derive(Debug, Default)]
 pub struct HeapProfile {
-    stacks: Vec<(u32, Vec<u64>)>,
+    /// Interned stacks: (process, frames), removed with their process.
+    stacks: HashMap<StackId, (u32, Vec<u64>)>,
+    next_stack: StackId,
     stack_ids: HashMap<(u32, Vec<u64>), StackId>,
     live: HashMap<(u32, u64), Live>,
     totals: HashMap<StackId, StackTotals>,
@@ -61,15 +63,20 @@ impl HeapProfile {
         if let Some(id) = self.stack_ids.get(&key) {
             return *id;
         }
-        let id = self.stacks.len() as StackId;
-        self.stacks.push(key.clone());
+        let id = self.next_stack;
+        self.next_stack = self.next_stack.wrapping_add(1);
+        self.stacks.insert(id, key.clone());
         self.stack_ids.insert(key, id);
         id
     }
 
-    /// The frames of a stack.
+    fn owner(&self, id: StackId) -> Option<u32> {
+        self.stacks.get(&id).map(|s| s.0)
+    }
+
+    /// The frames of a stack (none once its process is forgotten).
     pub fn frames(&self, id: StackId) -> &[u64] {
-        &self.stacks[id as usize].1
+        self.stacks.get(&id).map_or(&[], |s| &s.1)
     }
 
     /// The processes with live samples or history.
@@ -77,7 +84,7 @@ impl HeapProfile {
         let mut p: Vec<u32> = self
             .totals
             .keys()
-            .map(|id| self.stacks[*id as usize].0)
+            .filter_map(|id| self.stacks.get(id).map(|s| s.0))
             .collect();
         p.sort_unstable();
         p.dedup();
@@ -88,7 +95,7 @@ impl HeapProfile {
     pub fn stacks_of(&self, pid: u32) -> Vec<StackId> {
         self.totals
             .keys()
-            .filter(|id| self.stacks[**id as usize].0 == pid)
+            .filter(|id| self.owner(**id) == Some(pid))
             .copied()
             .collect()
     }
@@ -165,7 +172,7 @@ impl HeapProfile {
     pub fn live_bytes(&self, pid: u32) -> f64 {
         self.totals
             .iter()
-            .filter(|(id, _)| self.stacks[**id as usize].0 == pid)
+            .filter(|(id, _)| self.owner(**id) == Some(pid))
             .map(|(_, t)| t.live_bytes)
             .sum()
     }
@@ -188,7 +195,7 @@ impl HeapProfile {
         let mut out: Vec<SiteView> = self
             .totals
             .iter()
-            .filter(|(id, _)| self.stacks[**id as usize].0 == pid)
+            .filter(|(id, _)| self.owner(**id) == Some(pid))
             .map(|(id, t)| {
                 let before = base.and_then(|m| m.get(id)).copied().unwrap_or(0.0);
                 SiteView {
@@ -215,11 +222,14 @@ impl HeapProfile {
         let gone: Vec<StackId> = self
             .totals
             .keys()
-            .filter(|id| self.stacks[**id as usize].0 == pid)
+            .filter(|id| self.owner(**id) == Some(pid))
             .copied()
             .collect();
         for id in gone {
             self.totals.remove(&id);
+            if let Some(key) = self.stacks.remove(&id) {
+                self.stack_ids.remove(&key);
+            }
         }
     }
 }
@@ -258,6 +268,10 @@ mod tests {
         p.forget(1);
         assert_eq!(p.live_bytes(1), 0.0);
         assert_eq!(p.live_bytes(2), 7.0);
+        // Its stacks go with it (a recorder sees processes come and go for
+        // months); the other process's stay.
+        assert_eq!((p.stacks.len(), p.stack_ids.len()), (1, 1));
+        assert_eq!(p.pids(), [2]);
     }
 
     #[test]

@@ -452,6 +452,24 @@ impl Engine {
         if let Event::Cuda(c) = &ev {
             return self.on_cuda(c, &ev);
         }
+        // Heap samples go to the heap worker's thread, not the store: no
+        // row is made for them.
+        let ev = match ev {
+            Event::HeapAlloc(a) => {
+                if let Some(h) = &self.heap {
+                    let ts = self.clock.boot_to_wall(a.header.ts_boot_ns).max(0) as u64;
+                    h.alloc(a, ts);
+                }
+                return Ok(());
+            }
+            Event::HeapFree(f) => {
+                if let Some(h) = &self.heap {
+                    h.free(&f);
+                }
+                return Ok(());
+            }
+            ev => ev,
+        };
         let mut row = self.row(&ev);
         match &ev {
             Event::OomVictim(v) => {
@@ -547,19 +565,8 @@ impl Engine {
                     self.memory_at_exit(x)?;
                 }
             }
-            Event::Cuda(_) => unreachable!("CUDA calls are handled by on_cuda"),
-            // Heap samples go to the heap worker's thread, not the store.
-            Event::HeapAlloc(a) => {
-                if let Some(h) = &self.heap {
-                    h.alloc(a, row.ts_ns.max(0) as u64);
-                }
-                return Ok(());
-            }
-            Event::HeapFree(f) => {
-                if let Some(h) = &self.heap {
-                    h.free(f);
-                }
-                return Ok(());
+            Event::Cuda(_) | Event::HeapAlloc(_) | Event::HeapFree(_) => {
+                unreachable!("CUDA calls and heap samples are handled above")
             }
             Event::MemcgOom(m) => {
                 let path = self.model.memcg_by_id(m.memcg_id, false);

@@ -38,7 +38,6 @@ pub struct HeapTracer {
     /// Samples whose stack could not be unwound past the allocator's
     /// caller, per process.
     shallow: HashMap<u32, u64>,
-    prepared: HashSet<u32>,
     /// Stacks named when first seen (the process is alive then; it may
     /// not be when a snapshot is taken, at its OOM kill).
     named: HashMap<StackId, Vec<Frame>>,
@@ -53,15 +52,7 @@ impl HeapTracer {
             unwinders: Unwinders::default(),
             symbols: Symbols::default(),
             shallow: HashMap::new(),
-            prepared: HashSet::new(),
             named: HashMap::new(),
-        }
-    }
-
-    /// Reads `pid`'s mappings now (call when it is attached to).
-    pub fn prepare(&mut self, pid: u32) {
-        if self.prepared.insert(pid) {
-            self.unwinders.prepare(pid);
         }
     }
 
@@ -70,7 +61,7 @@ impl HeapTracer {
         let pid = a.header.pid;
         let stack = &a.stack[..(a.stack_len as usize).min(a.stack.len())];
         let fp = &a.fp[..(a.fp_len as usize).min(a.fp.len())];
-        let frames = self.unwinders.unwind(
+        let mut frames = self.unwinders.unwind(
             pid,
             &Sample {
                 ip: a.ip,
@@ -80,7 +71,6 @@ impl HeapTracer {
                 fp,
             },
         );
-        let mut frames = frames;
         if heap::name_in_syscalls(a.func) && !frames.is_empty() {
             // Taken at the system call: the first frames are the wrapper
             // (libc's mmap, or an allocator's hook of it, as tcmalloc's,
@@ -215,7 +205,6 @@ impl HeapTracer {
         self.profile.forget(pid);
         self.unwinders.forget(pid);
         self.symbols.forget(pid);
-        self.prepared.remove(&pid);
         self.shallow.remove(&pid);
     }
 }
@@ -242,13 +231,16 @@ const KEEP_AFTER_EXIT_NS: u64 = 120_000_000_000;
 /// snapshot can be asked for (it sees every sample sent before).
 pub struct HeapWorker {
     tx: Option<std::sync::mpsc::SyncSender<Msg>>,
+    /// Processes a sample was sent for: only their exits are the worker's
+    /// business (a storm of other exits must not crowd out samples).
+    sampled: std::sync::Mutex<HashSet<u32>>,
     latest: std::sync::Arc<std::sync::Mutex<HashMap<u32, HeapSnapshot>>>,
     thread: Option<std::thread::JoinHandle<()>>,
     dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl HeapWorker {
-    /// Starts the worker. `comm_of` names a process (read while it lives).
+    /// Starts the worker.
     pub fn spawn(sample_bytes: u64, view: View) -> std::io::Result<Self> {
         use std::sync::{Arc, Mutex, atomic::AtomicU64};
         let (tx, rx) = std::sync::mpsc::sync_channel::<Msg>(4096);
@@ -260,6 +252,7 @@ impl HeapWorker {
             .spawn(move || work(rx, HeapTracer::new(sample_bytes), view, out))?;
         Ok(Self {
             tx: Some(tx),
+            sampled: std::sync::Mutex::default(),
             latest,
             thread: Some(thread),
             dropped,
@@ -276,8 +269,11 @@ impl HeapWorker {
     }
 
     /// A sampled allocation (wall time `ts_ns`).
-    pub fn alloc(&self, a: &HeapAlloc, ts_ns: u64) {
-        self.send(Msg::Alloc(Box::new(*a), ts_ns));
+    pub fn alloc(&self, a: Box<HeapAlloc>, ts_ns: u64) {
+        if let Ok(mut s) = self.sampled.lock() {
+            s.insert(a.header.pid);
+        }
+        self.send(Msg::Alloc(a, ts_ns));
     }
 
     /// A sampled block freed.
@@ -287,13 +283,13 @@ impl HeapWorker {
 
     /// Asks for the snapshot of `pid` after every sample sent so far, with
     /// its folded stacks when `folded`; the answer comes when the worker
-    /// has taken in what was queued before.
+    /// has taken in what was queued before. `None` while the queue is full
+    /// (the caller asks again; it never waits here).
     pub fn request(&self, pid: u32, folded: bool) -> Option<tokio::sync::oneshot::Receiver<Reply>> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        // Not dropped when the queue is full: waits its turn.
         self.tx
             .as_ref()?
-            .send(Msg::Snapshot(pid, folded, tx))
+            .try_send(Msg::Snapshot(pid, folded, tx))
             .ok()?;
         Some(rx)
     }
@@ -303,9 +299,12 @@ impl HeapWorker {
         self.dropped.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// A process exited: its last snapshot is taken now and kept a while.
+    /// A process exited: when it was sampled, its last snapshot is taken
+    /// now and kept a while.
     pub fn on_exit(&self, pid: u32, ts_ns: u64) {
-        self.send(Msg::Exit(pid, ts_ns));
+        if self.sampled.lock().is_ok_and(|mut s| s.remove(&pid)) {
+            self.send(Msg::Exit(pid, ts_ns));
+        }
     }
 
     /// The latest snapshot of `pid`.

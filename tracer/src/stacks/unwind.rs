@@ -176,14 +176,6 @@ impl Unwinders {
         })
     }
 
-    /// Reads `pid`'s mappings now, while it lives (samples that arrive
-    /// after it died unwind with what was read here).
-    pub fn prepare(&mut self, pid: u32) {
-        if let Some(p) = self.load(pid) {
-            self.procs.insert(pid, p);
-        }
-    }
-
     /// Forgets a process.
     pub fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
