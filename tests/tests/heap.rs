@@ -358,6 +358,33 @@ fn bad_input_is_said_clearly() {
         String::from_utf8_lossy(&out.stderr).contains("needs root"),
         "{out:?}"
     );
+    // A flame graph path planted as a link by another user: refused before
+    // anything is attached, the link's target untouched.
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("precious");
+    std::fs::write(&target, b"keep").unwrap();
+    let theirs = dir.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    let planted = theirs.join("heap.svg");
+    std::os::unix::fs::symlink(&target, &planted).unwrap();
+    std::os::unix::fs::lchown(&planted, Some(65534), Some(65534)).unwrap();
+    let out = tracer(&[
+        "attach",
+        "--host",
+        "--pid",
+        &prog.pid().to_string(),
+        "--duration",
+        "1s",
+        "--flamegraph",
+        planted.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("symbolic link"),
+        "{out:?}"
+    );
+    assert_eq!(std::fs::read(&target).unwrap(), b"keep");
     // A sampling period the kernel's arithmetic cannot take.
     let out = tracer(&[
         "attach",

@@ -38,6 +38,10 @@ pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
         bail!("--sample-bytes must be at most {}", bytes(MAX_SAMPLE_BYTES));
     }
     let comm = comm_of(args.pid)?;
+    // Refused now, not after the session: a link or another user's file.
+    if let Some(path) = &args.flamegraph {
+        crate::util::fsafe::check_file(path)?;
+    }
     crate::probes::caps::require_bpf()?;
     let pidfd = pidfd(args.pid)?;
     let heap = config(args.sample_bytes, args.always_bytes);
@@ -296,8 +300,10 @@ fn write_flamegraph(
     opts.title = format!("Live heap of pid {pid} ({})", term::escape(comm));
     opts.count_name = "bytes".into();
     opts.deterministic = true;
-    let file =
-        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    // Written as root: never through a link, nor over another user's file.
+    let file = crate::util::fsafe::open_private(path)?;
+    file.set_len(0)
+        .with_context(|| format!("emptying {}", path.display()))?;
     inferno::flamegraph::from_lines(
         &mut opts,
         folded.iter().map(String::as_str),
