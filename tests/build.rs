@@ -82,6 +82,17 @@ fn main() {
         .display()
         .to_string();
     run(&["-o".into(), o("allocbench"), bench, "-lpthread".into()]);
+    // The growth tests' program: no frame pointers, as distributions build.
+    let grower = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("manifest dir"))
+        .join("c/grower.c")
+        .display()
+        .to_string();
+    run(&[
+        "-fomit-frame-pointer".into(),
+        "-o".into(),
+        o("grower"),
+        grower,
+    ]);
     println!("cargo:rustc-env=SIMCUDA_DIR={}", out.display());
     println!("cargo:rerun-if-changed=c");
     println!("cargo:rerun-if-changed=simcuda");

@@ -61,6 +61,11 @@ pub fn allocbench() -> PathBuf {
     simcuda_dir().join("allocbench")
 }
 
+/// The growth tests' program (tests/c/grower.c).
+pub fn grower() -> PathBuf {
+    simcuda_dir().join("grower")
+}
+
 /// The heap tests' program (tests/c/heapsites.c), built by build.rs as
 /// `fp` (frame pointers), `nofp` (none) or `static` (static, stripped).
 pub fn heapsites(variant: &str) -> PathBuf {

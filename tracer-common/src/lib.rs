@@ -7,6 +7,7 @@
 //! constants on the wire; userspace turns them into enums with `TryFrom`.
 #![no_std]
 
+pub mod growth;
 pub mod heap;
 
 /// The symbol of function `id` in a family's (id, symbol) table, or `?`.
@@ -62,6 +63,16 @@ pub mod maps {
     pub const HEAP_SYSCALLS: &str = "HEAP_SYSCALLS";
     /// Name of the read-only global that holds the [`super::ProbeConfig`].
     pub const CONFIG: &str = "CONFIG";
+    /// Per process growth state (`growth::GrowthProc`).
+    pub const GROWTH_PROCS: &str = "GROWTH_PROCS";
+    /// The generation of the growth decisions (one `u32`).
+    pub const GROWTH_GEN: &str = "GROWTH_GEN";
+    /// Processes selected for growth sampling (tgid -> 1).
+    pub const GROWTH_SELECT: &str = "GROWTH_SELECT";
+    /// Counters of the growth programs (`growth::stat`).
+    pub const GROWTH_STATS: &str = "GROWTH_STATS";
+    /// The growth programs' configuration (`.rodata`).
+    pub const GROWTH_CONFIG: &str = "GROWTH_CONFIG";
 }
 
 /// Names of the eBPF programs (the function names in `tracer-ebpf`).
@@ -112,6 +123,12 @@ pub mod programs {
     pub const HEAP_BRK_EXIT: &str = "heap_brk_exit";
     /// `syscalls:sys_enter_munmap`.
     pub const HEAP_MUNMAP_ENTER: &str = "heap_munmap_enter";
+    /// `exceptions:page_fault_user`.
+    pub const GROWTH_FAULT_USER: &str = "growth_fault_user";
+    /// `exceptions:page_fault_kernel`.
+    pub const GROWTH_FAULT_KERNEL: &str = "growth_fault_kernel";
+    /// `cgroup:cgroup_attach_task`.
+    pub const GROWTH_CGROUP_ATTACH: &str = "growth_cgroup_attach";
 }
 
 /// Sizes of the ring buffers, in bytes (powers of two, multiples of the page size).
@@ -168,6 +185,11 @@ pub mod kind {
     pub const HEAP_ALLOC: u32 = 10;
     /// A sampled heap block freed ([`crate::heap::HeapFree`]).
     pub const HEAP_FREE: u32 = 11;
+    /// A sampled page fault ([`crate::growth::GrowthSample`]).
+    pub const GROWTH_FAULT: u32 = 12;
+    /// The stack of the allocation that tipped an OOM kill
+    /// ([`crate::growth::GrowthSample`]).
+    pub const OOM_TIP: u32 = 13;
 }
 
 /// What every event starts with. The task fields describe `current`: the
@@ -681,8 +703,18 @@ pub mod field {
     pub const SIG_GROUP: usize = 22;
     /// `signal:signal_generate` `result`.
     pub const SIG_RESULT: usize = 23;
+    /// `exceptions:page_fault_user` `address`.
+    pub const PF_USER_ADDRESS: usize = 24;
+    /// `exceptions:page_fault_user` `error_code`.
+    pub const PF_USER_ERROR: usize = 25;
+    /// `exceptions:page_fault_kernel` `address`.
+    pub const PF_KERNEL_ADDRESS: usize = 26;
+    /// `exceptions:page_fault_kernel` `error_code`.
+    pub const PF_KERNEL_ERROR: usize = 27;
+    /// `cgroup:cgroup_attach_task` `pid`.
+    pub const CGROUP_ATTACH_PID: usize = 28;
     /// Number of fields.
-    pub const COUNT: usize = 24;
+    pub const COUNT: usize = 29;
 }
 
 /// Number of memcg event items aggregated in `MEMCG_COUNTS`.
@@ -695,6 +727,8 @@ pub const MEMCG_COUNTED_ITEMS: usize = 6;
 pub struct ProbeConfig {
     /// Tracepoint field offsets, indexed by [`field`]; [`FIELD_ABSENT`] where missing.
     pub fields: [u16; field::COUNT],
+    /// Explicit padding after the odd number of fields.
+    pub _pad_fields: u16,
     /// Offset of `task_struct.tgid` (from BTF), for the raw fork tracepoint.
     pub task_tgid_off: u32,
     /// Offset of `task_struct.mm` (from BTF); 0 = unknown.
@@ -714,13 +748,14 @@ pub struct ProbeConfig {
     /// Explicit padding.
     pub _pad: u32,
 }
-const _: () = assert!(size_of::<ProbeConfig>() == 120);
+const _: () = assert!(size_of::<ProbeConfig>() == 132);
 
 impl ProbeConfig {
     /// A configuration with every field absent; userspace fills it in.
     pub const fn empty() -> Self {
         Self {
             fields: [FIELD_ABSENT; field::COUNT],
+            _pad_fields: 0,
             task_tgid_off: 0,
             task_mm_off: 0,
             mm_rss_off: [0; 3],
@@ -749,4 +784,8 @@ mod pod {
     unsafe impl aya::Pod for heap::HeapInflight {}
     // SAFETY: as above.
     unsafe impl aya::Pod for heap::HeapKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for growth::GrowthConfig {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for growth::GrowthProc {}
 }

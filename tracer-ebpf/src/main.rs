@@ -5,6 +5,7 @@
 
 mod maps;
 mod probes;
+mod stack;
 mod util;
 
 #[cfg(not(test))]

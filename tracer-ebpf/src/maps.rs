@@ -3,10 +3,11 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
 };
 use tracer_common::{
     CUDA_THREAD_ENTRIES, CudaInflight, MEMCG_COUNTS_ENTRIES, MemcgCountKey, ProbeConfig,
+    growth::{self, GrowthConfig, GrowthProc},
     heap::{self, HeapConfig, HeapInflight, HeapKey},
     ring,
 };
@@ -90,3 +91,25 @@ pub static HEAP_SYSCALLS: LruHashMap<u64, HeapInflight> =
 /// The last program break seen per traced process (tgid -> brk).
 #[map(name = "HEAP_BRK")]
 pub static HEAP_BRK: LruHashMap<u32, u64> = LruHashMap::with_max_entries(heap::TRACED_PIDS, 0);
+
+/// Per process growth state: whether it is followed, its countdown, its
+/// totals. An LRU: the node's processes come and go.
+#[map(name = "GROWTH_PROCS")]
+pub static GROWTH_PROCS: LruHashMap<u32, GrowthProc> =
+    LruHashMap::with_max_entries(growth::PROC_ENTRIES, 0);
+
+/// The generation of the growth decisions (userspace bumps it).
+#[map(name = "GROWTH_GEN")]
+pub static GROWTH_GEN: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Processes selected for growth sampling (tgid -> 1), in `mode::SELECTED`.
+#[map(name = "GROWTH_SELECT")]
+pub static GROWTH_SELECT: HashMap<u32, u32> = HashMap::with_max_entries(growth::SELECT_ENTRIES, 0);
+
+/// Counters of the growth programs (`tracer_common::growth::stat`), per CPU.
+#[map(name = "GROWTH_STATS")]
+pub static GROWTH_STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(growth::stat::COUNT, 0);
+
+/// The growth programs' configuration, written by userspace before load.
+#[unsafe(no_mangle)]
+pub static GROWTH_CONFIG: GrowthConfig = GrowthConfig::empty();

@@ -10,13 +10,10 @@
 
 use aya_ebpf::{
     EbpfContext,
-    bindings::{BPF_F_USER_STACK, pt_regs},
+    bindings::pt_regs,
     helpers::{
-        bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user,
-        generated::{
-            bpf_get_attach_cookie, bpf_get_current_task_btf, bpf_get_prandom_u32, bpf_get_stack,
-            bpf_ktime_get_boot_ns, bpf_task_pt_regs,
-        },
+        bpf_get_current_pid_tgid, bpf_probe_read_user,
+        generated::{bpf_get_attach_cookie, bpf_get_prandom_u32, bpf_ktime_get_boot_ns},
     },
     macros::{tracepoint, uprobe, uretprobe},
     programs::{ProbeContext, RetProbeContext, TracePointContext},
@@ -31,6 +28,7 @@ use crate::{
         HEAP_BRK, HEAP_CONFIG, HEAP_COUNTDOWN, HEAP_INFLIGHT, HEAP_LIVE, HEAP_PIDS, HEAP_STATS,
         HEAP_SYSCALLS,
     },
+    stack::{self, user_regs},
     util::{Ring, header},
 };
 
@@ -55,14 +53,14 @@ fn count(idx: u32) {
 }
 
 /// Bytes to the next sample: `sample_bytes` (userspace keeps it under
-/// 2^40, so the product fits) times a unit exponential
-/// variate (a table quantile picked at random), at least 1.
+/// 2^40, so the product fits) times a unit exponential variate (a quantile
+/// of `table` picked at random), at least 1.
 #[inline(always)]
-fn next_gap(c: &HeapConfig) -> i64 {
+pub fn next_gap(sample_bytes: u64, table: &[u32; heap::EXP_TABLE_LEN]) -> i64 {
     // SAFETY: helper without preconditions.
     let r = unsafe { bpf_get_prandom_u32() } as usize % heap::EXP_TABLE_LEN;
-    let q = c.exp_table[r] as u64;
-    ((c.sample_bytes.wrapping_mul(q) >> 16) as i64).max(1)
+    let q = table[r] as u64;
+    ((sample_bytes.wrapping_mul(q) >> 16) as i64).max(1)
 }
 
 /// Whether an allocation of `size` bytes is sampled, and why.
@@ -85,13 +83,13 @@ fn decide(size: u64) -> u32 {
     // preempting program on this CPU can at worst skew one gap.
     unsafe {
         if *left == 0 {
-            *left = next_gap(c);
+            *left = next_gap(c.sample_bytes, &c.exp_table);
         }
         *left -= size as i64;
         if *left > 0 {
             return 0;
         }
-        *left = next_gap(c);
+        *left = next_gap(c.sample_bytes, &c.exp_table);
     }
     how::SAMPLED
 }
@@ -237,7 +235,7 @@ fn try_return(ctx: &RetProbeContext) -> Option<()> {
 #[inline(always)]
 fn sample<C: EbpfContext>(
     ctx: &C,
-    (ip, sp, bp): (u64, u64, u64),
+    regs: (u64, u64, u64),
     tid: u64,
     addr: u64,
     f: &HeapInflight,
@@ -269,35 +267,9 @@ fn sample<C: EbpfContext>(
         (*ev).size = f.size;
         (*ev).func = f.func;
         (*ev).how = f.how;
-        (*ev).ip = ip;
-        (*ev).sp = sp;
-        (*ev).bp = bp;
-        let fp_bytes = bpf_get_stack(
-            ctx.as_ptr(),
-            (&raw mut (*ev).fp).cast(),
-            (8 * heap::FP_FRAMES) as u32,
-            BPF_F_USER_STACK as u64,
-        );
-        (*ev).fp_len = if fp_bytes > 0 { fp_bytes as u32 / 8 } else { 0 };
-        // A read fails as a whole when the stack mapping ends inside it
-        // (the main thread's stack ends a few KiB above main's frame, by a
-        // random amount): copy up to page boundaries, the most first.
-        let dst = (&raw mut (*ev).stack).cast::<u8>();
-        let to_page_end = 4096 - (sp & 4095);
-        let mut len = 0u32;
-        for pages in [2u64, 1, 0] {
-            let want = (to_page_end + pages * 4096).min(heap::STACK_BYTES as u64) as u32;
-            if aya_ebpf::helpers::generated::bpf_probe_read_user(dst.cast(), want, sp as *const _)
-                == 0
-            {
-                len = want;
-                break;
-            }
-        }
-        if len == 0 {
+        if !stack::fill(ctx, ev, regs) {
             count(stat::STACK_LOST);
         }
-        (*ev).stack_len = len;
     }
     slot.submit();
     Some(())
@@ -338,25 +310,6 @@ fn traced_thread() -> Option<u64> {
         return None;
     }
     Some(tid)
-}
-
-/// The user registers of the current task (where its system call was made).
-#[inline(always)]
-fn user_regs() -> Option<(u64, u64, u64)> {
-    // SAFETY: helpers without preconditions beyond a task pointer from the
-    // kernel; the registers are read through bpf_probe_read_kernel.
-    unsafe {
-        let task = bpf_get_current_task_btf();
-        let regs = bpf_task_pt_regs(task) as *const pt_regs;
-        if regs.is_null() {
-            return None;
-        }
-        Some((
-            bpf_probe_read_kernel(&raw const (*regs).rip).ok()?,
-            bpf_probe_read_kernel(&raw const (*regs).rsp).ok()?,
-            bpf_probe_read_kernel(&raw const (*regs).rbp).ok()?,
-        ))
-    }
 }
 
 #[inline(always)]

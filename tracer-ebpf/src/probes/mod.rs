@@ -1,5 +1,6 @@
 //! One module per probe family.
 pub mod cuda;
+pub mod growth;
 pub mod heap;
 pub mod memcg;
 pub mod oom;

@@ -63,9 +63,10 @@ fn try_mark_victim(ctx: &TracePointContext) -> Result<(), ()> {
     if read_data_loc_str(ctx, field::MV_COMM, &mut victim_comm) {
         present |= victim_field::COMM;
     }
+    let victim_pid = read_field::<i32>(ctx, field::MV_PID).unwrap_or(0) as u32;
     slot.submit_value(OomVictim {
         header: header(kind::OOM_VICTIM),
-        victim_pid: read_field::<i32>(ctx, field::MV_PID).unwrap_or(0) as u32,
+        victim_pid,
         uid,
         total_vm_kb,
         anon_rss_kb,
@@ -78,6 +79,9 @@ fn try_mark_victim(ctx: &TracePointContext) -> Result<(), ()> {
         trigger_memcg_id: current_memcg_id(),
         victim_comm,
     });
+    // After the kill is on its ring: the stack that tipped it (large, on
+    // the data ring) can never cost the kill itself.
+    super::growth::send_tip(ctx, victim_pid);
     Ok(())
 }
 

@@ -192,6 +192,7 @@ async fn attach(
     let heap_stats = probes.take_heap_stats()?;
     let worker = HeapWorker::spawn(
         args.sample_bytes,
+        crate::probes::growth::DEFAULT_SAMPLE_BYTES,
         View {
             top: args.top,
             growth_window_s: args.growth_window.as_secs().max(1),

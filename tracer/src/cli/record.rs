@@ -15,6 +15,7 @@ use crate::{
     model::{ProcessTable, cgroup::CgroupLayout},
     probes::{
         Probes,
+        growth::{GrowthMode, GrowthOptions},
         heap::MAX_SAMPLE_BYTES,
         layout::MEMCG_ITEM_NAMES,
         uprobe,
@@ -69,6 +70,15 @@ pub struct RecordArgs {
     /// With --host-cgroup: one sample per this many bytes allocated on average.
     #[arg(long, value_parser = super::parse_size, default_value = "512KiB", value_name = "SIZE")]
     pub sample_bytes: u64,
+    /// Growth attribution: which processes' page faults are sampled with
+    /// their stacks, so that a kill says which code grew the memory
+    /// (`limited`: processes in a memory cgroup with a limit).
+    #[arg(long, value_enum, default_value = "limited", value_name = "WHO")]
+    pub growth: GrowthMode,
+    /// One growth sample per this many bytes a process faults in, on
+    /// average (0: every fault; for tests).
+    #[arg(long, value_parser = super::parse_size, default_value = "1MiB", value_name = "SIZE")]
+    pub growth_sample_bytes: u64,
 }
 
 /// How often the recorder drains the data ring without a wakeup: new
@@ -130,7 +140,14 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
             crate::util::units::bytes(MAX_SAMPLE_BYTES)
         ));
     }
-    let ring = if heap {
+    if args.growth_sample_bytes > MAX_SAMPLE_BYTES {
+        return Err(anyhow!(
+            "--growth-sample-bytes must be at most {}",
+            crate::util::units::bytes(MAX_SAMPLE_BYTES)
+        ));
+    }
+    let growth = args.growth != GrowthMode::Off;
+    let ring = if heap || growth {
         crate::probes::HEAP_DATA_RING_BYTES
     } else if args.cuda {
         crate::probes::CUDA_DATA_RING_BYTES
@@ -139,7 +156,12 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     };
     let heap_config =
         crate::probes::heap::config(args.sample_bytes, crate::probes::heap::DEFAULT_ALWAYS_BYTES);
-    let mut probes = Probes::load_with_heap(ring, &heap_config).context("cannot record")?;
+    let growth_opts = GrowthOptions {
+        mode: args.growth,
+        sample_bytes: args.growth_sample_bytes,
+    };
+    let mut probes =
+        Probes::load_with(ring, &heap_config, &growth_opts).context("cannot record")?;
     if args.cuda {
         probes.load_family(&uprobe::CUDA, false)?;
     }
@@ -202,8 +224,35 @@ async fn record(
     }
     let drops = probes.take_drop_counters()?;
     let memcg = probes.take_memcg_counters()?;
+    let growth_maps = if args.growth != GrowthMode::Off {
+        Some(probes.take_growth_maps()?)
+    } else {
+        None
+    };
     let attach_ns = wall_now_ns();
-    let statuses = probes.attach()?;
+    let mut statuses = probes.attach()?;
+    let growth_maps = match growth_maps.map(|m| (m, probes.attach_growth())) {
+        Some((m, Ok(more))) => {
+            for s in more.iter().filter(|s| s.error.is_some()) {
+                tracing::warn!(
+                    "probe {} unavailable ({}): no {}",
+                    s.spec.hook,
+                    s.error.as_deref().unwrap_or_default(),
+                    s.spec.purpose
+                );
+            }
+            if let Some(why) = &probes.growth_note {
+                tracing::warn!("growth: {why}; only --growth all follows processes");
+            }
+            statuses.extend(more);
+            Some(m)
+        }
+        Some((_, Err(e))) => {
+            tracing::warn!("growth attribution off: {}", super::chain(&e));
+            None
+        }
+        None => None,
+    };
     let attached = statuses.iter().filter(|s| s.error.is_none()).count();
     let probe_json = serde_json::to_string(
         &statuses
@@ -290,19 +339,33 @@ async fn record(
     if let Some(w) = watcher {
         engine.set_watcher(w);
     }
-    if heap {
+    if heap || growth_maps.is_some() {
         let view = View {
             top: 10,
             growth_window_s: 60,
             old_after_s: 60,
         };
         engine.set_heap(
-            HeapWorker::spawn(args.sample_bytes, view).context("starting the heap worker")?,
+            HeapWorker::spawn(args.sample_bytes, args.growth_sample_bytes, view)
+                .context("starting the heap worker")?,
         );
+    }
+    if heap {
         tracing::info!(
             "heap: tracing the processes of {} (one sample per {})",
             args.host_cgroup.join(", "),
             crate::util::units::bytes(args.sample_bytes)
+        );
+    }
+    if let Some(g) = growth_maps {
+        engine.set_growth(g);
+        tracing::info!(
+            "growth: sampling the page faults of {} processes (one sample per {})",
+            match args.growth {
+                GrowthMode::All => "all",
+                _ => "memory-limited",
+            },
+            crate::util::units::bytes(args.growth_sample_bytes)
         );
     }
     engine.set_started(attach_ns);

@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 use tracer_common::{
     COMM_LEN, CudaCall, EventHeader, MAX_EVENT_SIZE, MemcgEvent, OomVictim, ProcExec, ProcExit,
     ProcFork, Reap, SignalKill,
+    growth::GrowthSample,
     heap::{HeapAlloc, HeapFree},
     kind, victim_field,
 };
@@ -58,6 +59,10 @@ pub enum EventKind {
     HeapAlloc,
     /// A sampled heap block freed.
     HeapFree,
+    /// A sampled page fault (growth attribution).
+    GrowthFault,
+    /// The stack of the allocation that tipped an OOM kill.
+    OomTip,
 }
 
 impl TryFrom<u32> for EventKind {
@@ -75,6 +80,8 @@ impl TryFrom<u32> for EventKind {
             kind::CUDA_CALL => Self::CudaCall,
             kind::HEAP_ALLOC => Self::HeapAlloc,
             kind::HEAP_FREE => Self::HeapFree,
+            kind::GROWTH_FAULT => Self::GrowthFault,
+            kind::OOM_TIP => Self::OomTip,
             other => return Err(DecodeError::UnknownKind(other)),
         })
     }
@@ -95,6 +102,8 @@ impl EventKind {
             Self::CudaCall => "cuda_call",
             Self::HeapAlloc => "heap_alloc",
             Self::HeapFree => "heap_free",
+            Self::GrowthFault => "growth_fault",
+            Self::OomTip => "oom_tip",
         }
     }
 }
@@ -122,6 +131,10 @@ pub enum Event {
     HeapAlloc(Box<HeapAlloc>),
     /// A sampled heap block freed.
     HeapFree(HeapFree),
+    /// A sampled page fault, with its stack.
+    GrowthFault(Box<GrowthSample>),
+    /// The stack of the task whose allocation tipped an OOM kill.
+    OomTip(Box<GrowthSample>),
 }
 
 /// Reads a `T` from the start of `bytes`; the caller checked the length.
@@ -192,6 +205,14 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             expect(size_of::<HeapFree>())?;
             Event::HeapFree(read(bytes))
         }
+        EventKind::GrowthFault => {
+            expect(size_of::<GrowthSample>())?;
+            Event::GrowthFault(Box::new(read(bytes)))
+        }
+        EventKind::OomTip => {
+            expect(size_of::<GrowthSample>())?;
+            Event::OomTip(Box::new(read(bytes)))
+        }
     })
 }
 
@@ -215,6 +236,7 @@ impl Event {
             Event::Cuda(e) => &e.header,
             Event::HeapAlloc(e) => &e.header,
             Event::HeapFree(e) => &e.header,
+            Event::GrowthFault(e) | Event::OomTip(e) => &e.header,
         }
     }
 
@@ -236,6 +258,8 @@ impl Event {
             Event::Cuda(e) => e.header.pid,
             Event::HeapAlloc(e) => e.header.pid,
             Event::HeapFree(e) => e.header.pid,
+            Event::GrowthFault(e) => e.header.pid,
+            Event::OomTip(e) => e.addr as u32,
         }
     }
 
@@ -294,6 +318,11 @@ impl Event {
                 "function": tracer_common::heap::name(e.func),
                 "addr": format!("{:#x}", e.addr),
             }),
+            Event::GrowthFault(e) => json!({
+                "addr": format!("{:#x}", e.addr),
+                "kernel_mode": e.func == tracer_common::growth::FAULT_KERNEL,
+            }),
+            Event::OomTip(e) => json!({ "victim_pid": e.addr }),
             Event::SignalKill(e) => json!({
                 "target_pid": e.target_pid,
                 "target_comm": c_str(&e.target_comm),
@@ -436,6 +465,16 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(decode(&free).unwrap().kind(), EventKind::HeapFree);
+        // Growth samples and tipping stacks share the layout; a tip is
+        // about its victim (the pid in `addr`), not the task that sent it.
+        bytes[..size_of::<EventHeader>()].copy_from_slice(&as_bytes(&header(kind::GROWTH_FAULT)));
+        assert_eq!(decode(&bytes).unwrap().kind(), EventKind::GrowthFault);
+        bytes[..size_of::<EventHeader>()].copy_from_slice(&as_bytes(&header(kind::OOM_TIP)));
+        let addr = std::mem::offset_of!(HeapAlloc, addr);
+        bytes[addr..addr + 8].copy_from_slice(&4242u64.to_le_bytes());
+        let tip = decode(&bytes).unwrap();
+        assert_eq!(tip.kind(), EventKind::OomTip);
+        assert_eq!(tip.subject_pid(), 4242);
         // A sample cut short is refused.
         assert!(matches!(
             decode(&bytes[..bytes.len() - 8]),

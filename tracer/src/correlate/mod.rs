@@ -3,6 +3,7 @@
 
 pub mod cuda;
 pub mod gpuview;
+pub mod growth;
 pub mod heap;
 pub mod join;
 pub mod kills;

@@ -85,20 +85,7 @@ fn render_heap(o: &mut String, h: &crate::record::HeapSnapshot, kill_ns: i64) {
         h.sites.len() + h.more_sites
     );
     for site in h.sites.iter().take(5) {
-        let mut names = site.frames.iter().take(4).enumerate().map(|(i, f)| {
-            if i == 0 {
-                crate::util::term::escape(&f.label()).into_owned()
-            } else {
-                crate::util::term::escape(&f.short()).into_owned()
-            }
-        });
-        let first = names.next().unwrap_or_else(|| "??".into());
-        let rest: Vec<String> = names.collect();
-        let chain = if rest.is_empty() {
-            first
-        } else {
-            format!("{first} <- {}", rest.join(" <- "))
-        };
+        let chain = frame_chain(&site.frames);
         let growth = if site.growth_bytes > 0 {
             format!(
                 " (+{} in {}s)",
@@ -114,6 +101,72 @@ fn render_heap(o: &mut String, h: &crate::record::HeapSnapshot, kill_ns: i64) {
             bytes(site.live_bytes)
         );
     }
+}
+
+/// `f (file:line) <- caller <- ...`: up to four frames, none past `main`
+/// (the C runtime's start-up frames say nothing).
+pub fn frame_chain(frames: &[crate::stacks::symbols::Frame]) -> String {
+    let mut names = Vec::new();
+    for (i, f) in frames.iter().take(4).enumerate() {
+        let name = if i == 0 { f.label() } else { f.short() };
+        names.push(crate::util::term::escape(&name).into_owned());
+        if f.function.as_deref() == Some("main") {
+            break;
+        }
+    }
+    if names.is_empty() {
+        return "??".into();
+    }
+    names.join(" <- ")
+}
+
+/// Where the victim's memory grew before the kill (sampled page faults).
+fn render_growth(o: &mut String, g: &crate::record::GrowthReport) {
+    let sampling = if g.sample_bytes == 0 {
+        "every fault".to_string()
+    } else {
+        format!("~1 sample per {}", bytes(g.sample_bytes))
+    };
+    let lost = if g.lost_samples > 0 {
+        format!("; {} samples lost, figures are low", g.lost_samples)
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        o,
+        "  growth     {} faulted in over the last {} s before the kill (sampled page faults, {sampling}{lost}):",
+        bytes(g.bytes),
+        g.window_s
+    );
+    for site in g.sites.iter().take(5) {
+        let _ = writeln!(
+            o,
+            "               {:>10}  {}",
+            bytes(site.bytes),
+            frame_chain(&site.frames)
+        );
+    }
+    if g.more_sites > 0 {
+        let _ = writeln!(o, "               ({} more sites)", g.more_sites);
+    }
+}
+
+/// The allocation that hit the limit.
+fn render_tip(o: &mut String, t: &crate::record::TipStack) {
+    let who = if t.victim_is_trigger {
+        format!("{} (pid {})", crate::util::term::escape(&t.comm), t.pid)
+    } else {
+        format!(
+            "{} (pid {}, not the victim: the kernel killed another process)",
+            crate::util::term::escape(&t.comm),
+            t.pid
+        )
+    };
+    let _ = writeln!(
+        o,
+        "  tipped by  the allocation that hit the limit: {who} in {}",
+        frame_chain(&t.frames)
+    );
 }
 
 fn kb(v: Option<u64>) -> String {
@@ -439,6 +492,12 @@ pub fn render_text(e: &Explanation) -> String {
     }
     if let Some(h) = &v.heap {
         render_heap(&mut o, h, k.ts_ns);
+    }
+    if let Some(g) = &k.growth {
+        render_growth(&mut o, g);
+    }
+    if let Some(t) = &k.tipping_stack {
+        render_tip(&mut o, t);
     }
     for n in &k.gpu_picture {
         gpu::render_picture(&mut o, n, k.ts_ns, Some(v.pid));

@@ -234,10 +234,10 @@ impl KernelBtf {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn kernel_btf() -> Option<KernelBtf> {
+    pub(crate) fn kernel_btf() -> Option<KernelBtf> {
         let path = Path::new(VMLINUX_BTF);
         if !path.exists() {
             assert!(

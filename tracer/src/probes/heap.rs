@@ -39,11 +39,20 @@ pub fn config(sample_bytes: u64, always_bytes: u64) -> HeapConfig {
     let mut c = HeapConfig::empty();
     c.sample_bytes = sample_bytes.min(MAX_SAMPLE_BYTES);
     c.always_bytes = always_bytes;
-    for (i, q) in c.exp_table.iter_mut().enumerate() {
+    c.exp_table = exp_table();
+    c
+}
+
+/// Quantiles of the unit exponential distribution, 16.16 fixed point:
+/// entry i is `-ln((i + 0.5) / EXP_TABLE_LEN)` (the sampling programs draw
+/// their gaps from it).
+pub fn exp_table() -> [u32; EXP_TABLE_LEN] {
+    let mut t = [0u32; EXP_TABLE_LEN];
+    for (i, q) in t.iter_mut().enumerate() {
         let u = (i as f64 + 0.5) / EXP_TABLE_LEN as f64;
         *q = (-u.ln() * EXP_TABLE_ONE as f64).round() as u32;
     }
-    c
+    t
 }
 
 /// The bytes a sample of `size` stands for: itself when kept by size or

@@ -173,6 +173,41 @@ const FIELDS: &[(usize, &str, &str, &str, Want)] = &[
         "result",
         Want::Int(4),
     ),
+    (
+        field::PF_USER_ADDRESS,
+        "exceptions",
+        "page_fault_user",
+        "address",
+        Want::Int(8),
+    ),
+    (
+        field::PF_USER_ERROR,
+        "exceptions",
+        "page_fault_user",
+        "error_code",
+        Want::Int(8),
+    ),
+    (
+        field::PF_KERNEL_ADDRESS,
+        "exceptions",
+        "page_fault_kernel",
+        "address",
+        Want::Int(8),
+    ),
+    (
+        field::PF_KERNEL_ERROR,
+        "exceptions",
+        "page_fault_kernel",
+        "error_code",
+        Want::Int(8),
+    ),
+    (
+        field::CGROUP_ATTACH_PID,
+        "cgroup",
+        "cgroup_attach_task",
+        "pid",
+        Want::Int(4),
+    ),
 ];
 
 /// `enum vm_event_item` members aggregated per memcg, in `CONFIG` order:
@@ -232,6 +267,24 @@ pub fn build(tracefs: &Path, btf: &KernelBtf) -> Result<(ProbeConfig, LayoutNote
         }
     }
     Ok((cfg, notes))
+}
+
+/// The growth programs' view of memory cgroup limits, from BTF:
+/// `(mem_cgroup.memory, page_counter.max, page_counter.parent)`; `None`
+/// (no process counts as limited) when `css` is not first in `mem_cgroup`
+/// or a member is missing.
+pub fn memcg_limit_offsets(btf: &KernelBtf) -> Result<(u32, u32, u32), BtfError> {
+    let css = btf.member_offset("mem_cgroup", "css")?;
+    if css != 0 {
+        return Err(BtfError::Missing {
+            what: "struct mem_cgroup with css first".into(),
+        });
+    }
+    Ok((
+        btf.member_offset("mem_cgroup", "memory")?,
+        btf.member_offset("page_counter", "max")?,
+        btf.member_offset("page_counter", "parent")?,
+    ))
 }
 
 /// Offsets of the task -> memory cgroup id chain (see `ProbeConfig::memcg_chain`).

@@ -6,6 +6,7 @@
 pub mod btf;
 pub mod caps;
 pub mod cuda;
+pub mod growth;
 pub mod heap;
 pub mod layout;
 pub mod placement;
@@ -230,6 +231,8 @@ pub struct Probes {
     pub tracefs: PathBuf,
     /// The configuration the programs run with.
     pub config: ProbeConfig,
+    /// Why growth attribution cannot see memory cgroup limits, if it cannot.
+    pub growth_note: Option<String>,
 }
 
 impl Probes {
@@ -245,10 +248,20 @@ impl Probes {
         data_ring_bytes: u32,
         heap: &tracer_common::heap::HeapConfig,
     ) -> Result<Self, ProbeError> {
+        Self::load_with(data_ring_bytes, heap, &growth::GrowthOptions::OFF)
+    }
+
+    /// As [`Probes::load_with_heap`], with the growth programs' options.
+    pub fn load_with(
+        data_ring_bytes: u32,
+        heap: &tracer_common::heap::HeapConfig,
+        growth: &growth::GrowthOptions,
+    ) -> Result<Self, ProbeError> {
         caps::require_bpf()?;
         let tracefs = tracefs::find_or_mount()?;
         let kbtf = btf::KernelBtf::open(std::path::Path::new(btf::VMLINUX_BTF))?;
         let (config, notes) = layout::build(&tracefs, &kbtf)?;
+        let (growth_config, growth_note) = growth::config(growth, &kbtf);
         drop(kbtf);
         if config.fields[tracer_common::field::MV_PID] == tracer_common::FIELD_ABSENT
             && !notes
@@ -263,6 +276,7 @@ impl Probes {
             .btf(None)
             .override_global(maps::CONFIG, &config, true)
             .override_global(maps::HEAP_CONFIG, heap, true)
+            .override_global(maps::GROWTH_CONFIG, &growth_config, true)
             .map_max_entries(maps::DATA_RING, data_ring_bytes)
             .load(EBPF_OBJECT)
             .map_err(|source| ProbeError::Load { source })?;
@@ -275,6 +289,7 @@ impl Probes {
             notes,
             tracefs,
             config,
+            growth_note,
         })
     }
 

@@ -396,6 +396,14 @@ pub struct KillRecord {
     /// kills this one record stands for (the victim is the first of them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aggregate: Option<KillAggregate>,
+    /// Where the victim's memory grew in the window before the kill
+    /// (sampled page faults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub growth: Option<super::growth::GrowthReport>,
+    /// The allocation that hit the limit: the stack of the task that
+    /// triggered a kernel OOM kill.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tipping_stack: Option<super::growth::TipStack>,
 }
 
 /// Userspace kills by one sender in one memory cgroup, folded into one

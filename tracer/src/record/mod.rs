@@ -2,11 +2,13 @@
 //! small accessors. Stored as JSON; fields added later must be optional.
 
 pub mod gpu;
+pub mod growth;
 pub mod heap;
 pub mod kill;
 pub mod rows;
 
 pub use gpu::*;
+pub use growth::*;
 pub use heap::*;
 pub use kill::*;
 pub use rows::*;

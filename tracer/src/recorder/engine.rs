@@ -98,7 +98,16 @@ pub struct EngineSummary {
     /// Per kill (the last 1,000): µs from the kernel's timestamp of the
     /// kill to the return of its durable commit.
     pub kill_commit_us: Vec<u64>,
+    /// The growth programs' counters (growth attribution on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub growth: Option<crate::probes::growth::GrowthCounts>,
+    /// Heap and growth samples the worker could not take in time.
+    pub growth_queue_drops: u64,
 }
+
+/// Every this many ticks, each process's growth decision is taken again
+/// (a limit set on a cgroup after its processes started).
+const GROWTH_GENERATION_TICKS: u64 = 5;
 
 /// The channels the engine reads.
 pub struct Inputs {
@@ -134,8 +143,11 @@ pub struct Engine {
     /// Attaches uprobe families (CUDA node-wide, the heap per traced
     /// process) off this thread.
     watcher: Option<crate::probes::watch::LibraryWatcher>,
-    /// The heaps of the processes of `record --host-cgroup`.
+    /// The heaps of the processes of `record --host-cgroup`, and the
+    /// growth samples of every followed process.
     heap: Option<super::heap::HeapWorker>,
+    /// The growth programs' counters and decision generation.
+    growth: Option<crate::probes::growth::GrowthMaps>,
     gpu_ooms: Vec<CudaCall>,
     /// NVML's latest picture, joined with the model and the ledgers.
     gpu_view: Option<GpuView>,
@@ -171,7 +183,12 @@ impl Engine {
         self.watcher = Some(w);
     }
 
-    /// Hands the engine the heap worker of `--host-cgroup`.
+    /// Hands the engine the growth programs' maps.
+    pub fn set_growth(&mut self, g: crate::probes::growth::GrowthMaps) {
+        self.growth = Some(g);
+    }
+
+    /// Hands the engine the heap worker (heap and growth samples).
     pub fn set_heap(&mut self, h: super::heap::HeapWorker) {
         self.heap = Some(h);
     }
@@ -207,6 +224,7 @@ impl Engine {
             gpu,
             watcher: None,
             heap: None,
+            growth: None,
             gpu_ooms: Vec::new(),
             gpu_view: None,
             nvml_missing: None,
@@ -468,6 +486,19 @@ impl Engine {
                 }
                 return Ok(());
             }
+            Event::GrowthFault(s) => {
+                if let Some(h) = &self.heap {
+                    let ts = self.clock.boot_to_wall(s.header.ts_boot_ns).max(0) as u64;
+                    h.fault(s, ts);
+                }
+                return Ok(());
+            }
+            Event::OomTip(s) => {
+                if let Some(h) = &self.heap {
+                    h.tip(s);
+                }
+                return Ok(());
+            }
             ev => ev,
         };
         let mut row = self.row(&ev);
@@ -565,7 +596,11 @@ impl Engine {
                     self.memory_at_exit(x)?;
                 }
             }
-            Event::Cuda(_) | Event::HeapAlloc(_) | Event::HeapFree(_) => {
+            Event::Cuda(_)
+            | Event::HeapAlloc(_)
+            | Event::HeapFree(_)
+            | Event::GrowthFault(_)
+            | Event::OomTip(_) => {
                 unreachable!("CUDA calls and heap samples are handled above")
             }
             Event::MemcgOom(m) => {
@@ -733,6 +768,22 @@ impl Engine {
         Ok(())
     }
 
+    /// Kills committed in the last seconds get where their victim grew and
+    /// the stack that tipped them, as the heap worker finds them (after
+    /// the kill's commit: unwinding never delays it).
+    fn refresh_kill_growth(&mut self) -> Result<(), StoreError> {
+        let Some(h) = &self.heap else { return Ok(()) };
+        let recent = wall_now_ns() - 20_000_000_000;
+        for (id, rec) in self.kills.recent_since(recent) {
+            let before = (rec.growth.clone(), rec.tipping_stack.clone());
+            crate::correlate::KillEnricher::enrich(h, rec);
+            if (&rec.growth, &rec.tipping_stack) != (&before.0, &before.1) {
+                self.store.update_kill(id, rec)?;
+            }
+        }
+        Ok(())
+    }
+
     /// GPU out-of-memory failures, joined with the ledgers, made durable.
     fn commit_gpu_ooms(&mut self) -> Result<(), StoreError> {
         let mut calls = std::mem::take(&mut self.gpu_ooms);
@@ -868,6 +919,9 @@ impl Engine {
                     record: Box::new(rec.clone()),
                 });
             }
+            if let Some(h) = &self.heap {
+                h.on_kill(rec.victim.pid, rec.ts_ns.max(0) as u64);
+            }
             self.kills.committed(id, rec);
         }
         Ok(true)
@@ -988,6 +1042,13 @@ impl Engine {
             .sample(paths.iter().map(String::as_str), &counters, now);
         self.read_drops(now)?;
         self.commit_storms(now, false)?;
+        self.refresh_kill_growth()?;
+        if let Some(g) = &mut self.growth
+            && self.ticks.is_multiple_of(GROWTH_GENERATION_TICKS)
+            && let Err(e) = g.new_generation()
+        {
+            tracing::warn!("growth: cannot renew the decisions: {e}");
+        }
         // Kills held while the file system was full.
         self.commit_kills()?;
         if (self.disk_full || !self.store.has_reserve()) && self.store.has_room() {
@@ -1075,7 +1136,17 @@ impl Engine {
         if let Some(gpu) = self.gpu.take() {
             self.summary.gpu_ooms = gpu.ooms();
         }
+        if let Some(h) = &self.heap {
+            // Every sample queued before the stop is in the kills' reports.
+            h.settle(std::time::Duration::from_secs(5));
+        }
+        let r = self.refresh_kill_growth();
+        self.step(r)?;
+        if let Some(g) = &self.growth {
+            self.summary.growth = g.read().ok();
+        }
         if let Some(h) = self.heap.take() {
+            self.summary.growth_queue_drops = h.dropped();
             h.stop();
         }
         if let Some(w) = self.watcher.take() {

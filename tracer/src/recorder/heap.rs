@@ -5,12 +5,18 @@
 
 use std::collections::{HashMap, HashSet};
 
-use tracer_common::heap::{self, HeapAlloc, HeapFree};
+use tracer_common::{
+    growth::GrowthSample,
+    heap::{self, HeapAlloc, HeapFree},
+};
 
 use crate::{
-    correlate::heap::{HeapProfile, StackId},
+    correlate::{
+        growth::GrowthProfile,
+        heap::{HeapProfile, StackId},
+    },
     probes::heap::{HeapCounts, weight},
-    record::{HeapSite, HeapSnapshot},
+    record::{GrowthReport, HeapSite, HeapSnapshot, TipStack},
     stacks::{
         symbols::{Frame, Symbols},
         unwind::{Sample, Unwinders},
@@ -41,6 +47,14 @@ pub struct HeapTracer {
     /// Stacks named when first seen (the process is alive then; it may
     /// not be when a snapshot is taken, at its OOM kill).
     named: HashMap<StackId, Vec<Frame>>,
+    /// Growth samples (page faults), their own profile.
+    pub(super) growth: GrowthProfile,
+    /// Mean bytes faulted in between two growth samples.
+    pub(super) growth_sample_bytes: u64,
+    /// Growth stacks named when first seen.
+    pub(super) growth_named: HashMap<StackId, Vec<Frame>>,
+    /// Growth samples whose stack ended at its first frame, per process.
+    pub(super) growth_shallow: HashMap<u32, u64>,
 }
 
 impl HeapTracer {
@@ -53,39 +67,22 @@ impl HeapTracer {
             symbols: Symbols::default(),
             shallow: HashMap::new(),
             named: HashMap::new(),
+            growth: GrowthProfile::default(),
+            growth_sample_bytes: crate::probes::growth::DEFAULT_SAMPLE_BYTES,
+            growth_named: HashMap::new(),
+            growth_shallow: HashMap::new(),
         }
     }
 
     /// A sampled allocation; `ts_ns` is its wall time.
     pub fn alloc(&mut self, a: &HeapAlloc, ts_ns: u64) {
         let pid = a.header.pid;
-        let stack = &a.stack[..(a.stack_len as usize).min(a.stack.len())];
-        let fp = &a.fp[..(a.fp_len as usize).min(a.fp.len())];
-        let mut frames = self.unwinders.unwind(
-            pid,
-            &Sample {
-                ip: a.ip,
-                sp: a.sp,
-                bp: a.bp,
-                stack,
-                fp,
-            },
-        );
-        if heap::name_in_syscalls(a.func) && !frames.is_empty() {
+        let mut frames = self.unwind(a);
+        if heap::name_in_syscalls(a.func) {
             // Taken at the system call: the first frames are the wrapper
             // (libc's mmap, or an allocator's hook of it, as tcmalloc's,
-            // calling libc's syscall()): the site is the first frame
-            // outside the allocator libraries. When nothing outside them
-            // was unwound, the last frame stays.
-            let inside = frames
-                .iter()
-                .take_while(|f| {
-                    self.unwinders
-                        .file_at(pid, **f)
-                        .is_some_and(crate::probes::heap::is_allocator_library_name)
-                })
-                .count();
-            frames.drain(..inside.min(frames.len() - 1));
+            // calling libc's syscall()).
+            self.trim_allocator(pid, &mut frames);
         }
         if frames.len() < 2 {
             *self.shallow.entry(pid).or_default() += 1;
@@ -99,7 +96,7 @@ impl HeapTracer {
         }
     }
 
-    /// The processes with samples.
+    /// The processes with heap samples.
     pub fn pids(&self) -> Vec<u32> {
         self.profile.pids()
     }
@@ -115,11 +112,70 @@ impl HeapTracer {
         self.profile.tick(now_ns, keep);
     }
 
+    /// Drops the leading frames inside the C library and allocators: the
+    /// site is the first frame outside them (the code that asked for the
+    /// memory). When nothing outside them was unwound, the last frame stays.
+    pub(super) fn trim_allocator(&self, pid: u32, frames: &mut Vec<u64>) {
+        if frames.is_empty() {
+            return;
+        }
+        let inside = frames
+            .iter()
+            .take_while(|f| {
+                self.unwinders
+                    .file_at(pid, **f)
+                    .is_some_and(crate::probes::heap::is_allocator_library_name)
+            })
+            .count();
+        frames.drain(..inside.min(frames.len() - 1));
+    }
+
     fn name(&mut self, pid: u32, frames: &[u64]) -> Vec<Frame> {
         // Every frame is a return address (the first too: the sample is
         // taken as the allocator returns), so name the call before it.
         let lookup: Vec<u64> = frames.iter().map(|a| a.saturating_sub(1)).collect();
-        self.symbols.resolve(pid, &lookup)
+        self.resolve(pid, &lookup)
+    }
+
+    fn resolve(&mut self, pid: u32, lookup: &[u64]) -> Vec<Frame> {
+        let u = &self.unwinders;
+        self.symbols.resolve(pid, lookup, |a| {
+            u.locate(pid, a)
+                .map(|(held, off, path)| (held, off, path.to_string()))
+        })
+    }
+
+    /// Names frames whose first is the instruction itself (a fault, a
+    /// system call's return point), the others return addresses.
+    pub(super) fn name_exact_first(&mut self, pid: u32, frames: &[u64], exact: bool) -> Vec<Frame> {
+        let lookup: Vec<u64> = frames
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                if i == 0 && exact {
+                    *a
+                } else {
+                    a.saturating_sub(1)
+                }
+            })
+            .collect();
+        self.resolve(pid, &lookup)
+    }
+
+    /// Unwinds a sample of `pid`.
+    pub(super) fn unwind(&mut self, a: &HeapAlloc) -> Vec<u64> {
+        let stack = &a.stack[..(a.stack_len as usize).min(a.stack.len())];
+        let fp = &a.fp[..(a.fp_len as usize).min(a.fp.len())];
+        self.unwinders.unwind(
+            a.header.pid,
+            &Sample {
+                ip: a.ip,
+                sp: a.sp,
+                bp: a.bp,
+                stack,
+                fp,
+            },
+        )
     }
 
     fn named_frames(&mut self, pid: u32, id: StackId) -> Vec<Frame> {
@@ -203,6 +259,11 @@ impl HeapTracer {
             self.named.remove(&id);
         }
         self.profile.forget(pid);
+        for id in self.growth.stacks_of(pid) {
+            self.growth_named.remove(&id);
+        }
+        self.growth.forget(pid);
+        self.growth_shallow.remove(&pid);
         self.unwinders.forget(pid);
         self.symbols.forget(pid);
         self.shallow.remove(&pid);
@@ -218,7 +279,28 @@ enum Msg {
     Free(HeapFree),
     Exit(u32, u64),
     Snapshot(u32, bool, tokio::sync::oneshot::Sender<Reply>),
+    Fault(Box<GrowthSample>, u64),
+    Tip(Box<GrowthSample>),
+    Kill(u32, u64),
+    Growth(u32, u64, tokio::sync::oneshot::Sender<GrowthReport>),
+    Settle(std::sync::mpsc::SyncSender<()>),
 }
+
+/// What the worker found for a kill: where its victim grew, and the stack
+/// that tipped it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KillGrowth {
+    /// Wall time of the kill, ns.
+    pub ts_ns: u64,
+    /// The victim's growth in the window before the kill.
+    pub growth: Option<GrowthReport>,
+    /// The tipping stack.
+    pub tip: Option<TipStack>,
+}
+
+/// How long after a kill its growth report is still brought up to date
+/// (samples taken just before it may still be queued behind it).
+const KILL_SETTLE_NS: u64 = 15_000_000_000;
 
 /// How long a process's last snapshot is kept after it exits (its kill
 /// is committed long before).
@@ -235,28 +317,80 @@ pub struct HeapWorker {
     /// business (a storm of other exits must not crowd out samples).
     sampled: std::sync::Mutex<HashSet<u32>>,
     latest: std::sync::Arc<std::sync::Mutex<HashMap<u32, HeapSnapshot>>>,
+    kills: std::sync::Arc<std::sync::Mutex<HashMap<u32, KillGrowth>>>,
     thread: Option<std::thread::JoinHandle<()>>,
     dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl HeapWorker {
-    /// Starts the worker.
-    pub fn spawn(sample_bytes: u64, view: View) -> std::io::Result<Self> {
+    /// Starts the worker, for heap samples taken every `sample_bytes` and
+    /// growth samples every `growth_sample_bytes` on average.
+    pub fn spawn(sample_bytes: u64, growth_sample_bytes: u64, view: View) -> std::io::Result<Self> {
         use std::sync::{Arc, Mutex, atomic::AtomicU64};
         let (tx, rx) = std::sync::mpsc::sync_channel::<Msg>(4096);
         let latest: Arc<Mutex<HashMap<u32, HeapSnapshot>>> = Arc::default();
+        let kills: Arc<Mutex<HashMap<u32, KillGrowth>>> = Arc::default();
         let dropped = Arc::new(AtomicU64::new(0));
-        let out = latest.clone();
+        let out = Outputs {
+            latest: latest.clone(),
+            kills: kills.clone(),
+            dropped: dropped.clone(),
+        };
         let thread = std::thread::Builder::new()
             .name("tracer-heap".into())
-            .spawn(move || work(rx, HeapTracer::new(sample_bytes), view, out))?;
+            .spawn(move || {
+                // Made here: the symbolizer's caches stay on this thread.
+                let mut tracer = HeapTracer::new(sample_bytes);
+                tracer.set_growth_sample_bytes(growth_sample_bytes);
+                work(rx, tracer, view, out)
+            })?;
         Ok(Self {
             tx: Some(tx),
             sampled: std::sync::Mutex::default(),
             latest,
+            kills,
             thread: Some(thread),
             dropped,
         })
+    }
+
+    /// A sampled page fault (wall time `ts_ns`).
+    pub fn fault(&self, s: Box<GrowthSample>, ts_ns: u64) {
+        if let Ok(mut p) = self.sampled.lock() {
+            p.insert(s.header.pid);
+        }
+        self.send(Msg::Fault(s, ts_ns));
+    }
+
+    /// The stack that tipped an OOM kill.
+    pub fn tip(&self, s: Box<GrowthSample>) {
+        self.send(Msg::Tip(s));
+    }
+
+    /// A kill of `pid` at wall time `ts_ns` was recorded: the worker
+    /// reports where it grew before (see [`HeapWorker::kill_growth`]).
+    pub fn on_kill(&self, pid: u32, ts_ns: u64) {
+        self.send(Msg::Kill(pid, ts_ns));
+    }
+
+    /// What the worker has found so far for the kill of `pid`.
+    pub fn kill_growth(&self, pid: u32) -> Option<KillGrowth> {
+        self.kills.lock().ok()?.get(&pid).cloned()
+    }
+
+    /// Asks for the growth of `pid` over the `window_s` seconds to now,
+    /// after every sample sent so far. `None` while the queue is full.
+    pub fn request_growth(
+        &self,
+        pid: u32,
+        window_s: u64,
+    ) -> Option<tokio::sync::oneshot::Receiver<GrowthReport>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.tx
+            .as_ref()?
+            .try_send(Msg::Growth(pid, window_s, tx))
+            .ok()?;
+        Some(rx)
     }
 
     fn send(&self, m: Msg) {
@@ -294,6 +428,28 @@ impl HeapWorker {
         Some(rx)
     }
 
+    /// Waits (up to `limit`) until the worker has taken in everything sent
+    /// before, and brought the kills' reports up to date.
+    pub fn settle(&self, limit: std::time::Duration) {
+        let Some(tx) = &self.tx else { return };
+        let (reply, rx) = std::sync::mpsc::sync_channel(1);
+        let deadline = std::time::Instant::now() + limit;
+        let mut msg = Msg::Settle(reply);
+        loop {
+            match tx.try_send(msg) {
+                Ok(()) => break,
+                Err(std::sync::mpsc::TrySendError::Full(m))
+                    if std::time::Instant::now() < deadline =>
+                {
+                    msg = m;
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Err(_) => return,
+            }
+        }
+        let _ = rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
+    }
+
     /// Samples dropped because the worker was behind.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(std::sync::atomic::Ordering::Relaxed)
@@ -326,7 +482,25 @@ impl crate::correlate::KillEnricher for HeapWorker {
         if kill.victim.heap.is_none() {
             kill.victim.heap = self.latest(kill.victim.pid);
         }
+        // The report for this kill (a later kill of a reused pid is another).
+        if let Some(k) = self.kill_growth(kill.victim.pid)
+            && k.ts_ns.abs_diff(kill.ts_ns.max(0) as u64) < 1_000_000_000
+        {
+            if k.growth.is_some() {
+                kill.growth = k.growth;
+            }
+            if k.tip.is_some() {
+                kill.tipping_stack = k.tip;
+            }
+        }
     }
+}
+
+/// What the worker publishes.
+struct Outputs {
+    latest: std::sync::Arc<std::sync::Mutex<HashMap<u32, HeapSnapshot>>>,
+    kills: std::sync::Arc<std::sync::Mutex<HashMap<u32, KillGrowth>>>,
+    dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 fn comm_of(pid: u32) -> String {
@@ -335,22 +509,47 @@ fn comm_of(pid: u32) -> String {
         .unwrap_or_default()
 }
 
-fn work(
-    rx: std::sync::mpsc::Receiver<Msg>,
-    mut tracer: HeapTracer,
-    view: View,
-    out: std::sync::Arc<std::sync::Mutex<HashMap<u32, HeapSnapshot>>>,
-) {
+fn work(rx: std::sync::mpsc::Receiver<Msg>, mut tracer: HeapTracer, view: View, out: Outputs) {
     use std::sync::mpsc::RecvTimeoutError;
     use std::time::{Duration, Instant};
     let mut comms: HashMap<u32, String> = HashMap::new();
     let mut exited: Vec<(u32, u64)> = Vec::new();
+    // Kills whose report is still brought up to date: victim -> kill time.
+    let mut kills: HashMap<u32, u64> = HashMap::new();
+    let mut tips: HashMap<u32, TipStack> = HashMap::new();
     let mut next = Instant::now() + Duration::from_secs(1);
     let publish = |tracer: &mut HeapTracer, comms: &HashMap<u32, String>, pid: u32, now: u64| {
+        if !tracer.pids().contains(&pid) {
+            return;
+        }
         let comm = comms.get(&pid).cloned().unwrap_or_default();
         let snap = tracer.snapshot(pid, &comm, now, &view, None);
-        if let Ok(mut m) = out.lock() {
+        if let Ok(mut m) = out.latest.lock() {
             m.insert(pid, snap);
+        }
+    };
+    let report_kills = |tracer: &mut HeapTracer,
+                        comms: &HashMap<u32, String>,
+                        kills: &HashMap<u32, u64>,
+                        tips: &HashMap<u32, TipStack>| {
+        let lost = out.dropped.load(std::sync::atomic::Ordering::Relaxed);
+        for (&pid, &ts) in kills {
+            let comm = comms.get(&pid).cloned().unwrap_or_default();
+            let growth = tracer.has_growth(pid).then(|| {
+                let mut r = tracer.growth_report(pid, &comm, ts, super::growth::KILL_WINDOW_S, 10);
+                r.lost_samples = lost;
+                r
+            });
+            if let Ok(mut m) = out.kills.lock() {
+                m.insert(
+                    pid,
+                    KillGrowth {
+                        ts_ns: ts,
+                        growth,
+                        tip: tips.get(&pid).cloned(),
+                    },
+                );
+            }
         }
     };
     loop {
@@ -358,10 +557,38 @@ fn work(
             Ok(Msg::Alloc(a, ts)) => {
                 comms
                     .entry(a.header.pid)
-                    .or_insert_with(|| comm_of(a.header.pid));
+                    .or_insert_with(|| crate::collect::decode::c_str(&a.header.comm));
                 tracer.alloc(&a, ts);
             }
             Ok(Msg::Free(f)) => tracer.free(&f),
+            Ok(Msg::Fault(s, ts)) => {
+                comms
+                    .entry(s.header.pid)
+                    .or_insert_with(|| crate::collect::decode::c_str(&s.header.comm));
+                tracer.fault(&s, ts);
+            }
+            Ok(Msg::Tip(s)) => {
+                let victim = s.addr as u32;
+                tips.insert(victim, tracer.tip(&s));
+                if kills.contains_key(&victim) {
+                    report_kills(&mut tracer, &comms, &kills, &tips);
+                }
+            }
+            Ok(Msg::Kill(pid, ts)) => {
+                kills.insert(pid, ts);
+                report_kills(&mut tracer, &comms, &kills, &tips);
+            }
+            Ok(Msg::Settle(done)) => {
+                report_kills(&mut tracer, &comms, &kills, &tips);
+                let _ = done.send(());
+            }
+            Ok(Msg::Growth(pid, window_s, reply)) => {
+                let now = crate::util::time::wall_now_ns().max(0) as u64;
+                let comm = comms.get(&pid).cloned().unwrap_or_else(|| comm_of(pid));
+                let mut r = tracer.growth_report(pid, &comm, now, window_s, 10);
+                r.lost_samples = out.dropped.load(std::sync::atomic::Ordering::Relaxed);
+                let _ = reply.send(r);
+            }
             Ok(Msg::Snapshot(pid, folded, reply)) => {
                 let now = crate::util::time::wall_now_ns().max(0) as u64;
                 tracer.tick(now, &view);
@@ -375,10 +602,8 @@ fn work(
                 let _ = reply.send((snap, lines));
             }
             Ok(Msg::Exit(pid, ts)) => {
-                if tracer.pids().contains(&pid) {
-                    publish(&mut tracer, &comms, pid, ts);
-                    exited.push((pid, ts));
-                }
+                publish(&mut tracer, &comms, pid, ts);
+                exited.push((pid, ts));
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
@@ -389,6 +614,10 @@ fn work(
         next += Duration::from_secs(1);
         let now = crate::util::time::wall_now_ns().max(0) as u64;
         tracer.tick(now, &view);
+        tracer.prune_growth(now);
+        report_kills(&mut tracer, &comms, &kills, &tips);
+        kills.retain(|_, ts| now.saturating_sub(*ts) < KILL_SETTLE_NS);
+        tips.retain(|pid, _| kills.contains_key(pid));
         let gone: HashSet<u32> = exited.iter().map(|(p, _)| *p).collect();
         for pid in tracer.pids() {
             if !gone.contains(&pid) {
@@ -400,11 +629,14 @@ fn work(
             if !keep {
                 tracer.forget(pid);
                 comms.remove(&pid);
-                if let Ok(mut m) = out.lock() {
+                if let Ok(mut m) = out.latest.lock() {
                     m.remove(&pid);
                 }
             }
             keep
         });
+        if let Ok(mut m) = out.kills.lock() {
+            m.retain(|_, k| now.saturating_sub(k.ts_ns) < KEEP_AFTER_EXIT_NS);
+        }
     }
 }

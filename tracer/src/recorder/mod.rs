@@ -4,5 +4,6 @@
 
 pub mod cuda;
 pub mod engine;
+pub mod growth;
 pub mod heap;
 pub mod metrics;

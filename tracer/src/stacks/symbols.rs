@@ -9,7 +9,7 @@ use blazesym::{
     Pid,
     symbolize::{
         Input, Symbolized, Symbolizer,
-        source::{Process, Source},
+        source::{Elf, Process, Source},
     },
 };
 
@@ -57,6 +57,18 @@ fn base(p: &Path) -> String {
         .unwrap_or_else(|| p.display().to_string())
 }
 
+fn frame_of(s: Symbolized<'_>) -> Frame {
+    match s {
+        Symbolized::Sym(sym) => Frame {
+            function: Some(sym.name.to_string()),
+            file: sym.code_info.as_ref().map(|c| base(Path::new(&c.file))),
+            line: sym.code_info.as_ref().and_then(|c| c.line),
+            module: sym.module.as_ref().map(|m| base(Path::new(m))),
+        },
+        Symbolized::Unknown(_) => Frame::default(),
+    }
+}
+
 /// A symbolizer with a cache of what it has named.
 pub struct Symbols {
     symbolizer: Symbolizer,
@@ -79,9 +91,18 @@ impl Default for Symbols {
 
 impl Symbols {
     /// Names lookup addresses of `pid` (a return address minus 1, so that
-    /// the call instruction is what is named). Addresses named before are
-    /// not looked up again; a process that is gone names nothing new.
-    pub fn resolve(&mut self, pid: u32, addrs: &[u64]) -> Vec<Frame> {
+    /// the call instruction is what is named). `locate` says where an
+    /// address is in its file (a path that opens it, the offset, the path
+    /// as the process sees it): such addresses are named from the file, so
+    /// a process that is gone by now (an OOM kill's victim) is still named.
+    /// Others are named through the process, while it lives. Addresses
+    /// named before are not looked up again.
+    pub fn resolve(
+        &mut self,
+        pid: u32,
+        addrs: &[u64],
+        locate: impl Fn(u64) -> Option<(String, u64, String)>,
+    ) -> Vec<Frame> {
         let mut new: Vec<u64> = addrs
             .iter()
             .copied()
@@ -89,25 +110,52 @@ impl Symbols {
             .collect();
         new.sort_unstable();
         new.dedup();
-        if let (false, Some(p)) = (new.is_empty(), NonZeroU32::new(pid)) {
+        // By file: (held path) -> [(address, offset, module)].
+        let mut by_file: HashMap<String, Vec<(u64, u64, String)>> = HashMap::new();
+        let mut by_process = Vec::new();
+        for a in new {
+            match locate(a) {
+                Some((held, off, path)) => {
+                    by_file
+                        .entry(held)
+                        .or_default()
+                        .push((a, off, base(Path::new(&path))))
+                }
+                None => by_process.push(a),
+            }
+        }
+        for (held, list) in by_file {
+            let offsets: Vec<u64> = list.iter().map(|l| l.1).collect();
+            let src = Source::Elf(Elf::new(held));
+            match self.symbolizer.symbolize(&src, Input::FileOffset(&offsets)) {
+                Ok(syms) => {
+                    for ((addr, _, module), sym) in list.into_iter().zip(syms) {
+                        let mut frame = frame_of(sym);
+                        frame.module = Some(module);
+                        self.cache.insert((pid, addr), frame);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!("naming addresses of pid {pid} in {}: {e}", list[0].2);
+                    by_process.extend(list.into_iter().map(|l| l.0));
+                }
+            }
+        }
+        if let (false, Some(p)) = (by_process.is_empty(), NonZeroU32::new(pid)) {
             let mut src = Process::new(Pid::Pid(p));
             // perf maps live in the host's /tmp, not the process's.
             src.perf_map = false;
-            if let Ok(syms) = self
+            match self
                 .symbolizer
-                .symbolize(&Source::Process(src), Input::AbsAddr(&new))
+                .symbolize(&Source::Process(src), Input::AbsAddr(&by_process))
             {
-                for (addr, s) in new.iter().zip(syms) {
-                    let frame = match s {
-                        Symbolized::Sym(sym) => Frame {
-                            function: Some(sym.name.to_string()),
-                            file: sym.code_info.as_ref().map(|c| base(Path::new(&c.file))),
-                            line: sym.code_info.as_ref().and_then(|c| c.line),
-                            module: sym.module.as_ref().map(|m| base(Path::new(m))),
-                        },
-                        Symbolized::Unknown(_) => Frame::default(),
-                    };
-                    self.cache.insert((pid, *addr), frame);
+                Ok(syms) => {
+                    for (addr, s) in by_process.iter().zip(syms) {
+                        self.cache.insert((pid, *addr), frame_of(s));
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!("naming {} addresses of pid {pid}: {e}", by_process.len())
                 }
             }
         }
@@ -137,7 +185,7 @@ mod tests {
     fn names_a_function_of_this_process() {
         let addr = tracer_symbols_test_target as *const () as u64;
         let mut s = Symbols::default();
-        let f = s.resolve(std::process::id(), &[addr + 1]);
+        let f = s.resolve(std::process::id(), &[addr + 1], |_| None);
         assert_eq!(
             f[0].function.as_deref(),
             Some("tracer_symbols_test_target"),
@@ -148,7 +196,29 @@ mod tests {
             "{f:?}"
         );
         // Unmapped: unknown, not an error.
-        let f = s.resolve(std::process::id(), &[8]);
+        let f = s.resolve(std::process::id(), &[8], |_| None);
         assert_eq!(f[0], Frame::default());
+    }
+
+    #[test]
+    fn names_a_function_from_its_file_without_the_process() {
+        let addr = tracer_symbols_test_target as *const () as u64 + 1;
+        let maps = crate::stacks::maps::exec_mappings(std::process::id()).unwrap();
+        let m = maps
+            .iter()
+            .find(|m| (m.start..m.end).contains(&addr))
+            .expect("the test binary's code mapping")
+            .clone();
+        // A pid that names nothing: only the file can.
+        let mut s = Symbols::default();
+        let f = s.resolve(u32::MAX, &[addr], |a| {
+            Some((m.path.clone(), a - m.start + m.offset, m.path.clone()))
+        });
+        assert_eq!(
+            f[0].function.as_deref(),
+            Some("tracer_symbols_test_target"),
+            "{f:?}"
+        );
+        assert_eq!(f[0].module, Some(base(Path::new(&m.path))));
     }
 }

@@ -40,13 +40,18 @@ struct FileInfo {
     eh_frame: Option<Arc<[u8]>>,
     eh_frame_hdr: Option<Arc<[u8]>>,
     debug_frame: Option<Arc<[u8]>>,
+    /// The file, held open: it is named through this descriptor even
+    /// after every process that mapped it is gone.
+    held: fs::File,
 }
 
 impl FileInfo {
     fn read(path: &str) -> Option<Self> {
         // Read on demand: a process may map a file of gigabytes, and only
         // the headers and the unwind sections are wanted.
-        let cache = object::ReadCache::new(fs::File::open(path).ok()?);
+        let file = fs::File::open(path).ok()?;
+        let held = file.try_clone().ok()?;
+        let cache = object::ReadCache::new(file);
         let obj = object::File::parse(&cache).ok()?;
         let sect = |name: &str| {
             obj.section_by_name(name).map(|s| {
@@ -75,7 +80,14 @@ impl FileInfo {
             eh_frame: eh_frame.flatten(),
             eh_frame_hdr: eh_frame_hdr.flatten(),
             debug_frame: sect(".debug_frame").and_then(|s| s.1),
+            held,
         })
+    }
+
+    /// A path that opens this very file while tracer runs.
+    fn held_path(&self) -> String {
+        use std::os::fd::AsRawFd as _;
+        format!("/proc/self/fd/{}", self.held.as_raw_fd())
     }
 
     /// The load bias of a mapping of this file: where its address 0 is.
@@ -112,8 +124,9 @@ impl FileInfo {
 
 struct Process {
     unwinder: UnwinderX86_64<Arc<[u8]>>,
-    /// Executable mappings and their files' paths.
-    ranges: Vec<(Range<u64>, String)>,
+    /// Executable mappings: (addresses, path as the process sees it, file
+    /// offset of the start, the file).
+    ranges: Vec<(Range<u64>, String, u64, Arc<FileInfo>)>,
     read_at: Instant,
 }
 
@@ -125,8 +138,8 @@ impl Process {
     fn file_at(&self, addr: u64) -> Option<&str> {
         self.ranges
             .iter()
-            .find(|(r, _)| r.contains(&addr))
-            .map(|(_, f)| f.as_str())
+            .find(|(r, ..)| r.contains(&addr))
+            .map(|(_, f, ..)| f.as_str())
     }
 }
 
@@ -166,9 +179,11 @@ impl Unwinders {
                 .entry(m.file)
                 .or_insert_with(|| FileInfo::read(&m.host_path(pid)).map(Arc::new))
                 .clone();
-            if let Some(module) = info.and_then(|i| i.module(m)) {
+            if let Some(info) = info
+                && let Some(module) = info.module(m)
+            {
                 unwinder.add_module(module);
-                ranges.push((m.start..m.end, m.path.clone()));
+                ranges.push((m.start..m.end, m.path.clone(), m.offset, info));
             }
         }
         Some(Process {
@@ -181,6 +196,15 @@ impl Unwinders {
     /// Forgets a process.
     pub fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
+    }
+
+    /// Where `addr` of `pid` is in its file: a path that opens the file
+    /// (held open by tracer), the offset in it, and the path as the process
+    /// sees it. Known as long as the process's maps were read once.
+    pub fn locate(&self, pid: u32, addr: u64) -> Option<(String, u64, &str)> {
+        let p = self.procs.get(&pid)?;
+        let (r, path, off, info) = p.ranges.iter().find(|(r, ..)| r.contains(&addr))?;
+        Some((info.held_path(), addr - r.start + off, path.as_str()))
     }
 
     /// The path (as `pid` sees it) of the file whose code holds `addr`.

@@ -1,0 +1,262 @@
+//! The growth family: page faults that bring new memory into a process,
+//! counted per process and sampled by bytes with the user stack, for any
+//! language and allocator; and, at an OOM kill, the stack of the task whose
+//! allocation hit the limit.
+//!
+//! Per fault the cost is one LRU map lookup: whether a process is followed
+//! is decided once (first fault, a move to another cgroup, or a new
+//! generation from userspace) and kept in `GROWTH_PROCS` with its countdown.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
+    macros::tracepoint,
+    programs::TracePointContext,
+};
+use tracer_common::{
+    field,
+    growth::{self, GrowthConfig, GrowthProc, GrowthSample, error_code, mode, stat},
+    heap::how,
+    kind,
+};
+
+use crate::{
+    maps::{GROWTH_CONFIG, GROWTH_GEN, GROWTH_PROCS, GROWTH_SELECT, GROWTH_STATS},
+    probes::heap::next_gap,
+    stack::{self, user_regs},
+    util::{Ring, config, header, read_field},
+};
+
+/// User addresses end here (x86_64, 4-level and 5-level paging alike).
+const USER_END: u64 = 1 << 56;
+
+#[inline(always)]
+fn cfg() -> &'static GrowthConfig {
+    // SAFETY: GROWTH_CONFIG is a plain static; the volatile read of its
+    // address keeps the compiler from folding the compile-time default.
+    unsafe { &*core::ptr::read_volatile(&&raw const GROWTH_CONFIG) }
+}
+
+#[inline(always)]
+fn count(idx: u32) {
+    if let Some(c) = GROWTH_STATS.get_ptr_mut(idx) {
+        // SAFETY: per-CPU slot; BPF programs do not migrate while running.
+        unsafe { *c += 1 };
+    }
+}
+
+/// Whether the current task's memory cgroup, or one of the
+/// [`growth::LIMIT_LEVELS`] above it, has a limit: `mem_cgroup.memory.max`
+/// below `PAGE_COUNTER_MAX`, following `page_counter.parent` (the same
+/// counter of the parent cgroup). v1's `memory.limit_in_bytes` and v2's
+/// `memory.max` both set it (mm/memcontrol.c, `mem_cgroup_resize_max`,
+/// `memory_max_write`).
+#[inline(always)]
+fn limited(c: &GrowthConfig) -> bool {
+    let chain = config().memcg_chain;
+    if chain[0] == 0 || c.memcg_memory_off == 0 || c.counter_max_off == 0 {
+        return false;
+    }
+    // SAFETY: every pointer is only read through bpf_probe_read_kernel,
+    // which faults safely, at offsets from this kernel's BTF.
+    unsafe {
+        let task = aya_ebpf::helpers::bpf_get_current_task() as *const u8;
+        let Ok(set) = bpf_probe_read_kernel(task.add(chain[0] as usize).cast::<*const u8>()) else {
+            return false;
+        };
+        if set.is_null() {
+            return false;
+        }
+        // `css` is the first member of `struct mem_cgroup`.
+        let Ok(memcg) = bpf_probe_read_kernel(set.add(chain[1] as usize).cast::<*const u8>())
+        else {
+            return false;
+        };
+        if memcg.is_null() {
+            return false;
+        }
+        let mut counter = memcg.add(c.memcg_memory_off as usize);
+        for _ in 0..growth::LIMIT_LEVELS {
+            let Ok(max) =
+                bpf_probe_read_kernel(counter.add(c.counter_max_off as usize).cast::<u64>())
+            else {
+                return false;
+            };
+            if max < c.unlimited_pages {
+                return true;
+            }
+            match bpf_probe_read_kernel(
+                counter
+                    .add(c.counter_parent_off as usize)
+                    .cast::<*const u8>(),
+            ) {
+                Ok(p) if !p.is_null() => counter = p,
+                _ => return false,
+            }
+        }
+        false
+    }
+}
+
+/// The decision for the current process under `c.mode`.
+#[inline(always)]
+fn followed(c: &GrowthConfig, tgid: u32) -> bool {
+    match c.mode {
+        mode::ALL => true,
+        mode::LIMITED => limited(c),
+        // SAFETY: reading a plain u32 map value.
+        mode::SELECTED => unsafe { GROWTH_SELECT.get(&tgid) }.is_some(),
+        _ => false,
+    }
+}
+
+/// Counts one fault of the current process and sends a sample when its
+/// countdown runs out.
+#[inline(always)]
+fn on_fault(ctx: &TracePointContext, func: u32, address: Option<u64>, code: Option<u64>) -> u32 {
+    let c = cfg();
+    if c.mode == mode::OFF {
+        return 0;
+    }
+    let (Some(address), Some(code)) = (address, code) else {
+        return 0;
+    };
+    // A protection fault that is not a write (a read of a page mapped
+    // without access, a NUMA hint) brings in nothing; not-present faults
+    // and writes to present pages (copy on write) do.
+    if address >= USER_END || (code & error_code::PROT != 0 && code & error_code::WRITE == 0) {
+        return 0;
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if tgid == 0 {
+        return 0;
+    }
+    let generation = GROWTH_GEN.get(0).copied().unwrap_or(0);
+    let mut entry = GROWTH_PROCS.get_ptr_mut(&tgid);
+    // SAFETY: a live map value; concurrent faults of the process's threads
+    // may race on its counters, which skews a count, never memory safety.
+    if entry.is_none_or(|e| unsafe { (*e).generation } != generation) {
+        count(stat::DECISIONS);
+        let on = followed(c, tgid);
+        // SAFETY: as above.
+        let kept = entry.map(|e| unsafe { *e }).filter(|e| e.on == 1 && on);
+        let fresh = GrowthProc {
+            generation,
+            on: on as u32,
+            left: kept.map_or_else(|| next_gap(c.sample_bytes, &c.exp_table), |e| e.left),
+            faults: kept.map_or(0, |e| e.faults),
+            samples: kept.map_or(0, |e| e.samples),
+        };
+        if GROWTH_PROCS.insert(&tgid, &fresh, 0).is_err() {
+            return 0;
+        }
+        entry = GROWTH_PROCS.get_ptr_mut(&tgid);
+    }
+    let Some(e) = entry else { return 0 };
+    // SAFETY: as above.
+    unsafe {
+        if (*e).on == 0 {
+            return 0;
+        }
+        (*e).faults += 1;
+        count(stat::FAULTS);
+        let exact = c.sample_bytes == 0;
+        if !exact {
+            (*e).left -= growth::PAGE as i64;
+            if (*e).left > 0 {
+                return 0;
+            }
+            (*e).left = next_gap(c.sample_bytes, &c.exp_table);
+        }
+        if send(
+            ctx,
+            kind::GROWTH_FAULT,
+            func,
+            address,
+            growth::PAGE,
+            if exact { how::EXACT } else { how::SAMPLED },
+        ) {
+            (*e).samples += 1;
+        }
+    }
+    0
+}
+
+/// Sends a [`GrowthSample`] of the current task; false when it was lost.
+#[inline(always)]
+fn send(ctx: &TracePointContext, kind: u32, func: u32, addr: u64, size: u64, how: u32) -> bool {
+    let Some(regs) = user_regs() else {
+        return false;
+    };
+    let Some(mut slot) = Ring::Data.reserve::<GrowthSample>() else {
+        count(stat::RING_FULL);
+        return false;
+    };
+    let ev = slot.as_mut_ptr();
+    // SAFETY: `ev` points at a reserved ring slot of size_of::<GrowthSample>().
+    unsafe {
+        (&raw mut (*ev).header).write(header(kind));
+        (*ev).addr = addr;
+        (*ev).size = size;
+        (*ev).func = func;
+        (*ev).how = how;
+        if !stack::fill(ctx, ev, regs) {
+            count(stat::STACK_LOST);
+        }
+    }
+    slot.submit();
+    count(stat::SAMPLES);
+    true
+}
+
+/// `tracepoint/exceptions/page_fault_user`, from `trace_page_fault_entries()`
+/// in arch/x86/mm/fault.c: a fault taken in user mode. Format: `unsigned
+/// long address, ip, error_code`. Minimum kernel: 3.16 (x86 only).
+#[tracepoint]
+pub fn growth_fault_user(ctx: TracePointContext) -> u32 {
+    on_fault(
+        &ctx,
+        growth::FAULT_USER,
+        read_field::<u64>(&ctx, field::PF_USER_ADDRESS),
+        read_field::<u64>(&ctx, field::PF_USER_ERROR),
+    )
+}
+
+/// `tracepoint/exceptions/page_fault_kernel`: a fault taken in kernel mode;
+/// only those on user addresses count (the kernel filling a process's new
+/// buffer, as `read()` does). Minimum kernel: 3.16 (x86 only).
+#[tracepoint]
+pub fn growth_fault_kernel(ctx: TracePointContext) -> u32 {
+    on_fault(
+        &ctx,
+        growth::FAULT_KERNEL,
+        read_field::<u64>(&ctx, field::PF_KERNEL_ADDRESS),
+        read_field::<u64>(&ctx, field::PF_KERNEL_ERROR),
+    )
+}
+
+/// `tracepoint/cgroup/cgroup_attach_task`, from `cgroup_attach_task()` in
+/// kernel/cgroup/cgroup.c: a task moved to another cgroup. Its process's
+/// decision is taken again at its next fault. Format: `dst_root, dst_level,
+/// dst_id, pid, dst_path, comm`. Minimum kernel: 4.6.
+#[tracepoint]
+pub fn growth_cgroup_attach(ctx: TracePointContext) -> u32 {
+    if let Some(pid) = read_field::<i32>(&ctx, field::CGROUP_ATTACH_PID) {
+        // The thread group leader's pid is its tgid; a move of a whole
+        // process reports the leader too.
+        let _ = GROWTH_PROCS.remove(&(pid as u32));
+    }
+    0
+}
+
+/// The stack of the current task, which triggered an OOM kill of
+/// `victim_pid` (called from `oom:mark_victim`). Kernel threads and tasks
+/// without user memory have no user stack: nothing is sent.
+#[inline(always)]
+pub fn send_tip(ctx: &TracePointContext, victim_pid: u32) {
+    if cfg().mode == mode::OFF {
+        return;
+    }
+    if send(ctx, kind::OOM_TIP, growth::TIP, victim_pid as u64, 0, 0) {
+        count(stat::TIPS);
+    }
+}

@@ -1,0 +1,77 @@
+//! The user stack of the current task, copied for unwinding in userspace:
+//! shared by every family that sends a [`HeapAlloc`]-shaped sample.
+
+use aya_ebpf::{
+    EbpfContext,
+    bindings::{BPF_F_USER_STACK, pt_regs},
+    helpers::{
+        bpf_probe_read_kernel,
+        generated::{bpf_get_current_task_btf, bpf_get_stack, bpf_task_pt_regs},
+    },
+};
+use tracer_common::heap::{self, HeapAlloc};
+
+/// The user registers `(ip, sp, bp)` of the current task: where it entered
+/// the kernel (a system call, a fault). Valid in tracepoints.
+#[inline(always)]
+pub fn user_regs() -> Option<(u64, u64, u64)> {
+    // SAFETY: helpers without preconditions beyond a task pointer from the
+    // kernel; the registers are read through bpf_probe_read_kernel.
+    unsafe {
+        let task = bpf_get_current_task_btf();
+        let regs = bpf_task_pt_regs(task) as *const pt_regs;
+        if regs.is_null() {
+            return None;
+        }
+        Some((
+            bpf_probe_read_kernel(&raw const (*regs).rip).ok()?,
+            bpf_probe_read_kernel(&raw const (*regs).rsp).ok()?,
+            bpf_probe_read_kernel(&raw const (*regs).rbp).ok()?,
+        ))
+    }
+}
+
+/// Fills the registers, the kernel's frame-pointer walk and a copy of the
+/// top of the user stack into the sample at `ev`; false when no byte of the
+/// stack could be copied.
+///
+/// # Safety
+/// `ev` points at a reserved ring slot of `size_of::<HeapAlloc>()` bytes.
+#[inline(always)]
+pub unsafe fn fill<C: EbpfContext>(
+    ctx: &C,
+    ev: *mut HeapAlloc,
+    (ip, sp, bp): (u64, u64, u64),
+) -> bool {
+    // SAFETY: the caller's contract; every field is written through raw
+    // pointers (the event is far larger than the BPF stack).
+    unsafe {
+        (*ev).ip = ip;
+        (*ev).sp = sp;
+        (*ev).bp = bp;
+        let fp_bytes = bpf_get_stack(
+            ctx.as_ptr(),
+            (&raw mut (*ev).fp).cast(),
+            (8 * heap::FP_FRAMES) as u32,
+            BPF_F_USER_STACK as u64,
+        );
+        (*ev).fp_len = if fp_bytes > 0 { fp_bytes as u32 / 8 } else { 0 };
+        // A read fails as a whole when the stack mapping ends inside it
+        // (the main thread's stack ends a few KiB above main's frame, by a
+        // random amount): copy up to page boundaries, the most first.
+        let dst = (&raw mut (*ev).stack).cast::<u8>();
+        let to_page_end = 4096 - (sp & 4095);
+        let mut len = 0u32;
+        for pages in [2u64, 1, 0] {
+            let want = (to_page_end + pages * 4096).min(heap::STACK_BYTES as u64) as u32;
+            if aya_ebpf::helpers::generated::bpf_probe_read_user(dst.cast(), want, sp as *const _)
+                == 0
+            {
+                len = want;
+                break;
+            }
+        }
+        (*ev).stack_len = len;
+        len != 0
+    }
+}

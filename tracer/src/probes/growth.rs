@@ -1,0 +1,274 @@
+//! The growth family on the user side: its configuration (which processes,
+//! how often a sample), attaching the fault tracepoints, and the maps
+//! userspace drives (the decision generation, the selected processes) and
+//! reads (counters).
+
+use aya::maps::{Array, MapData, PerCpuArray};
+use tracer_common::{
+    growth::{GrowthConfig, mode, stat},
+    heap::EXP_TABLE_LEN,
+    maps, programs,
+};
+
+use super::{Hook, ProbeError, ProbeSpec, ProbeStatus, Probes, btf::KernelBtf};
+
+/// Mean bytes faulted in between two samples of a process by default.
+pub const DEFAULT_SAMPLE_BYTES: u64 = 1 << 20;
+
+/// Which processes growth attribution follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum GrowthMode {
+    /// Nobody.
+    Off,
+    /// Processes in a memory cgroup with a limit (here or above).
+    Limited,
+    /// Every process.
+    All,
+    /// The processes userspace selects (`tracer growth`).
+    #[value(skip)]
+    Selected,
+}
+
+impl GrowthMode {
+    fn wire(self) -> u32 {
+        match self {
+            GrowthMode::Off => mode::OFF,
+            GrowthMode::Limited => mode::LIMITED,
+            GrowthMode::All => mode::ALL,
+            GrowthMode::Selected => mode::SELECTED,
+        }
+    }
+}
+
+/// What the growth programs are asked to do.
+#[derive(Clone, Copy, Debug)]
+pub struct GrowthOptions {
+    /// Which processes.
+    pub mode: GrowthMode,
+    /// Mean bytes between samples of one process (0 = every fault).
+    pub sample_bytes: u64,
+}
+
+impl GrowthOptions {
+    /// Growth attribution off.
+    pub const OFF: Self = Self {
+        mode: GrowthMode::Off,
+        sample_bytes: DEFAULT_SAMPLE_BYTES,
+    };
+}
+
+/// The programs' configuration for this kernel; the notes say what keeps a
+/// process from counting as limited (no limit is then ever seen).
+pub fn config(opts: &GrowthOptions, btf: &KernelBtf) -> (GrowthConfig, Option<String>) {
+    let mut c = GrowthConfig::empty();
+    c.mode = opts.mode.wire();
+    c.sample_bytes = opts.sample_bytes.min(super::heap::MAX_SAMPLE_BYTES);
+    c.exp_table = super::heap::exp_table();
+    // PAGE_COUNTER_MAX is LONG_MAX / PAGE_SIZE (include/linux/page_counter.h).
+    c.unlimited_pages = i64::MAX as u64 / (crate::util::sys::page_kb() * 1024);
+    let note = match super::layout::memcg_limit_offsets(btf) {
+        Ok((memory, max, parent)) => {
+            c.memcg_memory_off = memory;
+            c.counter_max_off = max;
+            c.counter_parent_off = parent;
+            None
+        }
+        Err(e) => Some(format!("memory cgroup limits cannot be read ({e})")),
+    };
+    (c, note)
+}
+
+/// The growth programs: (program, tracepoint, required for growth).
+pub const GROWTH_PROBES: [ProbeSpec; 3] = [
+    ProbeSpec {
+        program: programs::GROWTH_FAULT_USER,
+        hook: Hook::TracePoint {
+            category: "exceptions",
+            name: "page_fault_user",
+        },
+        required: true,
+        purpose: "growth attribution (page faults in user mode)",
+    },
+    ProbeSpec {
+        program: programs::GROWTH_FAULT_KERNEL,
+        hook: Hook::TracePoint {
+            category: "exceptions",
+            name: "page_fault_kernel",
+        },
+        required: false,
+        purpose: "growth by the kernel on a process's behalf (read() into new buffers)",
+    },
+    ProbeSpec {
+        program: programs::GROWTH_CGROUP_ATTACH,
+        hook: Hook::TracePoint {
+            category: "cgroup",
+            name: "cgroup_attach_task",
+        },
+        required: false,
+        purpose: "growth decisions taken again at once when a process changes cgroup",
+    },
+];
+
+/// The growth programs' counters, summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct GrowthCounts {
+    /// Faults of followed processes.
+    pub faults: u64,
+    /// Samples sent.
+    pub samples: u64,
+    /// Samples lost to a full ring.
+    pub ring_full: u64,
+    /// Samples sent without their stack.
+    pub stack_lost: u64,
+    /// Decisions taken (whether a process is followed).
+    pub decisions: u64,
+    /// Tipping stacks sent at OOM kills.
+    pub tips: u64,
+}
+
+/// What userspace keeps of the growth programs' maps.
+pub struct GrowthMaps {
+    stats: PerCpuArray<MapData, u64>,
+    generation: Array<MapData, u32>,
+    gen_value: u32,
+}
+
+impl GrowthMaps {
+    /// Reads the counters.
+    pub fn read(&self) -> Result<GrowthCounts, aya::maps::MapError> {
+        let get = |i: u32| -> Result<u64, aya::maps::MapError> {
+            Ok(self.stats.get(&i, 0)?.iter().sum())
+        };
+        Ok(GrowthCounts {
+            faults: get(stat::FAULTS)?,
+            samples: get(stat::SAMPLES)?,
+            ring_full: get(stat::RING_FULL)?,
+            stack_lost: get(stat::STACK_LOST)?,
+            decisions: get(stat::DECISIONS)?,
+            tips: get(stat::TIPS)?,
+        })
+    }
+
+    /// Has every process's decision taken again at its next fault (a limit
+    /// set or lifted since).
+    pub fn new_generation(&mut self) -> Result<(), aya::maps::MapError> {
+        self.gen_value = self.gen_value.wrapping_add(1);
+        self.generation.set(0, self.gen_value, 0)
+    }
+}
+
+impl Probes {
+    /// Attaches the growth programs (with the mode they were loaded with).
+    /// Without `exceptions:page_fault_user` (a kernel that is not x86, or
+    /// without the tracepoint) growth attribution is off: the error says
+    /// so and recording goes on without it.
+    pub fn attach_growth(&mut self) -> Result<Vec<ProbeStatus>, ProbeError> {
+        let mut out = Vec::new();
+        for spec in GROWTH_PROBES {
+            let Hook::TracePoint { category, name } = spec.hook else {
+                continue;
+            };
+            match self.attach_tracepoint(spec.program, category, name) {
+                Ok(()) => out.push(ProbeStatus { spec, error: None }),
+                Err(e) if spec.required => {
+                    return Err(ProbeError::RequiredHook {
+                        hook: spec.hook.to_string(),
+                        why: e.to_string(),
+                        purpose: spec.purpose,
+                    });
+                }
+                Err(e) => out.push(ProbeStatus {
+                    spec,
+                    error: Some(e.to_string()),
+                }),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Takes the growth counters and the generation out of the object.
+    pub fn take_growth_maps(&mut self) -> Result<GrowthMaps, ProbeError> {
+        let take = |ebpf: &mut aya::Ebpf, name: &'static str| {
+            ebpf.take_map(name)
+                .ok_or(ProbeError::Missing { what: "map", name })
+        };
+        let stats =
+            PerCpuArray::try_from(take(&mut self.ebpf, maps::GROWTH_STATS)?).map_err(|source| {
+                ProbeError::Map {
+                    name: maps::GROWTH_STATS,
+                    source,
+                }
+            })?;
+        let generation =
+            Array::try_from(take(&mut self.ebpf, maps::GROWTH_GEN)?).map_err(|source| {
+                ProbeError::Map {
+                    name: maps::GROWTH_GEN,
+                    source,
+                }
+            })?;
+        Ok(GrowthMaps {
+            stats,
+            generation,
+            gen_value: 0,
+        })
+    }
+
+    /// Selects (or deselects) a process for growth sampling
+    /// (`GrowthMode::Selected`); its decision is taken again at once.
+    pub fn growth_select(&mut self, pid: u32, on: bool) -> Result<(), ProbeError> {
+        for name in [maps::GROWTH_SELECT, maps::GROWTH_PROCS] {
+            let map = self
+                .ebpf
+                .map_mut(name)
+                .ok_or(ProbeError::Missing { what: "map", name })?;
+            let r = if name == maps::GROWTH_SELECT {
+                let mut m: aya::maps::HashMap<_, u32, u32> = aya::maps::HashMap::try_from(map)
+                    .map_err(|source| ProbeError::Map { name, source })?;
+                if on {
+                    m.insert(pid, 1, 0)
+                } else {
+                    m.remove(&pid)
+                }
+            } else {
+                let mut m: aya::maps::HashMap<_, u32, tracer_common::growth::GrowthProc> =
+                    aya::maps::HashMap::try_from(map)
+                        .map_err(|source| ProbeError::Map { name, source })?;
+                m.remove(&pid)
+            };
+            match r {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(source) => return Err(ProbeError::Map { name, source }),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The exponential quantile table length the programs expect.
+const _: () = assert!(EXP_TABLE_LEN == tracer_common::heap::EXP_TABLE_LEN);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_are_found_in_this_kernels_memory_cgroups() {
+        let Some(btf) = super::super::btf::tests::kernel_btf() else {
+            return;
+        };
+        let opts = GrowthOptions {
+            mode: GrowthMode::Limited,
+            sample_bytes: 0,
+        };
+        let (c, note) = config(&opts, &btf);
+        assert_eq!(note, None);
+        assert_eq!(c.mode, mode::LIMITED);
+        // `memory` follows `css` in mem_cgroup; `max` and `parent` are
+        // distinct members of page_counter.
+        assert!(c.memcg_memory_off > 0, "{c:?}");
+        assert_ne!(c.counter_max_off, c.counter_parent_off);
+        assert_eq!(c.unlimited_pages, i64::MAX as u64 / 4096);
+        // The sampling table is the heap's.
+        assert_eq!(c.exp_table, super::super::heap::exp_table());
+    }
+}

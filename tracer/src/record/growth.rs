@@ -1,0 +1,66 @@
+//! Where a process's memory grew, as sampled page faults show it, and the
+//! allocation that tipped an OOM kill.
+
+use serde::{Deserialize, Serialize};
+
+use crate::stacks::symbols::Frame;
+
+/// One growth site: a whole stack and the bytes faulted in there.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GrowthSite {
+    /// The stack, innermost first: the first frame outside the C library
+    /// and allocators (the code that asked for the memory), unless nothing
+    /// outside them was unwound.
+    pub frames: Vec<Frame>,
+    /// Estimated bytes faulted in here within the window.
+    pub bytes: u64,
+    /// Samples within the window.
+    pub samples: u64,
+}
+
+/// Where one process's memory grew over a window.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GrowthReport {
+    /// The process.
+    pub pid: u32,
+    /// Its name.
+    pub comm: String,
+    /// Wall time the window ends (the kill, the exit, or now), ns.
+    pub until_ns: u64,
+    /// Seconds the window spans.
+    pub window_s: u64,
+    /// Mean bytes faulted in between two samples (0: every fault).
+    pub sample_bytes: u64,
+    /// Estimated bytes faulted in within the window, all sites.
+    pub bytes: u64,
+    /// Samples within the window.
+    pub samples: u64,
+    /// Estimated bytes faulted in since the process was first seen.
+    pub total_bytes: u64,
+    /// The top sites of the window by bytes.
+    pub sites: Vec<GrowthSite>,
+    /// Sites beyond those listed.
+    pub more_sites: usize,
+    /// Samples whose stack ended at its first frame (no stack copy, or code
+    /// without unwind information).
+    pub shallow_samples: u64,
+    /// Samples the tracer could not take in time (its queue was full).
+    pub lost_samples: u64,
+}
+
+/// The stack of the task whose allocation hit the limit, at the kill.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TipStack {
+    /// The task's process.
+    pub pid: u32,
+    /// The task (thread).
+    pub tid: u32,
+    /// Its name.
+    pub comm: String,
+    /// The stack, innermost first, from the first frame outside the C
+    /// library and allocators.
+    pub frames: Vec<Frame>,
+    /// Whether that task's process is the victim (else the kernel chose
+    /// another process than the one whose allocation failed).
+    pub victim_is_trigger: bool,
+}
