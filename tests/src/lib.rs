@@ -647,9 +647,23 @@ impl Attach {
 
     /// Same, with the tracer binary at `bin`.
     pub fn start_bin(bin: &Path, pid: u32, extra: &[&str]) -> Self {
+        let pid = pid.to_string();
+        let mut args = vec!["attach", "--json", "--pid", &pid];
+        args.extend_from_slice(extra);
+        Self::live(bin, &args)
+    }
+
+    /// Starts `tracer growth --json EXTRA...` and waits until it follows.
+    pub fn growth(extra: &[&str]) -> Self {
+        let mut args = vec!["growth", "--json"];
+        args.extend_from_slice(extra);
+        Self::live(&tracer_bin(), &args)
+    }
+
+    /// Starts a live subcommand and waits until it says it is tracing.
+    fn live(bin: &Path, args: &[&str]) -> Self {
         let mut child = Command::new(bin)
-            .args(["attach", "--json", "--pid", &pid.to_string()])
-            .args(extra)
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -683,6 +697,7 @@ impl Attach {
             // Every library of the process is attached once it says "tracing".
             if e.contains("tracer: tracing pid")
                 || e.contains("tracer: tracing the heap of pid")
+                || e.contains("tracer: following the growth of")
                 || e.contains("waiting for one")
             {
                 return Some(());
@@ -762,6 +777,7 @@ impl Attach {
     fn final_report(&self) -> serde_json::Value {
         let mut all = self.of_type("exit");
         all.extend(self.of_type("detach"));
+        all.extend(self.of_type("end"));
         all.pop()
             .unwrap_or_else(|| panic!("no final report; stderr: {}", self.stderr()))
     }

@@ -89,7 +89,7 @@ pub(super) const RESCAN: Duration = Duration::from_millis(500);
 /// What ends a live session: the process exits, `--duration` runs out,
 /// SIGINT or SIGTERM.
 pub(super) struct Ends {
-    exit: tokio::io::unix::AsyncFd<OwnedFd>,
+    exit: Option<tokio::io::unix::AsyncFd<OwnedFd>>,
     sigint: tokio::signal::unix::Signal,
     sigterm: tokio::signal::unix::Signal,
     deadline: Option<tokio::time::Instant>,
@@ -97,8 +97,17 @@ pub(super) struct Ends {
 
 impl Ends {
     pub(super) fn new(pidfd: OwnedFd, duration: Option<Duration>) -> anyhow::Result<Self> {
+        Self::new_opt(Some(pidfd), duration)
+    }
+
+    /// As [`Ends::new`]; without a process only the deadline and the
+    /// signals end the session.
+    pub(super) fn new_opt(
+        pidfd: Option<OwnedFd>,
+        duration: Option<Duration>,
+    ) -> anyhow::Result<Self> {
         Ok(Self {
-            exit: collect::async_fd(pidfd)?,
+            exit: pidfd.map(collect::async_fd).transpose()?,
             sigint: signal(SignalKind::interrupt())?,
             sigterm: signal(SignalKind::terminate())?,
             deadline: duration.map(|d| tokio::time::Instant::now() + d),
@@ -115,9 +124,15 @@ impl Ends {
                 None => std::future::pending().await,
             }
         };
+        let exit = async {
+            match &self.exit {
+                Some(fd) => fd.readable().await.map(drop),
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            r = self.exit.readable() => {
-                let _ = r?;
+            r = exit => {
+                r?;
                 Ok(true)
             }
             _ = until_deadline => Ok(false),

@@ -5,6 +5,7 @@ pub mod attach_host;
 pub mod doctor;
 pub mod events;
 pub mod explain;
+pub mod growth;
 pub mod record;
 pub mod top;
 
@@ -33,6 +34,8 @@ pub enum Command {
     Record(record::RecordArgs),
     /// Trace the CUDA allocations, or with --host the heap, of a running process, live (needs root).
     Attach(attach::AttachArgs),
+    /// Where a process's or a memory cgroup's memory is growing, by stack, live (needs root).
+    Growth(growth::GrowthArgs),
     /// Explain the latest OOM kill, or every kill in a window.
     Explain(explain::ExplainArgs),
     /// Processes and containers with host and GPU memory, live, closest to a limit first.
@@ -65,6 +68,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Record(a) => record::run(a),
         Command::Attach(a) => attach::run(a),
+        Command::Growth(a) => growth::run(a),
         Command::Explain(a) => explain::run(a),
         Command::Events(a) => events::run(a),
         Command::Top(a) => top::run(a),

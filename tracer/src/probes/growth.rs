@@ -235,10 +235,7 @@ impl Probes {
                         .map_err(|source| ProbeError::Map { name, source })?;
                 m.remove(&pid)
             };
-            match r {
-                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
-                Err(source) => return Err(ProbeError::Map { name, source }),
-            }
+            super::absent_is_ok(r).map_err(|source| ProbeError::Map { name, source })?;
         }
         Ok(())
     }

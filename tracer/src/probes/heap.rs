@@ -146,10 +146,7 @@ impl Probes {
         } else {
             map.remove(&pid)
         };
-        match r {
-            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(source) => Err(ProbeError::Map { name, source }),
-        }
+        super::absent_is_ok(r).map_err(|source| ProbeError::Map { name, source })
     }
 
     /// Takes the heap counters out of the object.

@@ -458,6 +458,19 @@ enum Unavailable {
     Missing(&'static str),
 }
 
+/// A map update or delete; deleting a key that is not there is no error.
+pub(crate) fn absent_is_ok(r: Result<(), aya::maps::MapError>) -> Result<(), aya::maps::MapError> {
+    match r {
+        Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+        Err(aya::maps::MapError::SyscallError(e))
+            if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
+        {
+            Ok(())
+        }
+        r => r,
+    }
+}
+
 /// Per-ring counts of events the kernel side could not queue.
 pub struct DropCounters {
     map: PerCpuArray<MapData, u64>,

@@ -573,6 +573,9 @@ impl Engine {
                 if let Some(w) = &self.watcher {
                     w.on_exec(e.pid);
                 }
+                if let Some(h) = &self.heap {
+                    h.on_exec(e.pid);
+                }
             }
             Event::Fork(f) => {
                 self.model

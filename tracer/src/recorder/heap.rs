@@ -253,6 +253,13 @@ impl HeapTracer {
         out
     }
 
+    /// A process exec'd: its maps and names are read again (what it grew
+    /// before stays, named as it was).
+    pub fn exec(&mut self, pid: u32) {
+        self.unwinders.forget(pid);
+        self.symbols.forget(pid);
+    }
+
     /// Forgets a process.
     pub fn forget(&mut self, pid: u32) {
         for id in self.profile.stacks_of(pid) {
@@ -284,6 +291,7 @@ enum Msg {
     Kill(u32, u64),
     Growth(u32, u64, tokio::sync::oneshot::Sender<GrowthReport>),
     Settle(std::sync::mpsc::SyncSender<()>),
+    Exec(u32),
 }
 
 /// What the worker found for a kill: where its victim grew, and the stack
@@ -301,6 +309,9 @@ pub struct KillGrowth {
 /// How long after a kill its growth report is still brought up to date
 /// (samples taken just before it may still be queued behind it).
 const KILL_SETTLE_NS: u64 = 15_000_000_000;
+
+/// The worker thread's nice value (the engine's is the process's).
+const WORKER_NICE: libc::c_int = 10;
 
 /// How long a process's last snapshot is kept after it exits (its kill
 /// is committed long before).
@@ -339,6 +350,13 @@ impl HeapWorker {
         let thread = std::thread::Builder::new()
             .name("tracer-heap".into())
             .spawn(move || {
+                // Below the engine: on a busy node, unwinding and naming
+                // wait, a kill's commit does not.
+                // SAFETY: plain syscalls on this thread's own id.
+                unsafe {
+                    let tid = libc::gettid();
+                    libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, WORKER_NICE);
+                }
                 // Made here: the symbolizer's caches stay on this thread.
                 let mut tracer = HeapTracer::new(sample_bytes);
                 tracer.set_growth_sample_bytes(growth_sample_bytes);
@@ -360,6 +378,13 @@ impl HeapWorker {
             p.insert(s.header.pid);
         }
         self.send(Msg::Fault(s, ts_ns));
+    }
+
+    /// A process exec'd a new program: its addresses mean other code now.
+    pub fn on_exec(&self, pid: u32) {
+        if self.sampled.lock().is_ok_and(|s| s.contains(&pid)) {
+            self.send(Msg::Exec(pid));
+        }
     }
 
     /// The stack that tipped an OOM kill.
@@ -562,11 +587,10 @@ fn work(rx: std::sync::mpsc::Receiver<Msg>, mut tracer: HeapTracer, view: View, 
             }
             Ok(Msg::Free(f)) => tracer.free(&f),
             Ok(Msg::Fault(s, ts)) => {
-                comms
-                    .entry(s.header.pid)
-                    .or_insert_with(|| crate::collect::decode::c_str(&s.header.comm));
+                comms.insert(s.header.pid, crate::collect::decode::c_str(&s.header.comm));
                 tracer.fault(&s, ts);
             }
+            Ok(Msg::Exec(pid)) => tracer.exec(pid),
             Ok(Msg::Tip(s)) => {
                 let victim = s.addr as u32;
                 tips.insert(victim, tracer.tip(&s));

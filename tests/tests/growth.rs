@@ -1,0 +1,337 @@
+//! End-to-end tests of growth attribution: `tracer record` (growth on by
+//! default for memory-limited processes) while a process grows in a memory
+//! cgroup until the kernel kills it, under glibc, jemalloc and CPython; and
+//! the promise that no process's C library is probed while there is no
+//! pressure.
+
+use std::{path::Path, process::Command, time::Duration};
+
+use serde_json::Value;
+use tracer_e2e::{
+    Attach, CudaLoad, Recorder, TestCgroup, explain_json, grower, privileged, summary_of, tracer,
+    wait_for,
+};
+
+const MIB: u64 = 1 << 20;
+/// The jemalloc of Debian's libjemalloc2 (installed by `cargo xtask setup`).
+const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+
+fn function(frames: &Value, i: usize) -> &str {
+    frames[i]["function"].as_str().unwrap_or("")
+}
+
+/// Records while `cmd` (started in `cg`, answering "ready") is told to go
+/// and grows until the kernel kills it; returns the kill's JSON and its
+/// text.
+fn killed_while_recording(cg: &TestCgroup, cmd: Command) -> (Value, String, Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let rec = Recorder::start(&store);
+    let mut prog = CudaLoad::spawn(cmd);
+    let pid = prog.pid().to_string();
+    prog.send("go");
+    let killed = wait_for(Duration::from_secs(60), || {
+        (cg.oom_kills() > 0).then_some(())
+    });
+    assert!(killed.is_some(), "no OOM kill in {}", cg.path);
+    let store_s = store.to_str().unwrap();
+    let v = explain_json(&["--store", store_s, "--pid", &pid], |v| {
+        !v["kill"]["growth"].is_null() && !v["kill"]["tipping_stack"].is_null()
+    });
+    let out = tracer(&["explain", "--store", store_s, "--pid", &pid]);
+    drop(prog);
+    let summary = summary_of(&rec.stop()).expect("the recorder's summary");
+    (
+        v["kill"].clone(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        summary,
+    )
+}
+
+/// The grower's growth and tipping stack name build_index first.
+fn names_build_index(kill: &Value, text: &str, limit: u64) {
+    let g = &kill["growth"];
+    let sites = g["sites"].as_array().expect("sites");
+    assert_eq!(function(&sites[0]["frames"], 0), "build_index", "{g:#}");
+    assert_eq!(function(&sites[0]["frames"], 1), "main", "{g:#}");
+    // About the limit was faulted in (one sample per MiB: within a third).
+    let bytes = g["bytes"].as_u64().unwrap();
+    assert!(
+        (limit * 2 / 3..=limit * 4 / 3).contains(&bytes),
+        "{bytes} bytes of growth for a {limit}-byte limit: {g:#}"
+    );
+    assert_eq!(g["lost_samples"], 0, "{g:#}");
+    let tip = &kill["tipping_stack"];
+    assert_eq!(function(&tip["frames"], 0), "build_index", "{tip:#}");
+    assert_eq!(tip["victim_is_trigger"], true, "{tip:#}");
+    assert_eq!(tip["pid"], kill["victim"]["pid"], "{tip:#}");
+    assert!(
+        text.contains("  growth ")
+            && text.contains("build_index (grower.c:")
+            && text.contains("  tipped by  the allocation that hit the limit: grower (pid"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_memcg_oom_kill_names_the_code_that_grew_and_the_allocation_that_tipped_it() {
+    if !privileged() {
+        return;
+    }
+    let limit = 128 * MIB;
+    let cg = TestCgroup::new("growth", limit);
+    let mut cmd = cg.command(grower());
+    cmd.arg("grow");
+    let (kill, text, summary) = killed_while_recording(&cg, cmd);
+    names_build_index(&kill, &text, limit);
+    // The kernel counted the victim's faults, one sample per MiB of them,
+    // and lost none.
+    let g = &summary["summary"]["growth"];
+    assert!(
+        g["faults"].as_u64().unwrap() >= limit / 4096 / 2,
+        "{summary}"
+    );
+    assert_eq!(g["ring_full"], 0, "{summary}");
+    assert_eq!(g["tips"], 1, "{summary}");
+}
+
+#[test]
+fn jemalloc_preloaded_is_attributed_the_same() {
+    if !privileged() {
+        return;
+    }
+    assert!(
+        Path::new(JEMALLOC).exists(),
+        "{JEMALLOC} missing: run cargo xtask setup"
+    );
+    let limit = 128 * MIB;
+    let cg = TestCgroup::new("growth-je", limit);
+    let mut cmd = cg.command(grower());
+    cmd.arg("grow").env("LD_PRELOAD", JEMALLOC);
+    let (kill, text, _) = killed_while_recording(&cg, cmd);
+    names_build_index(&kill, &text, limit);
+}
+
+#[test]
+fn a_python_list_grown_until_killed_is_named_in_cpython() {
+    if !privileged() {
+        return;
+    }
+    let limit = 128 * MIB;
+    let cg = TestCgroup::new("growth-py", limit);
+    // Debian's interpreter (python3 on PATH may be a shim script).
+    let mut cmd = cg.command("/usr/bin/python3");
+    cmd.args([
+        "-c",
+        "import sys\nprint('ready', flush=True)\nsys.stdin.readline()\nx = []\nwhile True:\n    x.append([0] * 1000)\n",
+    ]);
+    let (kill, text, _) = killed_while_recording(&cg, cmd);
+    let g = &kill["growth"];
+    let top = &g["sites"][0]["frames"];
+    // Native frames of the interpreter: named functions in python3's own
+    // code (or its libpython).
+    let frames = top.as_array().expect("frames");
+    let cpython: Vec<&str> = frames
+        .iter()
+        .filter(|f| {
+            f["module"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("python3") || m.starts_with("libpython3"))
+        })
+        .filter_map(|f| f["function"].as_str())
+        .collect();
+    assert!(cpython.len() >= 3, "{g:#}");
+    assert!(
+        cpython.iter().any(|f| f.contains("Eval")),
+        "the interpreter loop is among the frames: {g:#}"
+    );
+    assert!(
+        !kill["tipping_stack"]["frames"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    assert!(text.contains("  growth "), "{text}");
+}
+
+/// The first bytes of `function` in `pid`'s C library, and the same bytes
+/// in the library's file.
+fn libc_bytes(pid: u32, function: &str) -> (Vec<u8>, Vec<u8>) {
+    // Where the function is in this process's libc (the same file).
+    let name = std::ffi::CString::new(function).unwrap();
+    // SAFETY: dlsym with a NUL-terminated name; the result is only used as
+    // a number.
+    let addr = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) } as u64;
+    assert_ne!(addr, 0, "{function}");
+    let mapping = |pid: String| -> Vec<(u64, u64, u64, String)> {
+        std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .unwrap()
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let (a, b) = f.first()?.split_once('-')?;
+                Some((
+                    u64::from_str_radix(a, 16).ok()?,
+                    u64::from_str_radix(b, 16).ok()?,
+                    u64::from_str_radix(f.get(2)?, 16).ok()?,
+                    f.get(5)?.to_string(),
+                ))
+            })
+            .collect()
+    };
+    let mine = mapping("self".into());
+    let (start, _, off, path) = mine
+        .iter()
+        .find(|(a, b, ..)| (*a..*b).contains(&addr))
+        .expect("the test's libc mapping")
+        .clone();
+    let file_off = addr - start + off;
+    let theirs = mapping(pid.to_string());
+    let (tstart, ..) = theirs
+        .iter()
+        .find(|(_, _, o, p)| *p == path && *o == off)
+        .unwrap_or_else(|| panic!("pid {pid} maps {path}"));
+    let at = tstart + (addr - start);
+    use std::os::unix::fs::FileExt as _;
+    let mut live = vec![0u8; 32];
+    std::fs::File::open(format!("/proc/{pid}/mem"))
+        .unwrap()
+        .read_exact_at(&mut live, at)
+        .unwrap();
+    let mut file = vec![0u8; 32];
+    std::fs::File::open(&path)
+        .unwrap()
+        .read_exact_at(&mut file, file_off)
+        .unwrap();
+    (live, file)
+}
+
+#[test]
+fn without_pressure_no_process_libc_is_probed() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let cg = TestCgroup::new("growth-calm", 1024 * MIB);
+    let rec = Recorder::start(&store);
+    let mut prog = {
+        let mut cmd = cg.command(grower());
+        cmd.args(["touch", "16"]);
+        CudaLoad::spawn(cmd)
+    };
+    // Faults in 16 MiB, a few times over: followed, sampled, not probed.
+    for _ in 0..3 {
+        assert!(prog.cmd("round").starts_with("ns/page "));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    for f in ["malloc", "free", "calloc", "realloc"] {
+        let (live, file) = libc_bytes(prog.pid(), f);
+        assert_eq!(live, file, "{f} of pid {} was modified", prog.pid());
+    }
+    let summary = summary_of(&rec.stop()).expect("summary");
+    let g = &summary["summary"]["growth"];
+    assert!(g["samples"].as_u64().unwrap() >= 30, "{summary}");
+    // The control: the same check sees heap tracing's probe.
+    let rec = Recorder::start_with(&store, &["--host-cgroup", &cg.path]);
+    let pid = prog.pid();
+    let attached = wait_for(Duration::from_secs(20), || {
+        let (live, file) = libc_bytes(pid, "malloc");
+        (live != file).then_some(())
+    });
+    assert!(
+        attached.is_some(),
+        "heap tracing's probe on malloc not seen: {}",
+        rec.log()
+    );
+    rec.stop();
+    prog.exit();
+}
+
+/// The growth of `report`'s process at the end, in bytes, and its top
+/// function.
+fn top_of(report: &Value, pid: u32) -> (u64, String) {
+    let p = report["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap_or_else(|| panic!("pid {pid} not in {report:#}"));
+    (
+        p["bytes"].as_u64().unwrap(),
+        function(&p["sites"][0]["frames"], 0).to_string(),
+    )
+}
+
+#[test]
+fn growth_follows_a_live_process_and_a_cgroup() {
+    if !privileged() {
+        return;
+    }
+    let cg = TestCgroup::new("growth-live", 1024 * MIB);
+    let mut prog = {
+        let mut cmd = cg.command(grower());
+        cmd.args(["touch", "32"]);
+        CudaLoad::spawn(cmd)
+    };
+    let pid = prog.pid();
+    // By pid: three rounds of 32 MiB faulted in by touch_pages.
+    let live = Attach::growth(&["--pid", &pid.to_string(), "--every", "500ms"]);
+    for _ in 0..3 {
+        assert!(prog.cmd("round").starts_with("ns/page "));
+    }
+    std::thread::sleep(Duration::from_millis(700));
+    let report = live.stop();
+    let (bytes, top) = top_of(&report, pid);
+    assert_eq!(top, "touch_pages", "{report:#}");
+    assert!((64 * MIB..=128 * MIB).contains(&bytes), "{report:#}");
+    // By cgroup: a process that joins later is followed too.
+    let live = Attach::growth(&["--cgroup", &cg.path]);
+    let mut late = {
+        let mut cmd = cg.command(grower());
+        cmd.args(["touch", "16"]);
+        CudaLoad::spawn(cmd)
+    };
+    // Found within a rescan.
+    std::thread::sleep(Duration::from_millis(1200));
+    for _ in 0..4 {
+        assert!(late.cmd("round").starts_with("ns/page "));
+    }
+    assert!(prog.cmd("round").starts_with("ns/page "));
+    std::thread::sleep(Duration::from_millis(700));
+    let report = live.stop();
+    let (late_bytes, top) = top_of(&report, late.pid());
+    assert_eq!(top, "touch_pages", "{report:#}");
+    assert!((40 * MIB..=88 * MIB).contains(&late_bytes), "{report:#}");
+    let (bytes, _) = top_of(&report, pid);
+    assert!((16 * MIB..=48 * MIB).contains(&bytes), "{report:#}");
+    late.exit();
+    prog.exit();
+}
+
+#[test]
+fn growth_refuses_bad_input_clearly() {
+    if !privileged() {
+        return;
+    }
+    for (args, want) in [
+        (
+            &["growth", "--pid", "999999999"][..],
+            "no process with pid 999999999",
+        ),
+        (
+            &["growth", "--cgroup", "/no/such/cgroup"][..],
+            "no memory cgroup /no/such/cgroup on this node",
+        ),
+        (&["growth"][..], "--pid"),
+        (
+            &["growth", "--pid", "1", "--window", "0s"][..],
+            "--window must be at least 1s",
+        ),
+    ] {
+        let out = tracer(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
