@@ -44,6 +44,51 @@ fn explain_pid(store: &std::path::Path, pid: u32, want_kmsg: bool) -> Value {
 }
 
 #[test]
+fn reclaim_in_the_cgroup_before_a_kill_is_counted() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let cache = dir.path().join("cache.bin");
+    let cg = TestCgroup::new("reclaim", 64 * MIB);
+    let rec = Recorder::start(&store);
+    // 40 MiB of page cache charged to the cgroup, then anonymous growth:
+    // the kernel reclaims the cache (direct reclaim scans in this cgroup)
+    // for a second or so before it has to kill.
+    let mut cmd = cg.command("/bin/sh");
+    cmd.args([
+        "-c",
+        &format!(
+            "dd if=/dev/zero of={} bs=1M count=40 status=none && exec {} --step-mib 2 --interval-ms 100",
+            cache.display(),
+            env!("CARGO_BIN_EXE_memhog")
+        ),
+    ]);
+    let mut hog = Proc::spawn(cmd);
+    let pid = hog.pid();
+    assert_eq!(
+        hog.wait_signal(Duration::from_secs(30)),
+        Some(libc::SIGKILL)
+    );
+    let v = explain_pid(&store, pid, true);
+    let scanned: Vec<u64> = v["kill"]["leadup"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["reclaim_scanned"].as_u64())
+        .collect();
+    // Counted per memory cgroup by the kernel's count_memcg_events, keyed
+    // by the cgroup's id: found for this cgroup's samples.
+    assert!(
+        scanned.iter().any(|&n| n > 0),
+        "no reclaim scans in the lead-up: {:#}",
+        v["kill"]["leadup"]
+    );
+    rec.stop();
+}
+
+#[test]
 fn memcg_oom_kill_is_recorded_and_explained() {
     if !privileged() {
         return;

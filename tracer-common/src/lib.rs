@@ -675,46 +675,32 @@ pub mod field {
     pub const MV_OOM_SCORE_ADJ: usize = 8;
     /// `oom:start_task_reaping` / `finish_task_reaping` `pid`.
     pub const REAP_PID: usize = 9;
-    /// `memcg:count_memcg_events` `id`.
-    pub const MEMCG_ID: usize = 10;
-    /// `memcg:count_memcg_events` `item`.
-    pub const MEMCG_ITEM: usize = 11;
-    /// `memcg:count_memcg_events` `val`.
-    pub const MEMCG_VAL: usize = 12;
     /// `sched:sched_process_exec` `filename` (a `__data_loc char[]`).
-    pub const EXEC_FILENAME: usize = 13;
+    pub const EXEC_FILENAME: usize = 10;
     /// `sched:sched_process_exec` `pid`.
-    pub const EXEC_PID: usize = 14;
+    pub const EXEC_PID: usize = 11;
     /// `sched:sched_process_exec` `old_pid`.
-    pub const EXEC_OLD_PID: usize = 15;
+    pub const EXEC_OLD_PID: usize = 12;
     /// `sched:sched_process_exit` `pid`.
-    pub const EXIT_PID: usize = 16;
+    pub const EXIT_PID: usize = 13;
     /// `sched:sched_process_exit` `group_dead` (newer kernels only).
-    pub const EXIT_GROUP_DEAD: usize = 17;
+    pub const EXIT_GROUP_DEAD: usize = 14;
     /// `signal:signal_generate` `sig`.
-    pub const SIG_SIG: usize = 18;
+    pub const SIG_SIG: usize = 15;
     /// `signal:signal_generate` `code`.
-    pub const SIG_CODE: usize = 19;
+    pub const SIG_CODE: usize = 16;
     /// `signal:signal_generate` `comm` (`char[16]`).
-    pub const SIG_COMM: usize = 20;
+    pub const SIG_COMM: usize = 17;
     /// `signal:signal_generate` `pid`.
-    pub const SIG_PID: usize = 21;
+    pub const SIG_PID: usize = 18;
     /// `signal:signal_generate` `group`.
-    pub const SIG_GROUP: usize = 22;
+    pub const SIG_GROUP: usize = 19;
     /// `signal:signal_generate` `result`.
-    pub const SIG_RESULT: usize = 23;
-    /// `exceptions:page_fault_user` `address`.
-    pub const PF_USER_ADDRESS: usize = 24;
-    /// `exceptions:page_fault_user` `error_code`.
-    pub const PF_USER_ERROR: usize = 25;
-    /// `exceptions:page_fault_kernel` `address`.
-    pub const PF_KERNEL_ADDRESS: usize = 26;
-    /// `exceptions:page_fault_kernel` `error_code`.
-    pub const PF_KERNEL_ERROR: usize = 27;
+    pub const SIG_RESULT: usize = 20;
     /// `cgroup:cgroup_attach_task` `pid`.
-    pub const CGROUP_ATTACH_PID: usize = 28;
+    pub const CGROUP_ATTACH_PID: usize = 21;
     /// Number of fields.
-    pub const COUNT: usize = 29;
+    pub const COUNT: usize = 22;
 }
 
 /// Number of memcg event items aggregated in `MEMCG_COUNTS`.
@@ -727,8 +713,6 @@ pub const MEMCG_COUNTED_ITEMS: usize = 6;
 pub struct ProbeConfig {
     /// Tracepoint field offsets, indexed by [`field`]; [`FIELD_ABSENT`] where missing.
     pub fields: [u16; field::COUNT],
-    /// Explicit padding after the odd number of fields.
-    pub _pad_fields: u16,
     /// Offset of `task_struct.tgid` (from BTF), for the raw fork tracepoint.
     pub task_tgid_off: u32,
     /// Offset of `task_struct.mm` (from BTF); 0 = unknown.
@@ -748,14 +732,13 @@ pub struct ProbeConfig {
     /// Explicit padding.
     pub _pad: u32,
 }
-const _: () = assert!(size_of::<ProbeConfig>() == 132);
+const _: () = assert!(size_of::<ProbeConfig>() == 116);
 
 impl ProbeConfig {
     /// A configuration with every field absent; userspace fills it in.
     pub const fn empty() -> Self {
         Self {
             fields: [FIELD_ABSENT; field::COUNT],
-            _pad_fields: 0,
             task_tgid_off: 0,
             task_mm_off: 0,
             mm_rss_off: [0; 3],

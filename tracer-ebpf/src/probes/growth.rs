@@ -9,8 +9,8 @@
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
-    macros::tracepoint,
-    programs::TracePointContext,
+    macros::{raw_tracepoint, tracepoint},
+    programs::{RawTracePointContext, TracePointContext},
 };
 use tracer_common::{
     field,
@@ -112,14 +112,15 @@ fn followed(c: &GrowthConfig, tgid: u32) -> bool {
 /// Counts one fault of the current process and sends a sample when its
 /// countdown runs out.
 #[inline(always)]
-fn on_fault(ctx: &TracePointContext, func: u32, address: Option<u64>, code: Option<u64>) -> u32 {
+fn on_fault(ctx: &RawTracePointContext, func: u32) -> u32 {
     let c = cfg();
     if c.mode == mode::OFF {
         return 0;
     }
-    let (Some(address), Some(code)) = (address, code) else {
-        return 0;
-    };
+    // TP_PROTO(unsigned long address, struct pt_regs *regs, unsigned long
+    // error_code): the same on every kernel with the tracepoints.
+    let address = ctx.arg::<u64>(0);
+    let code = ctx.arg::<u64>(2);
     // A protection fault that is not a write (a read of a page mapped
     // without access, a NUMA hint) brings in nothing; not-present faults
     // and writes to present pages (copy on write) do.
@@ -183,7 +184,14 @@ fn on_fault(ctx: &TracePointContext, func: u32, address: Option<u64>, code: Opti
 
 /// Sends a [`GrowthSample`] of the current task; false when it was lost.
 #[inline(always)]
-fn send(ctx: &TracePointContext, kind: u32, func: u32, addr: u64, size: u64, how: u32) -> bool {
+fn send<C: aya_ebpf::EbpfContext>(
+    ctx: &C,
+    kind: u32,
+    func: u32,
+    addr: u64,
+    size: u64,
+    how: u32,
+) -> bool {
     let Some(regs) = user_regs() else {
         return false;
     };
@@ -208,30 +216,21 @@ fn send(ctx: &TracePointContext, kind: u32, func: u32, addr: u64, size: u64, how
     true
 }
 
-/// `tracepoint/exceptions/page_fault_user`, from `trace_page_fault_entries()`
-/// in arch/x86/mm/fault.c: a fault taken in user mode. Format: `unsigned
-/// long address, ip, error_code`. Minimum kernel: 3.16 (x86 only).
-#[tracepoint]
-pub fn growth_fault_user(ctx: TracePointContext) -> u32 {
-    on_fault(
-        &ctx,
-        growth::FAULT_USER,
-        read_field::<u64>(&ctx, field::PF_USER_ADDRESS),
-        read_field::<u64>(&ctx, field::PF_USER_ERROR),
-    )
+/// `raw_tracepoint/page_fault_user`, from `trace_page_fault_entries()` in
+/// arch/x86/mm/fault.c: a fault taken in user mode. Raw: on every fault
+/// of the node, the kernel builds no trace record for it.
+/// Minimum kernel: 3.16 (x86 only).
+#[raw_tracepoint(tracepoint = "page_fault_user")]
+pub fn growth_fault_user(ctx: RawTracePointContext) -> u32 {
+    on_fault(&ctx, growth::FAULT_USER)
 }
 
-/// `tracepoint/exceptions/page_fault_kernel`: a fault taken in kernel mode;
-/// only those on user addresses count (the kernel filling a process's new
+/// `raw_tracepoint/page_fault_kernel`: a fault taken in kernel mode; only
+/// those on user addresses count (the kernel filling a process's new
 /// buffer, as `read()` does). Minimum kernel: 3.16 (x86 only).
-#[tracepoint]
-pub fn growth_fault_kernel(ctx: TracePointContext) -> u32 {
-    on_fault(
-        &ctx,
-        growth::FAULT_KERNEL,
-        read_field::<u64>(&ctx, field::PF_KERNEL_ADDRESS),
-        read_field::<u64>(&ctx, field::PF_KERNEL_ERROR),
-    )
+#[raw_tracepoint(tracepoint = "page_fault_kernel")]
+pub fn growth_fault_kernel(ctx: RawTracePointContext) -> u32 {
+    on_fault(&ctx, growth::FAULT_KERNEL)
 }
 
 /// `tracepoint/cgroup/cgroup_attach_task`, from `cgroup_attach_task()` in

@@ -147,8 +147,10 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         ));
     }
     let growth = args.growth != GrowthMode::Off;
-    let ring = if heap || growth {
+    let ring = if heap {
         crate::probes::HEAP_DATA_RING_BYTES
+    } else if growth {
+        crate::probes::GROWTH_DATA_RING_BYTES
     } else if args.cuda {
         crate::probes::CUDA_DATA_RING_BYTES
     } else {

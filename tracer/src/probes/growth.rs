@@ -82,8 +82,7 @@ pub fn config(opts: &GrowthOptions, btf: &KernelBtf) -> (GrowthConfig, Option<St
 pub const GROWTH_PROBES: [ProbeSpec; 3] = [
     ProbeSpec {
         program: programs::GROWTH_FAULT_USER,
-        hook: Hook::TracePoint {
-            category: "exceptions",
+        hook: Hook::RawTracePoint {
             name: "page_fault_user",
         },
         required: true,
@@ -91,8 +90,7 @@ pub const GROWTH_PROBES: [ProbeSpec; 3] = [
     },
     ProbeSpec {
         program: programs::GROWTH_FAULT_KERNEL,
-        hook: Hook::TracePoint {
-            category: "exceptions",
+        hook: Hook::RawTracePoint {
             name: "page_fault_kernel",
         },
         required: false,
@@ -165,10 +163,13 @@ impl Probes {
     pub fn attach_growth(&mut self) -> Result<Vec<ProbeStatus>, ProbeError> {
         let mut out = Vec::new();
         for spec in GROWTH_PROBES {
-            let Hook::TracePoint { category, name } = spec.hook else {
-                continue;
+            let r = match spec.hook {
+                Hook::TracePoint { category, name } => {
+                    self.attach_tracepoint(spec.program, category, name)
+                }
+                Hook::RawTracePoint { name } => self.attach_raw(spec.program, name),
             };
-            match self.attach_tracepoint(spec.program, category, name) {
+            match r {
                 Ok(()) => out.push(ProbeStatus { spec, error: None }),
                 Err(e) if spec.required => {
                     return Err(ProbeError::RequiredHook {

@@ -76,27 +76,6 @@ const FIELDS: &[(usize, &str, &str, &str, Want)] = &[
         Want::Int(4),
     ),
     (
-        field::MEMCG_ID,
-        "memcg",
-        "count_memcg_events",
-        "id",
-        Want::Int(8),
-    ),
-    (
-        field::MEMCG_ITEM,
-        "memcg",
-        "count_memcg_events",
-        "item",
-        Want::Int(4),
-    ),
-    (
-        field::MEMCG_VAL,
-        "memcg",
-        "count_memcg_events",
-        "val",
-        Want::Int(8),
-    ),
-    (
         field::EXEC_FILENAME,
         "sched",
         "sched_process_exec",
@@ -172,34 +151,6 @@ const FIELDS: &[(usize, &str, &str, &str, Want)] = &[
         "signal_generate",
         "result",
         Want::Int(4),
-    ),
-    (
-        field::PF_USER_ADDRESS,
-        "exceptions",
-        "page_fault_user",
-        "address",
-        Want::Int(8),
-    ),
-    (
-        field::PF_USER_ERROR,
-        "exceptions",
-        "page_fault_user",
-        "error_code",
-        Want::Int(8),
-    ),
-    (
-        field::PF_KERNEL_ADDRESS,
-        "exceptions",
-        "page_fault_kernel",
-        "address",
-        Want::Int(8),
-    ),
-    (
-        field::PF_KERNEL_ERROR,
-        "exceptions",
-        "page_fault_kernel",
-        "error_code",
-        Want::Int(8),
     ),
     (
         field::CGROUP_ATTACH_PID,
@@ -390,13 +341,16 @@ mod tests {
         assert_eq!(cfg.fields[field::EXIT_PID], 24);
         assert_eq!(cfg.fields[field::MV_ANON_RSS], FIELD_ABSENT);
         assert_eq!(cfg.fields[field::EXIT_GROUP_DEAD], FIELD_ABSENT);
-        assert_eq!(cfg.fields[field::MEMCG_ITEM], FIELD_ABSENT);
+        assert_eq!(cfg.fields[field::CGROUP_ATTACH_PID], FIELD_ABSENT);
         let missing: Vec<&str> = notes
             .missing_tracepoints
             .iter()
             .map(|(t, _)| t.as_str())
             .collect();
-        assert!(missing.contains(&"memcg:count_memcg_events"), "{missing:?}");
+        assert!(
+            missing.contains(&"cgroup:cgroup_attach_task"),
+            "{missing:?}"
+        );
         assert!(missing.contains(&"signal:signal_generate"), "{missing:?}");
         assert!(!missing.contains(&"oom:mark_victim"));
         assert!(

@@ -29,6 +29,10 @@ pub use layout::LayoutNotes;
 pub const DATA_RING_BYTES: u32 = tracer_common::ring::DATA_BYTES;
 /// Data ring size when CUDA calls are traced (hundreds of thousands a second).
 pub const CUDA_DATA_RING_BYTES: u32 = 8 * 1024 * 1024;
+/// Data ring size when growth attribution is on (one 8.5 KiB sample per
+/// MiB a followed process faults in: about 960 samples, a second of a
+/// process faulting in 1 GiB/s while the reader is asleep).
+pub const GROWTH_DATA_RING_BYTES: u32 = 8 * 1024 * 1024;
 /// Data ring size when heaps are traced: a sample carries 8 KiB of stack,
 /// and a burst of allocations must wait out the first naming of a
 /// program's symbols (about 3,800 samples).
@@ -169,8 +173,7 @@ pub const PROBES: &[ProbeSpec] = &[
     },
     ProbeSpec {
         program: programs::MEMCG_COUNT_EVENTS,
-        hook: Hook::TracePoint {
-            category: "memcg",
+        hook: Hook::RawTracePoint {
             name: "count_memcg_events",
         },
         required: false,
@@ -408,7 +411,7 @@ impl Probes {
     }
 
     fn attach_raw(&mut self, program: &'static str, name: &str) -> Result<(), Unavailable> {
-        if self.config.task_tgid_off == 0 {
+        if program == programs::SCHED_PROCESS_FORK && self.config.task_tgid_off == 0 {
             return Err(Unavailable::Hook(
                 "task_struct.tgid not found in BTF".into(),
             ));
