@@ -163,10 +163,33 @@ pub fn checks(store: &Path, nvml_lib: Option<&Path>) -> Vec<Check> {
     });
 
     // The real test: load the object and attach every probe, then detach.
+    fn is_growth(spec: &crate::probes::ProbeSpec) -> bool {
+        crate::probes::growth::GROWTH_PROBES
+            .iter()
+            .any(|g| g.program == spec.program)
+    }
     let loaded = if privileged.is_ok() {
+        let heap = crate::probes::heap::config(
+            crate::probes::heap::DEFAULT_SAMPLE_BYTES,
+            crate::probes::heap::DEFAULT_ALWAYS_BYTES,
+        );
+        let growth = crate::probes::growth::GrowthOptions {
+            mode: crate::probes::growth::GrowthMode::Limited,
+            sample_bytes: crate::probes::growth::DEFAULT_SAMPLE_BYTES,
+        };
         Some(
-            Probes::load(crate::probes::DATA_RING_BYTES)
-                .and_then(|mut p| p.attach().map(|s| (p, s))),
+            Probes::load_with(crate::probes::DATA_RING_BYTES, &heap, &growth).and_then(|mut p| {
+                let mut statuses = p.attach()?;
+                // Growth attribution is optional: recording works without it.
+                match p.attach_growth() {
+                    Ok(more) => statuses.extend(more),
+                    Err(e) => statuses.push(crate::probes::ProbeStatus {
+                        spec: crate::probes::growth::GROWTH_PROBES[0],
+                        error: Some(super::chain(&e)),
+                    }),
+                }
+                Ok((p, statuses))
+            }),
         )
     } else {
         None
@@ -190,7 +213,7 @@ pub fn checks(store: &Path, nvml_lib: Option<&Path>) -> Vec<Check> {
                     ),
                     Some(e) => check(
                         name,
-                        if s.spec.required {
+                        if s.spec.required && !is_growth(&s.spec) {
                             Status::Fail
                         } else {
                             Status::Warn

@@ -86,7 +86,7 @@ pub const GROWTH_PROBES: [ProbeSpec; 3] = [
             name: "page_fault_user",
         },
         required: true,
-        purpose: "growth attribution (page faults in user mode)",
+        purpose: "growth attribution: page faults in user mode",
     },
     ProbeSpec {
         program: programs::GROWTH_FAULT_KERNEL,
@@ -94,7 +94,7 @@ pub const GROWTH_PROBES: [ProbeSpec; 3] = [
             name: "page_fault_kernel",
         },
         required: false,
-        purpose: "growth by the kernel on a process's behalf (read() into new buffers)",
+        purpose: "growth attribution: the kernel filling a process's new buffers, as read() does",
     },
     ProbeSpec {
         program: programs::GROWTH_CGROUP_ATTACH,
@@ -103,7 +103,7 @@ pub const GROWTH_PROBES: [ProbeSpec; 3] = [
             name: "cgroup_attach_task",
         },
         required: false,
-        purpose: "growth decisions taken again at once when a process changes cgroup",
+        purpose: "growth attribution: a process's decision taken again when it changes cgroup",
     },
 ];
 
