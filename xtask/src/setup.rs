@@ -65,7 +65,8 @@ pub fn run() -> anyhow::Result<()> {
 }
 
 /// Debian packages the end-to-end tests run against: jemalloc and tcmalloc,
-/// preloaded in place of glibc's malloc by the heap tests, and musl-gcc.
+/// preloaded in place of glibc's malloc by the heap and growth tests,
+/// musl-gcc, and Debian's CPython (the growth tests name its frames).
 fn test_packages() -> anyhow::Result<()> {
     let wanted = [
         ("libjemalloc2", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
@@ -74,6 +75,7 @@ fn test_packages() -> anyhow::Result<()> {
             "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
         ),
         ("musl-tools", "/usr/bin/musl-gcc"),
+        ("python3", "/usr/bin/python3"),
     ];
     let missing: Vec<&str> = wanted
         .iter()
