@@ -8,8 +8,8 @@ use std::{path::Path, process::Command, time::Duration};
 
 use serde_json::Value;
 use tracer_e2e::{
-    Attach, CudaLoad, Recorder, TestCgroup, explain_json, grower, privileged, summary_of, tracer,
-    wait_for,
+    Attach, CudaLoad, Recorder, TestCgroup, explain_json, grower, heapsites, privileged,
+    summary_of, tracer, wait_for,
 };
 
 const MIB: u64 = 1 << 20;
@@ -334,4 +334,58 @@ fn growth_refuses_bad_input_clearly() {
         assert!(!out.status.success(), "{args:?}");
         assert!(err.contains(want), "{args:?}: {err}");
     }
+}
+
+#[test]
+fn heap_sampling_turns_on_under_pressure_and_the_kill_carries_its_sites() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let store_s = store.to_str().unwrap();
+    let cg = TestCgroup::new("pressure", 128 * MIB);
+    let rec = Recorder::start_with(&store, &["--heap-on-pressure", "50%"]);
+    let mut prog = {
+        let mut cmd = cg.command(heapsites("nofp"));
+        cmd.arg("8");
+        CudaLoad::spawn(cmd)
+    };
+    let pid = prog.pid();
+    assert!(prog.cmd("go").starts_with("done "));
+    // About 16 MiB of 128: no pressure, nothing attached to its libc.
+    std::thread::sleep(Duration::from_millis(2500));
+    let (live, file) = libc_bytes(pid, "malloc");
+    assert_eq!(live, file, "malloc probed with no pressure: {}", rec.log());
+    // 1 MiB every 50 ms until killed: past 64 MiB the heap is traced.
+    prog.send("grow");
+    let killed = wait_for(Duration::from_secs(30), || {
+        (cg.oom_kills() > 0).then_some(())
+    });
+    assert!(killed.is_some(), "no OOM kill in {}", cg.path);
+    let pid_s = pid.to_string();
+    let v = explain_json(&["--store", store_s, "--pid", &pid_s], |v| {
+        !v["kill"]["victim"]["heap"].is_null()
+    });
+    let heap = &v["kill"]["victim"]["heap"];
+    assert_eq!(
+        function(&heap["sites"][0]["frames"], 0),
+        "grow_until_killed",
+        "{heap:#}"
+    );
+    let log = rec.stop();
+    assert!(
+        log.contains("heap on pressure: ") && log.contains("heap tracing on"),
+        "{log}"
+    );
+    // The moment is stored.
+    let out = tracer(&["events", "--store", store_s, "--since", "10m"]);
+    let events = String::from_utf8_lossy(&out.stdout);
+    let on = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["kind"] == "heap_pressure" && e["on"] == true)
+        .unwrap_or_else(|| panic!("no heap_pressure event: {events}"));
+    assert_eq!(on["memcg_path"], cg.path.as_str(), "{on}");
+    assert!(on["percent"].as_f64().unwrap() >= 50.0, "{on}");
 }

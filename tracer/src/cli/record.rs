@@ -75,10 +75,32 @@ pub struct RecordArgs {
     /// (`limited`: processes in a memory cgroup with a limit).
     #[arg(long, value_enum, default_value = "limited", value_name = "WHO")]
     pub growth: GrowthMode,
+    /// Heap sampling under pressure: when a memory cgroup's usage reaches
+    /// this share of its limit (e.g. 90%), trace the heap of its processes
+    /// (as --host-cgroup does) until it has stayed 10 points under it for
+    /// 10 s; both moments are recorded, and a kill meanwhile carries its
+    /// victim's allocation sites. Off by default.
+    #[arg(long, value_parser = parse_percent, value_name = "PERCENT")]
+    pub heap_on_pressure: Option<f64>,
     /// One growth sample per this many bytes a process faults in, on
     /// average (0: every fault; for tests).
     #[arg(long, value_parser = super::parse_size, default_value = "1MiB", value_name = "SIZE")]
     pub growth_sample_bytes: u64,
+}
+
+/// `90%` or `90`: a share of a limit, above 0 and at most 100.
+fn parse_percent(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("{s:?} is not a percentage (e.g. 90%)"))?;
+    if !(v > 0.0 && v <= 100.0) {
+        return Err(format!(
+            "{s}: a share of the limit is above 0% and at most 100%"
+        ));
+    }
+    Ok(v)
 }
 
 /// How often the recorder drains the data ring without a wakeup: new
@@ -133,7 +155,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     crate::probes::caps::require_bpf()?;
     let store = Store::open_rw(&args.store.path)?;
     let _checkpointer = Checkpointer::spawn(&args.store.path, Duration::from_secs(5))?;
-    let heap = !args.host_cgroup.is_empty();
+    let heap = !args.host_cgroup.is_empty() || args.heap_on_pressure.is_some();
     if heap && (args.sample_bytes == 0 || args.sample_bytes > MAX_SAMPLE_BYTES) {
         return Err(anyhow!(
             "--sample-bytes must be between 1 and {} for record (every allocation of a cgroup is attach --host's job)",
@@ -287,7 +309,7 @@ async fn record(
     // With uprobe families the library watcher owns the probes (it
     // attaches as libraries and processes appear); otherwise they stay
     // here, attached, until the end.
-    let heap = !args.host_cgroup.is_empty();
+    let heap = !args.host_cgroup.is_empty() || args.heap_on_pressure.is_some();
     let mut watched = Vec::new();
     if args.cuda {
         watched.push(Watched {
@@ -352,11 +374,20 @@ async fn record(
                 .context("starting the heap worker")?,
         );
     }
-    if heap {
+    if !args.host_cgroup.is_empty() {
         tracing::info!(
             "heap: tracing the processes of {} (one sample per {})",
             args.host_cgroup.join(", "),
             crate::util::units::bytes(args.sample_bytes)
+        );
+    }
+    if let Some(pct) = args.heap_on_pressure {
+        engine.set_pressure(crate::correlate::pressure::PressureGate::new(
+            pct,
+            10_000_000_000,
+        ));
+        tracing::info!(
+            "heap: tracing the processes of any memory cgroup at {pct}% of its limit, while it stays there"
         );
     }
     if let Some(g) = growth_maps {

@@ -7,6 +7,7 @@ pub mod growth;
 pub mod heap;
 pub mod join;
 pub mod kills;
+pub mod pressure;
 pub mod storm;
 pub mod timeline;
 

@@ -56,6 +56,7 @@ enum Msg {
     Exec(u32),
     Fork(u32),
     Exit(u32),
+    Cgroup(&'static str, String, bool),
 }
 
 /// Which processes a watched family is attached for.
@@ -210,6 +211,48 @@ impl Watch {
         }
     }
 
+    /// Adds (or removes) memory cgroup `path` to the scope of the family
+    /// called `family`: its processes are attached to now (or detached,
+    /// unless another root of the scope still holds them).
+    fn set_cgroup(&mut self, family: &str, path: String, on: bool) {
+        let Some(i) = self
+            .watched
+            .iter()
+            .position(|w| w.family.name == family && matches!(w.scope, Scope::Cgroups(_)))
+        else {
+            return;
+        };
+        let Scope::Cgroups(roots) = &mut self.watched[i].scope else {
+            return;
+        };
+        if on {
+            if !roots.contains(&path) {
+                roots.push(path.clone());
+            }
+            let single = [path];
+            for pid in all_pids() {
+                if memcg_of(pid).is_some_and(|cg| under(&cg, &single)) {
+                    self.scan_family(i, pid, Some(pid));
+                }
+            }
+        } else {
+            roots.retain(|r| *r != path);
+            let roots = roots.clone();
+            let pids: Vec<u32> = self
+                .attached
+                .iter()
+                .filter_map(|(t, _)| *t)
+                .collect::<HashSet<u32>>()
+                .into_iter()
+                .collect();
+            for pid in pids {
+                if !memcg_of(pid).is_some_and(|cg| under(&cg, &roots)) {
+                    self.detach_pid(pid);
+                }
+            }
+        }
+    }
+
     fn full_scan(&mut self) {
         self.last_full = Instant::now();
         for pid in all_pids() {
@@ -238,6 +281,7 @@ impl Watch {
                     self.scan(pid);
                 }
                 Ok(Msg::Exit(pid)) => self.exited(pid),
+                Ok(Msg::Cgroup(family, path, on)) => self.set_cgroup(family, path, on),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return self,
             }
@@ -323,6 +367,16 @@ impl LibraryWatcher {
         if let (true, Some(tx)) = (self.per_process, &self.tx) {
             let _ = tx.try_send(Msg::Fork(pid));
         }
+    }
+
+    /// Adds (or removes) memory cgroup `path` to the per-process scope of
+    /// `family` (heap sampling for a cgroup under pressure). False when the
+    /// watcher's queue was full (the caller tries again).
+    pub fn watch_cgroup(&self, family: &'static UprobeFamily, path: &str, on: bool) -> bool {
+        self.tx.as_ref().is_some_and(|tx| {
+            tx.try_send(Msg::Cgroup(family.name, path.to_string(), on))
+                .is_ok()
+        })
     }
 
     /// A process exited: what was attached for it alone is removed.

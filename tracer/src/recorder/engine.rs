@@ -148,6 +148,8 @@ pub struct Engine {
     heap: Option<super::heap::HeapWorker>,
     /// The growth programs' counters and decision generation.
     growth: Option<crate::probes::growth::GrowthMaps>,
+    /// Heap sampling for memory cgroups under pressure.
+    pressure: Option<crate::correlate::pressure::PressureGate>,
     gpu_ooms: Vec<CudaCall>,
     /// NVML's latest picture, joined with the model and the ledgers.
     gpu_view: Option<GpuView>,
@@ -181,6 +183,12 @@ impl Engine {
     /// and exits, and stops it at the end).
     pub fn set_watcher(&mut self, w: crate::probes::watch::LibraryWatcher) {
         self.watcher = Some(w);
+    }
+
+    /// Turns on heap sampling under pressure (the watcher must serve the
+    /// heap family per cgroup).
+    pub fn set_pressure(&mut self, g: crate::correlate::pressure::PressureGate) {
+        self.pressure = Some(g);
     }
 
     /// Hands the engine the growth programs' maps.
@@ -225,6 +233,7 @@ impl Engine {
             watcher: None,
             heap: None,
             growth: None,
+            pressure: None,
             gpu_ooms: Vec::new(),
             gpu_view: None,
             nvml_missing: None,
@@ -771,6 +780,65 @@ impl Engine {
         Ok(())
     }
 
+    /// Memory cgroups that reach the pressure threshold get their heap
+    /// traced, and lose it once calm; both moments are stored as events
+    /// (`heap_pressure`).
+    fn heap_on_pressure(&mut self, paths: &std::collections::BTreeSet<String>, now: i64) {
+        let (Some(gate), Some(watcher)) = (&mut self.pressure, &self.watcher) else {
+            return;
+        };
+        let since = now - 2 * self.opts.sample_interval.as_nanos() as i64;
+        let mut changes = Vec::new();
+        for path in paths {
+            if path == "/" {
+                continue;
+            }
+            if let Some(s) = self.sampler.window(path, since).last() {
+                changes.extend(gate.sample(path, s.usage_bytes, s.limit_bytes, now));
+            }
+        }
+        let gone: Vec<String> = gate
+            .active()
+            .filter(|a| !paths.contains(*a))
+            .map(String::from)
+            .collect();
+        for path in gone {
+            gate.forget(&path);
+            changes.push(crate::correlate::pressure::Transition {
+                path,
+                on: false,
+                percent: 0.0,
+            });
+        }
+        for t in changes {
+            if !watcher.watch_cgroup(&crate::probes::uprobe::HEAP, &t.path, t.on) {
+                tracing::warn!(
+                    "heap on pressure: the library watcher is busy; {} not {}",
+                    escape(&t.path),
+                    if t.on { "traced" } else { "released" }
+                );
+                if t.on {
+                    gate.forget(&t.path);
+                }
+                continue;
+            }
+            tracing::info!(
+                "heap on pressure: {} at {:.0}% of its limit: heap tracing {}",
+                escape(&t.path),
+                t.percent,
+                if t.on { "on" } else { "off" }
+            );
+            self.buffer.push(EventRow {
+                ts_ns: now,
+                kind: "heap_pressure".into(),
+                pid: 0,
+                tid: 0,
+                comm: String::new(),
+                data: serde_json::json!({ "memcg_path": t.path, "on": t.on, "percent": t.percent }),
+            });
+        }
+    }
+
     /// Kills committed in the last seconds get where their victim grew and
     /// the stack that tipped them, as the heap worker finds them (after
     /// the kill's commit: unwinding never delays it).
@@ -1043,6 +1111,7 @@ impl Engine {
         paths.extend(self.opts.cgroups.iter().cloned());
         self.sampler
             .sample(paths.iter().map(String::as_str), &counters, now);
+        self.heap_on_pressure(&paths, now);
         self.read_drops(now)?;
         self.commit_storms(now, false)?;
         self.refresh_kill_growth()?;
