@@ -11,8 +11,9 @@ pub struct Transition {
     pub path: String,
     /// True: pressure began (sampling turns on); false: it ended.
     pub on: bool,
-    /// Usage / limit at the moment, percent.
-    pub percent: f64,
+    /// Usage / limit at the moment, percent (`None`: the cgroup holds no
+    /// process any more).
+    pub percent: Option<f64>,
 }
 
 /// The gate: on at `on_percent` of the limit, off once usage has stayed
@@ -64,7 +65,7 @@ impl PressureGate {
                 Some(Transition {
                     path: path.into(),
                     on: true,
-                    percent,
+                    percent: Some(percent),
                 })
             }
             None => None,
@@ -81,7 +82,7 @@ impl PressureGate {
                 Some(Transition {
                     path: path.into(),
                     on: false,
-                    percent,
+                    percent: Some(percent),
                 })
             }
         }
@@ -106,7 +107,7 @@ mod tests {
         let lim = Some(100 * MIB);
         assert_eq!(g.sample("/a", 80 * MIB, lim, 0), None);
         let on = g.sample("/a", 91 * MIB, lim, S).unwrap();
-        assert!(on.on && (on.percent - 91.0).abs() < 1e-9);
+        assert!(on.on && (on.percent.unwrap() - 91.0).abs() < 1e-9);
         // Still on, and not twice.
         assert_eq!(g.sample("/a", 95 * MIB, lim, 2 * S), None);
         // Dips under 80 %, back over it: the calm spell starts again.

@@ -807,7 +807,7 @@ impl Engine {
             changes.push(crate::correlate::pressure::Transition {
                 path,
                 on: false,
-                percent: 0.0,
+                percent: None,
             });
         }
         for t in changes {
@@ -822,10 +822,13 @@ impl Engine {
                 }
                 continue;
             }
+            let at = match t.percent {
+                Some(p) => format!("at {p:.0}% of its limit"),
+                None => "holds no process any more".into(),
+            };
             tracing::info!(
-                "heap on pressure: {} at {:.0}% of its limit: heap tracing {}",
+                "heap on pressure: {} {at}: heap tracing {}",
                 escape(&t.path),
-                t.percent,
                 if t.on { "on" } else { "off" }
             );
             self.buffer.push(EventRow {
