@@ -142,6 +142,20 @@ impl Ends {
     }
 }
 
+/// At the end of a live session: what the readers already queued belongs
+/// to it (`f` takes each event), then the readers stop.
+pub(super) async fn drain(
+    rx: &mut mpsc::Receiver<Event>,
+    tasks: &mut JoinSet<anyhow::Result<()>>,
+    mut f: impl FnMut(Event),
+) {
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    while let Ok(ev) = rx.try_recv() {
+        f(ev);
+    }
+    tasks.shutdown().await;
+}
+
 /// A process's name, or why it cannot be traced.
 pub(super) fn comm_of(pid: u32) -> anyhow::Result<String> {
     match std::fs::read(format!("/proc/{pid}/comm")) {
@@ -588,18 +602,16 @@ async fn attach(
             }
         }
     };
-    // Whatever the readers already queued belongs to this session.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    while let Ok(ev) = rx.try_recv() {
+    drain(&mut rx, &mut tasks, |ev| {
         if let Event::Cuda(c) = ev
             && c.header.pid == args.pid
         {
             pending.push(c);
         }
-    }
+    })
+    .await;
     session.calls(&mut pending);
     let lost = drops.read().map(|d| d.critical + d.data).unwrap_or(0);
-    tasks.shutdown().await;
     session.summary();
     session.report(exited, lost);
     // Report first: removing a library's worth of probes takes seconds.

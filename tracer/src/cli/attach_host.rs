@@ -11,7 +11,7 @@ use anyhow::{Context as _, anyhow, bail};
 use serde_json::json;
 
 use super::attach::{
-    AttachArgs, Attached, Ends, RESCAN, comm_of, first_libraries, pidfd, start_readers,
+    AttachArgs, Attached, Ends, RESCAN, comm_of, drain, first_libraries, pidfd, start_readers,
 };
 use crate::{
     collect::decode::Event,
@@ -244,12 +244,7 @@ async fn attach(
             }
         }
     };
-    // What the readers already queued belongs to this session.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    while let Ok(ev) = rx.try_recv() {
-        session.event(ev);
-    }
-    tasks.shutdown().await;
+    drain(&mut rx, &mut tasks, |ev| session.event(ev)).await;
     let ring_lost = drops.read().map(|d| d.data).unwrap_or(0);
     // The first naming of a large program's symbols can take seconds; a
     // full queue takes the request once the worker has made room.

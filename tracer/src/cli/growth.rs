@@ -9,7 +9,7 @@ use std::{collections::BTreeSet, process::ExitCode, time::Duration};
 use anyhow::{Context as _, anyhow, bail};
 use serde_json::json;
 
-use super::attach::{Ends, RESCAN, comm_of, pidfd, start_readers};
+use super::attach::{Ends, RESCAN, comm_of, drain, pidfd, start_readers};
 use crate::{
     collect::decode::Event,
     model::cgroup::CgroupLayout,
@@ -219,12 +219,7 @@ async fn follow(
             }
         }
     };
-    // What the readers already queued belongs to this session.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    while let Ok(ev) = rx.try_recv() {
-        on_event(ev, &mut seen);
-    }
-    tasks.shutdown().await;
+    drain(&mut rx, &mut tasks, |ev| on_event(ev, &mut seen)).await;
     let reports = reports(&worker, &seen, window_s).await;
     show(
         &mut out,

@@ -65,22 +65,33 @@ pub fn owner_tag(owner: Option<&crate::model::cgroup::Owner>) -> String {
         .unwrap_or_default()
 }
 
+/// How samples were taken (`exact` when every one was kept, else `each`
+/// and the period), and what was lost.
+fn sampling(sample_bytes: u64, exact: &str, each: &str, lost: u64) -> String {
+    let how = if sample_bytes == 0 {
+        exact.to_string()
+    } else {
+        format!("{each} {}", bytes(sample_bytes))
+    };
+    if lost > 0 {
+        format!("{how}; {lost} samples lost, figures are low")
+    } else {
+        how
+    }
+}
+
 /// The victim's heap sites, as last sampled before the kill.
 fn render_heap(o: &mut String, h: &crate::record::HeapSnapshot, kill_ns: i64) {
     let before = (kill_ns - h.ts_ns as i64).max(0) as f64 / 1e9;
-    let sampling = if h.sample_bytes == 0 {
-        "every allocation".to_string()
-    } else {
-        format!("one sample per {}", bytes(h.sample_bytes))
-    };
-    let lost = if h.lost_samples > 0 {
-        format!("; {} samples lost, figures are low", h.lost_samples)
-    } else {
-        String::new()
-    };
+    let sampling = sampling(
+        h.sample_bytes,
+        "every allocation",
+        "one sample per",
+        h.lost_samples,
+    );
     let _ = writeln!(
         o,
-        "  heap       {} live from {} allocation sites, sampled {before:.1}s before the kill ({sampling}{lost}):",
+        "  heap       {} live from {} allocation sites, sampled {before:.1}s before the kill ({sampling}):",
         bytes(h.live_bytes),
         h.sites.len() + h.more_sites
     );
@@ -122,19 +133,15 @@ pub fn frame_chain(frames: &[crate::stacks::symbols::Frame]) -> String {
 
 /// Where the victim's memory grew before the kill (sampled page faults).
 fn render_growth(o: &mut String, g: &crate::record::GrowthReport) {
-    let sampling = if g.sample_bytes == 0 {
-        "every fault".to_string()
-    } else {
-        format!("~1 sample per {}", bytes(g.sample_bytes))
-    };
-    let lost = if g.lost_samples > 0 {
-        format!("; {} samples lost, figures are low", g.lost_samples)
-    } else {
-        String::new()
-    };
+    let sampling = sampling(
+        g.sample_bytes,
+        "every fault",
+        "~1 sample per",
+        g.lost_samples,
+    );
     let _ = writeln!(
         o,
-        "  growth     {} faulted in over the last {} s before the kill (sampled page faults, {sampling}{lost}):",
+        "  growth     {} faulted in over the last {} s before the kill (sampled page faults, {sampling}):",
         bytes(g.bytes),
         g.window_s
     );
