@@ -3,9 +3,10 @@
  *
  * grower MODE [ARG]: prints "ready", waits for a line on stdin, then
  *
- *   grow      build_index takes 1 MiB blocks from malloc and fills them
- *             (memset), 8 MiB every 20 ms, forever; load_config takes and
- *             fills 64 KiB every round (an eighth of a MiB's worth of
+ *   grow      reserve_arena maps 96 MiB (anonymous, never touched) once;
+ *             then build_index takes 1 MiB blocks from malloc and fills
+ *             them (memset), 8 MiB every 20 ms, forever; load_config takes
+ *             and fills 64 KiB every round (an eighth of a MiB's worth of
  *             samples). Run it in a memory cgroup with a limit.
  *   touch N   faults in N MiB of fresh anonymous memory, page by page, in
  *             touch_pages, unmaps it, and repeats for the rounds given on
@@ -44,6 +45,16 @@ __attribute__((noinline)) static void build_index(int blocks) {
         hold(p);
         memset(p, i + 1, 1 << 20);
     }
+}
+
+__attribute__((noinline)) static void reserve_arena(void) {
+    void *p = mmap(0, 96 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED) {
+        perror("mmap");
+        exit(2);
+    }
+    hold(p);
 }
 
 __attribute__((noinline)) static void load_config(void) {
@@ -86,6 +97,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     struct timespec pause = {0, 20 * 1000 * 1000};
+    reserve_arena();
     for (;;) {
         build_index(8);
         load_config();

@@ -61,6 +61,14 @@ fn names_build_index(kill: &Value, text: &str, limit: u64) {
         "{bytes} bytes of growth for a {limit}-byte limit: {g:#}"
     );
     assert_eq!(g["lost_samples"], 0, "{g:#}");
+    // The untouched 96 MiB mapping is a reservation, not growth.
+    let reserved = g["reserved"].as_array().expect("reserved");
+    assert!(
+        reserved
+            .iter()
+            .any(|r| function(&r["frames"], 0) == "reserve_arena" && r["bytes"] == 96 * MIB),
+        "{g:#}"
+    );
     let tip = &kill["tipping_stack"];
     assert_eq!(function(&tip["frames"], 0), "build_index", "{tip:#}");
     assert_eq!(tip["victim_is_trigger"], true, "{tip:#}");
@@ -68,6 +76,7 @@ fn names_build_index(kill: &Value, text: &str, limit: u64) {
     assert!(
         text.contains("  growth ")
             && text.contains("build_index (grower.c:")
+            && text.contains("  reserved   ")
             && text.contains("  tipped by  the allocation that hit the limit: grower (pid"),
         "{text}"
     );

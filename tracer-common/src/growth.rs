@@ -22,6 +22,9 @@ pub const FAULT_USER: u32 = 16;
 pub const FAULT_KERNEL: u32 = 17;
 /// The stack of the task whose allocation hit the limit, at `oom:mark_victim`.
 pub const TIP: u32 = 18;
+/// A large anonymous `mmap` of a followed process (a reservation: memory
+/// that faults in later); `size` is its length.
+pub const RESERVE: u32 = 19;
 
 /// Which processes the fault programs follow ([`GrowthConfig::mode`]).
 pub mod mode {
@@ -71,11 +74,14 @@ pub struct GrowthConfig {
     /// Mean bytes faulted in between two samples of one process; 0 sends
     /// every fault.
     pub sample_bytes: u64,
+    /// Anonymous private mappings of at least this many bytes by a followed
+    /// process are sent with their stack ([`RESERVE`]); 0: none.
+    pub reserve_bytes: u64,
     /// Quantiles of the unit exponential distribution, as
     /// [`crate::heap::HeapConfig::exp_table`].
     pub exp_table: [u32; EXP_TABLE_LEN],
 }
-const _: () = assert!(size_of::<GrowthConfig>() == 32 + 4 * EXP_TABLE_LEN);
+const _: () = assert!(size_of::<GrowthConfig>() == 40 + 4 * EXP_TABLE_LEN);
 
 impl GrowthConfig {
     /// Off, with an empty table (what the object holds before userspace
@@ -88,6 +94,7 @@ impl GrowthConfig {
             counter_parent_off: 0,
             unlimited_pages: 0,
             sample_bytes: 0,
+            reserve_bytes: 0,
             exp_table: [0; EXP_TABLE_LEN],
         }
     }

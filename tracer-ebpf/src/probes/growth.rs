@@ -247,6 +247,40 @@ pub fn growth_cgroup_attach(ctx: TracePointContext) -> u32 {
     0
 }
 
+/// `tracepoint/syscalls/sys_enter_mmap`: an anonymous private mapping of
+/// at least `reserve_bytes` by a followed process is sent with its stack
+/// (the memory faults in later, maybe elsewhere; the reservation says who
+/// asked for it). The record is `struct syscall_trace_enter`: `args[6]`
+/// from offset 16 (kernel/trace/trace_syscalls.c). Minimum kernel: 5.15.
+#[tracepoint]
+pub fn growth_mmap(ctx: TracePointContext) -> u32 {
+    let c = cfg();
+    if c.mode == mode::OFF || c.reserve_bytes == 0 {
+        return 0;
+    }
+    // SAFETY: within the syscall record; the reads fault safely.
+    let (len, flags) = unsafe {
+        (
+            ctx.read_at::<u64>(16 + 8).unwrap_or(0),
+            ctx.read_at::<u64>(16 + 3 * 8).unwrap_or(0),
+        )
+    };
+    if len < c.reserve_bytes
+        || flags & tracer_common::heap::MAP_ANONYMOUS == 0
+        || flags & tracer_common::heap::MAP_SHARED != 0
+    {
+        return 0;
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // Only processes the fault programs follow (decided at their faults).
+    // SAFETY: reading a plain map value.
+    if unsafe { GROWTH_PROCS.get(&tgid) }.is_none_or(|e| e.on == 0) {
+        return 0;
+    }
+    send(&ctx, kind::GROWTH_FAULT, growth::RESERVE, 0, len, how::BIG);
+    0
+}
+
 /// The stack of the current task, which triggered an OOM kill of
 /// `victim_pid` (called from `oom:mark_victim`). Kernel threads and tasks
 /// without user memory have no user stack: nothing is sent.

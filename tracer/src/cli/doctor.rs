@@ -176,6 +176,7 @@ pub fn checks(store: &Path, nvml_lib: Option<&Path>) -> Vec<Check> {
         let growth = crate::probes::growth::GrowthOptions {
             mode: crate::probes::growth::GrowthMode::Limited,
             sample_bytes: crate::probes::growth::DEFAULT_SAMPLE_BYTES,
+            reserve_bytes: crate::probes::growth::DEFAULT_RESERVE_BYTES,
         };
         Some(
             Probes::load_with(crate::probes::DATA_RING_BYTES, &heap, &growth).and_then(|mut p| {

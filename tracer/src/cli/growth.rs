@@ -133,6 +133,7 @@ pub fn run(args: GrowthArgs) -> anyhow::Result<ExitCode> {
     let opts = GrowthOptions {
         mode: GrowthMode::Selected,
         sample_bytes: args.sample_bytes,
+        reserve_bytes: crate::probes::growth::DEFAULT_RESERVE_BYTES,
     };
     let probes =
         Probes::load_with(HEAP_DATA_RING_BYTES, &heap, &opts).context("cannot follow growth")?;
@@ -315,6 +316,14 @@ pub fn render(reports: &[GrowthReport], top: usize, time: &str, followed_ns: i64
         }
         if r.more_sites > 0 {
             let _ = writeln!(o, "   ... and {} more sites", r.more_sites);
+        }
+        for site in &r.reserved {
+            let _ = writeln!(
+                o,
+                "   {:>10}  reserved (mmap) by {}",
+                bytes(site.bytes),
+                crate::explain::frame_chain(&site.frames)
+            );
         }
     }
     o

@@ -82,6 +82,11 @@ pub struct RecordArgs {
     /// victim's allocation sites. Off by default.
     #[arg(long, value_parser = parse_percent, value_name = "PERCENT")]
     pub heap_on_pressure: Option<f64>,
+    /// With growth attribution: every anonymous mapping of at least this
+    /// many bytes by a followed process is recorded with its stack (a
+    /// reservation; 0: none).
+    #[arg(long, value_parser = super::parse_size, default_value = "64MiB", value_name = "SIZE")]
+    pub growth_reserve_bytes: u64,
     /// One growth sample per this many bytes a process faults in, on
     /// average (0: every fault; for tests).
     #[arg(long, value_parser = super::parse_size, default_value = "1MiB", value_name = "SIZE")]
@@ -183,6 +188,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     let growth_opts = GrowthOptions {
         mode: args.growth,
         sample_bytes: args.growth_sample_bytes,
+        reserve_bytes: args.growth_reserve_bytes,
     };
     let mut probes =
         Probes::load_with(ring, &heap_config, &growth_opts).context("cannot record")?;

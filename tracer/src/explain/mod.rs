@@ -156,6 +156,21 @@ fn render_growth(o: &mut String, g: &crate::record::GrowthReport) {
     if g.more_sites > 0 {
         let _ = writeln!(o, "               ({} more sites)", g.more_sites);
     }
+    if g.reserved_bytes > 0 {
+        let _ = writeln!(
+            o,
+            "  reserved   {} in large anonymous mappings over the same window:",
+            bytes(g.reserved_bytes)
+        );
+        for site in &g.reserved {
+            let _ = writeln!(
+                o,
+                "               {:>10}  {}",
+                bytes(site.bytes),
+                frame_chain(&site.frames)
+            );
+        }
+    }
 }
 
 /// The allocation that hit the limit.

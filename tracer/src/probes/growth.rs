@@ -14,6 +14,9 @@ use super::{Hook, ProbeError, ProbeSpec, ProbeStatus, Probes, btf::KernelBtf};
 
 /// Mean bytes faulted in between two samples of a process by default.
 pub const DEFAULT_SAMPLE_BYTES: u64 = 1 << 20;
+/// Anonymous mappings of at least this many bytes are sent with their
+/// stack by default.
+pub const DEFAULT_RESERVE_BYTES: u64 = 64 << 20;
 
 /// Which processes growth attribution follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -47,6 +50,8 @@ pub struct GrowthOptions {
     pub mode: GrowthMode,
     /// Mean bytes between samples of one process (0 = every fault).
     pub sample_bytes: u64,
+    /// Mappings of at least this many bytes are sent (0 = none).
+    pub reserve_bytes: u64,
 }
 
 impl GrowthOptions {
@@ -54,6 +59,7 @@ impl GrowthOptions {
     pub const OFF: Self = Self {
         mode: GrowthMode::Off,
         sample_bytes: DEFAULT_SAMPLE_BYTES,
+        reserve_bytes: DEFAULT_RESERVE_BYTES,
     };
 }
 
@@ -63,6 +69,7 @@ pub fn config(opts: &GrowthOptions, btf: &KernelBtf) -> (GrowthConfig, Option<St
     let mut c = GrowthConfig::empty();
     c.mode = opts.mode.wire();
     c.sample_bytes = opts.sample_bytes.min(super::heap::MAX_SAMPLE_BYTES);
+    c.reserve_bytes = opts.reserve_bytes;
     c.exp_table = super::heap::exp_table();
     // PAGE_COUNTER_MAX is LONG_MAX / PAGE_SIZE (include/linux/page_counter.h).
     c.unlimited_pages = i64::MAX as u64 / (crate::util::sys::page_kb() * 1024);
@@ -79,7 +86,7 @@ pub fn config(opts: &GrowthOptions, btf: &KernelBtf) -> (GrowthConfig, Option<St
 }
 
 /// The growth programs: (program, tracepoint, required for growth).
-pub const GROWTH_PROBES: [ProbeSpec; 3] = [
+pub const GROWTH_PROBES: [ProbeSpec; 4] = [
     ProbeSpec {
         program: programs::GROWTH_FAULT_USER,
         hook: Hook::RawTracePoint {
@@ -104,6 +111,15 @@ pub const GROWTH_PROBES: [ProbeSpec; 3] = [
         },
         required: false,
         purpose: "growth attribution: a process's decision taken again when it changes cgroup",
+    },
+    ProbeSpec {
+        program: programs::GROWTH_MMAP,
+        hook: Hook::TracePoint {
+            category: "syscalls",
+            name: "sys_enter_mmap",
+        },
+        required: false,
+        purpose: "growth attribution: large reservations (mmap) with their stacks",
     },
 ];
 
@@ -257,6 +273,7 @@ mod tests {
         let opts = GrowthOptions {
             mode: GrowthMode::Limited,
             sample_bytes: 0,
+            reserve_bytes: DEFAULT_RESERVE_BYTES,
         };
         let (c, note) = config(&opts, &btf);
         assert_eq!(note, None);

@@ -46,6 +46,13 @@ pub struct GrowthReport {
     pub shallow_samples: u64,
     /// Samples the tracer could not take in time (its queue was full).
     pub lost_samples: u64,
+    /// Bytes of large anonymous mappings made within the window (each one
+    /// recorded, none sampled): memory reserved, faulted in later.
+    #[serde(default)]
+    pub reserved_bytes: u64,
+    /// The top sites of those mappings by bytes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reserved: Vec<GrowthSite>,
 }
 
 /// The stack of the task whose allocation hit the limit, at the kill.

@@ -55,6 +55,10 @@ pub struct HeapTracer {
     pub(super) growth_named: HashMap<StackId, Vec<Frame>>,
     /// Growth samples whose stack ended at its first frame, per process.
     pub(super) growth_shallow: HashMap<u32, u64>,
+    /// Large anonymous mappings (reservations), their own profile.
+    pub(super) reserve: GrowthProfile,
+    /// Reservation stacks named when first seen.
+    pub(super) reserve_named: HashMap<StackId, Vec<Frame>>,
 }
 
 impl HeapTracer {
@@ -71,6 +75,8 @@ impl HeapTracer {
             growth_sample_bytes: crate::probes::growth::DEFAULT_SAMPLE_BYTES,
             growth_named: HashMap::new(),
             growth_shallow: HashMap::new(),
+            reserve: GrowthProfile::default(),
+            reserve_named: HashMap::new(),
         }
     }
 
@@ -271,6 +277,10 @@ impl HeapTracer {
         }
         self.growth.forget(pid);
         self.growth_shallow.remove(&pid);
+        for id in self.reserve.stacks_of(pid) {
+            self.reserve_named.remove(&id);
+        }
+        self.reserve.forget(pid);
         self.unwinders.forget(pid);
         self.symbols.forget(pid);
         self.shallow.remove(&pid);
