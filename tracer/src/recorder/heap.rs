@@ -11,10 +11,7 @@ use tracer_common::{
 };
 
 use crate::{
-    correlate::{
-        growth::GrowthProfile,
-        heap::{HeapProfile, StackId},
-    },
+    correlate::heap::{HeapProfile, StackId},
     probes::heap::{HeapCounts, weight},
     record::{GrowthReport, HeapSite, HeapSnapshot, TipStack},
     stacks::{
@@ -39,26 +36,22 @@ pub struct HeapTracer {
     /// Mean bytes between samples (0 = every allocation).
     pub sample_bytes: u64,
     profile: HeapProfile,
-    unwinders: Unwinders,
-    symbols: Symbols,
+    pub(super) unwinders: Unwinders,
+    pub(super) symbols: Symbols,
     /// Samples whose stack could not be unwound past the allocator's
     /// caller, per process.
     shallow: HashMap<u32, u64>,
     /// Stacks named when first seen (the process is alive then; it may
     /// not be when a snapshot is taken, at its OOM kill).
     named: HashMap<StackId, Vec<Frame>>,
-    /// Growth samples (page faults), their own profile.
-    pub(super) growth: GrowthProfile,
+    /// Growth samples (page faults).
+    pub(super) growth: super::growth::Sites,
     /// Mean bytes faulted in between two growth samples.
     pub(super) growth_sample_bytes: u64,
-    /// Growth stacks named when first seen.
-    pub(super) growth_named: HashMap<StackId, Vec<Frame>>,
     /// Growth samples whose stack ended at its first frame, per process.
     pub(super) growth_shallow: HashMap<u32, u64>,
-    /// Large anonymous mappings (reservations), their own profile.
-    pub(super) reserve: GrowthProfile,
-    /// Reservation stacks named when first seen.
-    pub(super) reserve_named: HashMap<StackId, Vec<Frame>>,
+    /// Large anonymous mappings (reservations).
+    pub(super) reserve: super::growth::Sites,
 }
 
 impl HeapTracer {
@@ -71,12 +64,10 @@ impl HeapTracer {
             symbols: Symbols::default(),
             shallow: HashMap::new(),
             named: HashMap::new(),
-            growth: GrowthProfile::default(),
+            growth: Default::default(),
             growth_sample_bytes: crate::probes::growth::DEFAULT_SAMPLE_BYTES,
-            growth_named: HashMap::new(),
             growth_shallow: HashMap::new(),
-            reserve: GrowthProfile::default(),
-            reserve_named: HashMap::new(),
+            reserve: Default::default(),
         }
     }
 
@@ -136,36 +127,16 @@ impl HeapTracer {
         frames.drain(..inside.min(frames.len() - 1));
     }
 
+    /// Names the frames of a heap sample: return addresses all (the first
+    /// too: the sample is taken as the allocator returns), each named by
+    /// the call before it.
     fn name(&mut self, pid: u32, frames: &[u64]) -> Vec<Frame> {
-        // Every frame is a return address (the first too: the sample is
-        // taken as the allocator returns), so name the call before it.
-        let lookup: Vec<u64> = frames.iter().map(|a| a.saturating_sub(1)).collect();
-        self.resolve(pid, &lookup)
+        self.name_from(pid, frames, 0)
     }
 
-    fn resolve(&mut self, pid: u32, lookup: &[u64]) -> Vec<Frame> {
-        let u = &self.unwinders;
-        self.symbols.resolve(pid, lookup, |a| {
-            u.locate(pid, a)
-                .map(|(held, off, path)| (held, off, path.to_string()))
-        })
-    }
-
-    /// Names frames whose first is the instruction itself (a fault, a
-    /// system call's return point), the others return addresses.
-    pub(super) fn name_exact_first(&mut self, pid: u32, frames: &[u64], exact: bool) -> Vec<Frame> {
-        let lookup: Vec<u64> = frames
-            .iter()
-            .enumerate()
-            .map(|(i, a)| {
-                if i == 0 && exact {
-                    *a
-                } else {
-                    a.saturating_sub(1)
-                }
-            })
-            .collect();
-        self.resolve(pid, &lookup)
+    /// Names frames unwound from instruction pointer `ip` (see [`name_with`]).
+    pub(super) fn name_from(&mut self, pid: u32, frames: &[u64], ip: u64) -> Vec<Frame> {
+        name_with(&self.unwinders, &mut self.symbols, pid, frames, ip)
     }
 
     /// Unwinds a sample of `pid`.
@@ -272,19 +243,43 @@ impl HeapTracer {
             self.named.remove(&id);
         }
         self.profile.forget(pid);
-        for id in self.growth.stacks_of(pid) {
-            self.growth_named.remove(&id);
-        }
         self.growth.forget(pid);
         self.growth_shallow.remove(&pid);
-        for id in self.reserve.stacks_of(pid) {
-            self.reserve_named.remove(&id);
-        }
         self.reserve.forget(pid);
         self.unwinders.forget(pid);
         self.symbols.forget(pid);
         self.shallow.remove(&pid);
     }
+}
+
+/// Names frames of `pid` unwound from instruction pointer `ip`: the first,
+/// when it is `ip` itself (the faulting instruction, a system call's return
+/// point), as it is; return addresses by the call before them (so also a
+/// first frame left after the allocator's frames were trimmed). Addresses
+/// are named from the files the unwinders hold open where they can be.
+pub(super) fn name_with(
+    unwinders: &Unwinders,
+    symbols: &mut Symbols,
+    pid: u32,
+    frames: &[u64],
+    ip: u64,
+) -> Vec<Frame> {
+    let lookup: Vec<u64> = frames
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| {
+            if i == 0 && a == ip && ip != 0 {
+                a
+            } else {
+                a.saturating_sub(1)
+            }
+        })
+        .collect();
+    symbols.resolve(pid, &lookup, |a| {
+        unwinders
+            .locate(pid, a)
+            .map(|(held, off, path)| (held, off, path.to_string()))
+    })
 }
 
 /// A snapshot asked of the worker, and the folded stacks with it.
