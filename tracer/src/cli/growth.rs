@@ -66,19 +66,22 @@ struct Followed {
 
 impl Followed {
     /// Selects the processes now in the cgroup (and below) that are not
-    /// yet; forgets those gone.
-    fn scan(&mut self, probes: &mut Probes) -> anyhow::Result<()> {
-        let Some(dir) = &self.dir else { return Ok(()) };
+    /// yet, and deselects those gone; returns the latter.
+    fn scan(&mut self, probes: &mut Probes) -> anyhow::Result<Vec<u32>> {
+        let Some(dir) = &self.dir else {
+            return Ok(Vec::new());
+        };
         let mut now = BTreeSet::new();
         procs_below(dir, &mut now);
         for &pid in now.difference(&self.pids) {
             probes.growth_select(pid, true)?;
         }
-        for &pid in self.pids.difference(&now) {
+        let gone: Vec<u32> = self.pids.difference(&now).copied().collect();
+        for &pid in &gone {
             probes.growth_select(pid, false)?;
         }
         self.pids = now;
-        Ok(())
+        Ok(gone)
     }
 }
 
@@ -211,8 +214,17 @@ async fn follow(
             _ = every.tick() => {
                 let reports = reports(&worker, &seen, window_s).await;
                 show(&mut out, args.json, "growth", &reports, args.top, start);
+                // A process gone and forgotten by the worker is shown no more.
+                seen.retain(|p| followed.pids.contains(p) || reports.iter().any(|r| r.pid == *p));
             }
-            _ = rescan.tick() => followed.scan(&mut probes)?,
+            _ = rescan.tick() => {
+                // Gone from the cgroup: the worker keeps its samples a while
+                // (its growth stays in view), then forgets it.
+                let now = wall_now_ns().max(0) as u64;
+                for pid in followed.scan(&mut probes)? {
+                    worker.on_exit(pid, now);
+                }
+            }
             end = ends.wait() => break end?,
             Some(r) = tasks.join_next() => {
                 r??;
@@ -254,7 +266,10 @@ async fn reports(worker: &HeapWorker, pids: &BTreeSet<u32>, window_s: u64) -> Ve
             }
         })
         .await;
-        if let Ok(Some(r)) = r {
+        // Nothing sampled (or forgotten since it left): not shown.
+        if let Ok(Some(r)) = r
+            && (r.samples > 0 || r.total_bytes > 0 || r.reserved_bytes > 0)
+        {
             out.push(r);
         }
     }

@@ -93,6 +93,14 @@ pub struct RecordArgs {
     pub growth_sample_bytes: u64,
 }
 
+impl RecordArgs {
+    /// Whether the heap family is loaded: for --host-cgroup, or for
+    /// cgroups under pressure.
+    fn traces_heap(&self) -> bool {
+        !self.host_cgroup.is_empty() || self.heap_on_pressure.is_some()
+    }
+}
+
 /// `90%` or `90`: a share of a limit, above 0 and at most 100.
 fn parse_percent(s: &str) -> Result<f64, String> {
     let v: f64 = s
@@ -160,7 +168,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
     crate::probes::caps::require_bpf()?;
     let store = Store::open_rw(&args.store.path)?;
     let _checkpointer = Checkpointer::spawn(&args.store.path, Duration::from_secs(5))?;
-    let heap = !args.host_cgroup.is_empty() || args.heap_on_pressure.is_some();
+    let heap = args.traces_heap();
     if heap && (args.sample_bytes == 0 || args.sample_bytes > MAX_SAMPLE_BYTES) {
         return Err(anyhow!(
             "--sample-bytes must be between 1 and {} for record (every allocation of a cgroup is attach --host's job)",
@@ -263,14 +271,6 @@ async fn record(
     let mut statuses = probes.attach()?;
     let growth_maps = match growth_maps.map(|m| (m, probes.attach_growth())) {
         Some((m, Ok(more))) => {
-            for s in more.iter().filter(|s| s.error.is_some()) {
-                tracing::warn!(
-                    "probe {} unavailable ({}): no {}",
-                    s.spec.hook,
-                    s.error.as_deref().unwrap_or_default(),
-                    s.spec.purpose
-                );
-            }
             if let Some(why) = &probes.growth_note {
                 tracing::warn!("growth: {why}; only --growth all follows processes");
             }
@@ -315,7 +315,7 @@ async fn record(
     // With uprobe families the library watcher owns the probes (it
     // attaches as libraries and processes appear); otherwise they stay
     // here, attached, until the end.
-    let heap = !args.host_cgroup.is_empty() || args.heap_on_pressure.is_some();
+    let heap = args.traces_heap();
     let mut watched = Vec::new();
     if args.cuda {
         watched.push(Watched {

@@ -88,9 +88,35 @@ impl PressureGate {
         }
     }
 
-    /// A cgroup that is gone (no sample any more): its pressure ends.
-    pub fn forget(&mut self, path: &str) -> bool {
-        self.active.remove(path).is_some()
+    /// The cgroups under pressure that `present` no longer has (no process
+    /// left in them): their pressure ends.
+    pub fn end_missing(&mut self, present: impl Fn(&str) -> bool) -> Vec<Transition> {
+        let gone: Vec<String> = self
+            .active
+            .keys()
+            .filter(|p| !present(p))
+            .cloned()
+            .collect();
+        gone.into_iter()
+            .map(|path| {
+                self.active.remove(&path);
+                Transition {
+                    path,
+                    on: false,
+                    percent: None,
+                }
+            })
+            .collect()
+    }
+
+    /// A transition that could not be carried out: the state before it
+    /// comes back, and the gate says it again when it still holds.
+    pub fn undo(&mut self, t: &Transition) {
+        if t.on {
+            self.active.remove(&t.path);
+        } else {
+            self.active.insert(t.path.clone(), None);
+        }
     }
 }
 
@@ -125,7 +151,31 @@ mod tests {
         let mut g = PressureGate::new(50.0, S);
         assert_eq!(g.sample("/free", u64::MAX / 2, None, 0), None);
         assert!(g.sample("/b", 60, Some(100), 0).unwrap().on);
-        assert!(g.forget("/b"));
-        assert!(!g.forget("/b"));
+        assert!(g.sample("/c", 60, Some(100), 0).unwrap().on);
+        let ended = g.end_missing(|p| p == "/c");
+        assert_eq!(
+            ended,
+            [Transition {
+                path: "/b".into(),
+                on: false,
+                percent: None
+            }]
+        );
+        assert_eq!(g.active().collect::<Vec<_>>(), ["/c"]);
+        assert!(g.end_missing(|p| p == "/c").is_empty());
+    }
+
+    #[test]
+    fn a_transition_not_carried_out_is_undone() {
+        let mut g = PressureGate::new(50.0, 0);
+        let on = g.sample("/a", 60, Some(100), 0).unwrap();
+        g.undo(&on);
+        // Not under pressure as far as the gate knows: said again.
+        assert!(g.sample("/a", 60, Some(100), S).unwrap().on);
+        let off = g.sample("/a", 10, Some(100), 2 * S).unwrap();
+        assert!(!off.on);
+        g.undo(&off);
+        // Still under pressure: the end is said again.
+        assert!(!g.sample("/a", 10, Some(100), 3 * S).unwrap().on);
     }
 }

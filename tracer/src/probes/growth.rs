@@ -172,35 +172,11 @@ impl GrowthMaps {
 }
 
 impl Probes {
-    /// Attaches the growth programs (with the mode they were loaded with).
-    /// Without `exceptions:page_fault_user` (a kernel that is not x86, or
-    /// without the tracepoint) growth attribution is off: the error says
-    /// so and recording goes on without it.
+    /// Attaches the growth programs (with the mode they were loaded with),
+    /// as [`Probes::attach`] does. Without `page_fault_user` (a kernel that
+    /// is not x86) the error says so; recording goes on without growth.
     pub fn attach_growth(&mut self) -> Result<Vec<ProbeStatus>, ProbeError> {
-        let mut out = Vec::new();
-        for spec in GROWTH_PROBES {
-            let r = match spec.hook {
-                Hook::TracePoint { category, name } => {
-                    self.attach_tracepoint(spec.program, category, name)
-                }
-                Hook::RawTracePoint { name } => self.attach_raw(spec.program, name),
-            };
-            match r {
-                Ok(()) => out.push(ProbeStatus { spec, error: None }),
-                Err(e) if spec.required => {
-                    return Err(ProbeError::RequiredHook {
-                        hook: spec.hook.to_string(),
-                        why: e.to_string(),
-                        purpose: spec.purpose,
-                    });
-                }
-                Err(e) => out.push(ProbeStatus {
-                    spec,
-                    error: Some(e.to_string()),
-                }),
-            }
-        }
-        Ok(out)
+        self.attach_specs(&GROWTH_PROBES)
     }
 
     /// Takes the growth counters and the generation out of the object.
@@ -233,28 +209,13 @@ impl Probes {
     /// Selects (or deselects) a process for growth sampling
     /// (`GrowthMode::Selected`); its decision is taken again at once.
     pub fn growth_select(&mut self, pid: u32, on: bool) -> Result<(), ProbeError> {
-        for name in [maps::GROWTH_SELECT, maps::GROWTH_PROCS] {
-            let map = self
-                .ebpf
-                .map_mut(name)
-                .ok_or(ProbeError::Missing { what: "map", name })?;
-            let r = if name == maps::GROWTH_SELECT {
-                let mut m: aya::maps::HashMap<_, u32, u32> = aya::maps::HashMap::try_from(map)
-                    .map_err(|source| ProbeError::Map { name, source })?;
-                if on {
-                    m.insert(pid, 1, 0)
-                } else {
-                    m.remove(&pid)
-                }
-            } else {
-                let mut m: aya::maps::HashMap<_, u32, tracer_common::growth::GrowthProc> =
-                    aya::maps::HashMap::try_from(map)
-                        .map_err(|source| ProbeError::Map { name, source })?;
-                m.remove(&pid)
-            };
-            super::absent_is_ok(r).map_err(|source| ProbeError::Map { name, source })?;
-        }
-        Ok(())
+        self.set_pid(maps::GROWTH_SELECT, pid, on)?;
+        // Its decision is taken again at its next fault.
+        let mut procs = self.pid_map::<tracer_common::growth::GrowthProc>(maps::GROWTH_PROCS)?;
+        super::absent_is_ok(procs.remove(&pid)).map_err(|source| ProbeError::Map {
+            name: maps::GROWTH_PROCS,
+            source,
+        })
     }
 }
 

@@ -134,19 +134,7 @@ impl Probes {
 
     /// Enters (or removes) a process whose memory system calls are traced.
     pub fn heap_pid(&mut self, pid: u32, traced: bool) -> Result<(), ProbeError> {
-        let name = tracer_common::maps::HEAP_PIDS;
-        let map = self
-            .ebpf
-            .map_mut(name)
-            .ok_or(ProbeError::Missing { what: "map", name })?;
-        let mut map: aya::maps::HashMap<_, u32, u32> =
-            aya::maps::HashMap::try_from(map).map_err(|source| ProbeError::Map { name, source })?;
-        let r = if traced {
-            map.insert(pid, 1, 0)
-        } else {
-            map.remove(&pid)
-        };
-        super::absent_is_ok(r).map_err(|source| ProbeError::Map { name, source })
+        self.set_pid(tracer_common::maps::HEAP_PIDS, pid, traced)
     }
 
     /// Takes the heap counters out of the object.

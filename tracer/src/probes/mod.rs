@@ -343,10 +343,15 @@ impl Probes {
     /// Loads and attaches every probe. A required probe that fails is an
     /// error; an optional one is reported in the returned list.
     pub fn attach(&mut self) -> Result<Vec<ProbeStatus>, ProbeError> {
+        self.attach_specs(PROBES)
+    }
+
+    /// Loads and attaches `specs`, as [`Probes::attach`] does.
+    fn attach_specs(&mut self, specs: &[ProbeSpec]) -> Result<Vec<ProbeStatus>, ProbeError> {
         let missing: HashMap<String, String> =
             self.notes.missing_tracepoints.iter().cloned().collect();
-        let mut out = Vec::with_capacity(PROBES.len());
-        for spec in PROBES {
+        let mut out = Vec::with_capacity(specs.len());
+        for spec in specs {
             let result = match spec.hook {
                 Hook::TracePoint { category, name } => {
                     match missing.get(&format!("{category}:{name}")) {
@@ -420,6 +425,29 @@ impl Probes {
         prog.load().map_err(Unavailable::Program)?;
         prog.attach(name).map_err(Unavailable::Program)?;
         Ok(())
+    }
+
+    /// The hash map called `name`, keyed by tgid, for userspace to update.
+    fn pid_map<V: aya::Pod>(
+        &mut self,
+        name: &'static str,
+    ) -> Result<aya::maps::HashMap<&mut MapData, u32, V>, ProbeError> {
+        let map = self
+            .ebpf
+            .map_mut(name)
+            .ok_or(ProbeError::Missing { what: "map", name })?;
+        aya::maps::HashMap::try_from(map).map_err(|source| ProbeError::Map { name, source })
+    }
+
+    /// Enters (`on`) or removes a process in the tgid -> 1 map `name`.
+    fn set_pid(&mut self, name: &'static str, pid: u32, on: bool) -> Result<(), ProbeError> {
+        let mut map = self.pid_map::<u32>(name)?;
+        let r = if on {
+            map.insert(pid, 1, 0)
+        } else {
+            map.remove(&pid)
+        };
+        absent_is_ok(r).map_err(|source| ProbeError::Map { name, source })
     }
 
     /// The program called `name`, as its concrete type.

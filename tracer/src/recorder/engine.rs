@@ -769,15 +769,10 @@ impl Engine {
     /// ledger again, now that the calls before the kill are counted.
     fn refresh_kill_gpu(&mut self) -> Result<(), StoreError> {
         let Some(gpu) = &self.gpu else { return Ok(()) };
-        let recent = wall_now_ns() - 5_000_000_000;
-        for (id, rec) in self.kills.recent_since(recent) {
-            let before = rec.victim.gpu.clone();
-            gpu.ledgers.enrich(rec);
-            if rec.victim.gpu != before {
-                self.store.update_kill(id, rec)?;
-            }
-        }
-        Ok(())
+        let since = wall_now_ns() - 5_000_000_000;
+        re_enrich(&mut self.kills, &mut self.store, &gpu.ledgers, since, |r| {
+            r.victim.gpu.clone()
+        })
     }
 
     /// Memory cgroups that reach the pressure threshold get their heap
@@ -797,29 +792,15 @@ impl Engine {
                 changes.extend(gate.sample(path, s.usage_bytes, s.limit_bytes, now));
             }
         }
-        let gone: Vec<String> = gate
-            .active()
-            .filter(|a| !paths.contains(*a))
-            .map(String::from)
-            .collect();
-        for path in gone {
-            gate.forget(&path);
-            changes.push(crate::correlate::pressure::Transition {
-                path,
-                on: false,
-                percent: None,
-            });
-        }
+        changes.extend(gate.end_missing(|p| paths.contains(p)));
         for t in changes {
             if !watcher.watch_cgroup(&crate::probes::uprobe::HEAP, &t.path, t.on) {
                 tracing::warn!(
-                    "heap on pressure: the library watcher is busy; {} not {}",
+                    "heap on pressure: the library watcher is busy; {} not {} (tried again)",
                     escape(&t.path),
                     if t.on { "traced" } else { "released" }
                 );
-                if t.on {
-                    gate.forget(&t.path);
-                }
+                gate.undo(&t);
                 continue;
             }
             let at = match t.percent {
@@ -847,15 +828,14 @@ impl Engine {
     /// the kill's commit: unwinding never delays it).
     fn refresh_kill_growth(&mut self) -> Result<(), StoreError> {
         let Some(h) = &self.heap else { return Ok(()) };
-        let recent = wall_now_ns() - 20_000_000_000;
-        for (id, rec) in self.kills.recent_since(recent) {
-            let before = (rec.growth.clone(), rec.tipping_stack.clone());
-            crate::correlate::KillEnricher::enrich(h, rec);
-            if (&rec.growth, &rec.tipping_stack) != (&before.0, &before.1) {
-                self.store.update_kill(id, rec)?;
-            }
-        }
-        Ok(())
+        let since = wall_now_ns() - 20_000_000_000;
+        re_enrich(&mut self.kills, &mut self.store, h, since, |r| {
+            (
+                r.growth.clone(),
+                r.tipping_stack.clone(),
+                r.victim.heap.is_some(),
+            )
+        })
     }
 
     /// GPU out-of-memory failures, joined with the ledgers, made durable.
@@ -1257,6 +1237,26 @@ impl Engine {
         self.summary.model_live = self.model.live().count();
         Ok(self.summary)
     }
+}
+
+/// Runs `enricher` again over the kills committed since `since_ns` and
+/// stores those whose `part` it changed (what it adds may come after the
+/// kill's commit).
+fn re_enrich<P: PartialEq>(
+    kills: &mut KillBook,
+    store: &mut Store,
+    enricher: &dyn KillEnricher,
+    since_ns: i64,
+    part: impl Fn(&KillRecord) -> P,
+) -> Result<(), StoreError> {
+    for (id, rec) in kills.recent_since(since_ns) {
+        let before = part(rec);
+        enricher.enrich(rec);
+        if part(rec) != before {
+            store.update_kill(id, rec)?;
+        }
+    }
+    Ok(())
 }
 
 /// Sleeps until `t` (a branch guard keeps `None` from being polled).
