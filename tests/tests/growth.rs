@@ -337,6 +337,20 @@ fn growth_refuses_bad_input_clearly() {
             &["growth", "--pid", "1", "--window", "0s"][..],
             "--window must be at least 1s",
         ),
+        // A path that climbs out of the cgroup file system.
+        (
+            &["growth", "--cgroup", "/../../../../etc"][..],
+            "a cgroup path has no '..' in it",
+        ),
+        // A share of a limit that is none.
+        (
+            &["record", "--heap-on-pressure", "0%"][..],
+            "a share of the limit is above 0% and at most 100%",
+        ),
+        (
+            &["record", "--heap-on-pressure", "lots"][..],
+            "is not a percentage",
+        ),
     ] {
         let out = tracer(args);
         let err = String::from_utf8_lossy(&out.stderr);

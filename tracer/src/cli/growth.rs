@@ -113,18 +113,30 @@ pub fn run(args: GrowthArgs) -> anyhow::Result<ExitCode> {
             (None, Some(pidfd(*pid)?), format!("pid {pid} ({comm})"))
         }
         (None, Some(path)) => {
+            // Joined under the cgroup file system: no climbing out of it.
+            if path.split('/').any(|c| c == "..") {
+                bail!(
+                    "--cgroup {}: a cgroup path has no '..' in it",
+                    term::escape(path)
+                );
+            }
             let layout = CgroupLayout::detect();
             let dir = layout
                 .memcg_dir(path)
                 .filter(|d| d.is_dir())
                 .ok_or_else(|| {
                     anyhow!(
-                        "no memory cgroup {path} on this node (the path as /proc/PID/cgroup \
+                        "no memory cgroup {} on this node (the path as /proc/PID/cgroup \
                          gives it, e.g. /kubepods.slice/...; the memory hierarchy is {})",
+                        term::escape(path),
                         layout.kind()
                     )
                 })?;
-            (Some(dir), None, format!("memory cgroup {path}"))
+            (
+                Some(dir),
+                None,
+                format!("memory cgroup {}", term::escape(path)),
+            )
         }
         (None, None) => bail!("--pid or --cgroup is needed"),
     };
