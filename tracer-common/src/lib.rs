@@ -129,7 +129,7 @@ pub mod programs {
     pub const GROWTH_FAULT_KERNEL: &str = "growth_fault_kernel";
     /// `cgroup:cgroup_attach_task`.
     pub const GROWTH_CGROUP_ATTACH: &str = "growth_cgroup_attach";
-    /// `syscalls:sys_enter_mmap` (large reservations of followed processes).
+    /// `vm_unmapped_area` (large reservations of followed processes).
     pub const GROWTH_MMAP: &str = "growth_mmap";
 }
 

@@ -31,6 +31,26 @@ pub fn user_regs() -> Option<(u64, u64, u64)> {
     }
 }
 
+/// The current task's system call as its saved user registers hold it:
+/// (number, second argument, fourth argument), i.e. `orig_ax`, `si`, `r10`
+/// on x86_64 (the kernel's calling convention for system calls).
+#[inline(always)]
+pub fn syscall_args() -> Option<(u64, u64, u64)> {
+    // SAFETY: as in `user_regs`.
+    unsafe {
+        let task = bpf_get_current_task_btf();
+        let regs = bpf_task_pt_regs(task) as *const pt_regs;
+        if regs.is_null() {
+            return None;
+        }
+        Some((
+            bpf_probe_read_kernel(&raw const (*regs).orig_rax).ok()?,
+            bpf_probe_read_kernel(&raw const (*regs).rsi).ok()?,
+            bpf_probe_read_kernel(&raw const (*regs).r10).ok()?,
+        ))
+    }
+}
+
 /// Fills the registers, the kernel's frame-pointer walk and a copy of the
 /// top of the user stack into the sample at `ev`; false when no byte of the
 /// stack could be copied.

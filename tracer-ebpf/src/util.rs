@@ -129,15 +129,18 @@ impl Ring {
     fn submit_flags(self) -> u64 {
         match self {
             Ring::Critical | Ring::Oom => BPF_RB_FORCE_WAKEUP as u64,
-            // No wakeup per event: userspace polls, and is woken only when a
-            // burst has piled up.
-            Ring::Data => {
-                if DATA.query(BPF_RB_AVAIL_DATA as u64) >= ring::DATA_WAKEUP_BYTES {
-                    BPF_RB_FORCE_WAKEUP as u64
-                } else {
-                    BPF_RB_NO_WAKEUP as u64
-                }
-            }
+            Ring::Data => self.lazy_flags(),
+        }
+    }
+
+    /// No wakeup per event: userspace polls, and is woken only when a
+    /// burst has piled up.
+    #[inline(always)]
+    fn lazy_flags(self) -> u64 {
+        if self.map().query(BPF_RB_AVAIL_DATA as u64) >= ring::DATA_WAKEUP_BYTES {
+            BPF_RB_FORCE_WAKEUP as u64
+        } else {
+            BPF_RB_NO_WAKEUP as u64
         }
     }
 
@@ -184,6 +187,17 @@ impl<T> Reserved<T> {
     #[inline(always)]
     pub fn submit(self) {
         let flags = self.ring.submit_flags();
+        self.entry.submit(flags);
+    }
+
+    /// Writes `value` and submits it without waking the reader, whatever
+    /// the ring: for frequent events that must not be lost but need not be
+    /// read at once (a process's end). The reader polls this ring, and is
+    /// woken by the next urgent event or once a burst has piled up.
+    #[inline(always)]
+    pub fn submit_value_lazily(mut self, value: T) {
+        self.entry.write(value);
+        let flags = self.ring.lazy_flags();
         self.entry.submit(flags);
     }
 }

@@ -247,25 +247,32 @@ pub fn growth_cgroup_attach(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// `tracepoint/syscalls/sys_enter_mmap`: an anonymous private mapping of
-/// at least `reserve_bytes` by a followed process is sent with its stack
-/// (the memory faults in later, maybe elsewhere; the reservation says who
-/// asked for it). The record is `struct syscall_trace_enter`: `args[6]`
-/// from offset 16 (kernel/trace/trace_syscalls.c). Minimum kernel: 5.15.
-#[tracepoint]
-pub fn growth_mmap(ctx: TracePointContext) -> u32 {
+/// `raw_tracepoint/vm_unmapped_area`, from `vm_unmapped_area()` in mm/:
+/// where the kernel places a new mapping (every mmap without MAP_FIXED).
+/// An anonymous private mapping of at least `reserve_bytes` asked for by
+/// an `mmap` system call of a followed process is sent with its stack (the
+/// memory faults in later, maybe elsewhere; the reservation says who asked
+/// for it). The call's arguments are the task's saved user registers
+/// (`orig_ax` the call's number, `si` the length, `r10` the flags). Raw,
+/// and not `syscalls:sys_enter_mmap`: a program starting maps a dozen files,
+/// and the syscall tracepoint builds a record for each before any filter.
+/// Minimum kernel: 5.8.
+#[raw_tracepoint(tracepoint = "vm_unmapped_area")]
+pub fn growth_mmap(ctx: RawTracePointContext) -> u32 {
     let c = cfg();
     if c.mode == mode::OFF || c.reserve_bytes == 0 {
         return 0;
     }
-    // SAFETY: within the syscall record; the reads fault safely.
-    let (len, flags) = unsafe {
-        (
-            ctx.read_at::<u64>(16 + 8).unwrap_or(0),
-            ctx.read_at::<u64>(16 + 3 * 8).unwrap_or(0),
-        )
+    // A failed search (the kernel may search again, bottom-up) returns an
+    // error code, never page-aligned: only the placed mapping counts.
+    if ctx.arg::<u64>(0) & 0xfff != 0 {
+        return 0;
+    }
+    let Some((nr, len, flags)) = stack::syscall_args() else {
+        return 0;
     };
-    if len < c.reserve_bytes
+    if nr != SYS_MMAP
+        || len < c.reserve_bytes
         || flags & tracer_common::heap::MAP_ANONYMOUS == 0
         || flags & tracer_common::heap::MAP_SHARED != 0
     {
@@ -280,6 +287,9 @@ pub fn growth_mmap(ctx: TracePointContext) -> u32 {
     send(&ctx, kind::GROWTH_FAULT, growth::RESERVE, 0, len, how::BIG);
     0
 }
+
+/// `mmap`'s system call number on x86_64.
+const SYS_MMAP: u64 = 9;
 
 /// The stack of the current task, which triggered an OOM kill of
 /// `victim_pid` (called from `oom:mark_victim`). Kernel threads and tasks

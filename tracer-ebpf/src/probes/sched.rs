@@ -85,7 +85,9 @@ pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
         return 1;
     };
     let rss = exit_rss();
-    slot.submit_value(ProcExit {
+    // Without a wakeup: a reader woken at every process's end costs a
+    // process-churning workload more than the event is worth.
+    slot.submit_value_lazily(ProcExit {
         header: header(kind::PROC_EXIT),
         pid: tgid,
         rss_known: u32::from(rss.is_some()),

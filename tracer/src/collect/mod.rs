@@ -75,8 +75,8 @@ pub struct ReadOptions {
     pub poll: Option<std::time::Duration>,
     /// Drain at once when this is notified.
     pub drain_now: Option<Arc<tokio::sync::Notify>>,
-    /// Notify this after each batch read.
-    pub after_batch: Option<Arc<tokio::sync::Notify>>,
+    /// Notify these after each batch read.
+    pub after_batch: Vec<Arc<tokio::sync::Notify>>,
 }
 
 /// Moves up to `max` decoded events from the ring into `batch`; returns
@@ -151,31 +151,44 @@ pub async fn read_ring(
                 return Ok(());
             }
         }
-        if let Some(n) = &opts.after_batch {
+        for n in &opts.after_batch {
             n.notify_one();
         }
     }
 }
 
 /// Read options for the three rings, in the order the recorder serves
-/// them: OOM kills, critical events, data. The data reader polls every
-/// `poll` and drains as soon as another reader has read something, so what
-/// led up to a kill follows it closely.
+/// them: OOM kills, critical events, data. The OOM reader is woken by every
+/// kill. The critical reader is woken by urgent events (signal kills, CUDA
+/// failures) and polls every `poll` for the rest (process ends, submitted
+/// without a wakeup). The data reader polls. Each drains as soon as a
+/// reader before it has read something, so what led up to a kill follows
+/// it closely.
 pub fn ring_options(poll: std::time::Duration) -> [(&'static str, ReadOptions); 3] {
-    let nudge = Arc::new(tokio::sync::Notify::new());
-    let wakes = || ReadOptions {
-        after_batch: Some(nudge.clone()),
-        ..Default::default()
-    };
+    let critical = Arc::new(tokio::sync::Notify::new());
+    let data = Arc::new(tokio::sync::Notify::new());
     [
-        (tracer_common::maps::OOM_RING, wakes()),
-        (tracer_common::maps::CRITICAL_RING, wakes()),
+        (
+            tracer_common::maps::OOM_RING,
+            ReadOptions {
+                after_batch: vec![critical.clone(), data.clone()],
+                ..Default::default()
+            },
+        ),
+        (
+            tracer_common::maps::CRITICAL_RING,
+            ReadOptions {
+                poll: Some(poll),
+                drain_now: Some(critical),
+                after_batch: vec![data.clone()],
+            },
+        ),
         (
             tracer_common::maps::DATA_RING,
             ReadOptions {
                 poll: Some(poll),
-                drain_now: Some(nudge.clone()),
-                after_batch: None,
+                drain_now: Some(data),
+                after_batch: Vec::new(),
             },
         ),
     ]

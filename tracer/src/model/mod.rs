@@ -8,7 +8,7 @@ pub mod ledger;
 pub mod proc;
 pub mod sampler;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -17,6 +17,15 @@ use proc::ProcInfo;
 
 /// Exits of unknown pids remembered for a late fork (forgotten in bulk past this).
 const EARLY_EXITS: usize = 65_536;
+
+/// A new program's /proc entries (command line, executable, uid, cgroups)
+/// are read once it has run this long, not at its exec: most programs a
+/// node starts (shell tools, probes, health checks) end sooner, and reading
+/// five /proc files for each of them costs a process-churning workload
+/// several percent. Until then, and for the ones that end sooner, the
+/// kernel's exec event says what they are (name, file, memory cgroup). A
+/// kill or a signal reads its processes at once.
+pub const EXEC_READ_DELAY_NS: i64 = 100_000_000;
 
 /// One process of the model.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,6 +72,10 @@ pub struct ProcessTable {
     memcg_walked: Option<std::time::Instant>,
     keep_exited_ns: i64,
     max_entries: usize,
+    /// Exec'd processes whose /proc entries are still to read, oldest
+    /// first: (pid, exec time); `unread` holds the latest exec of each.
+    reads: VecDeque<(u32, i64)>,
+    unread: HashMap<u32, i64>,
     /// What it has seen.
     pub stats: ModelStats,
 }
@@ -80,6 +93,8 @@ impl ProcessTable {
             memcg_walked: None,
             keep_exited_ns,
             max_entries,
+            reads: VecDeque::new(),
+            unread: HashMap::new(),
             stats: ModelStats::default(),
         }
     }
@@ -142,6 +157,7 @@ impl ProcessTable {
     /// cgroups) until it execs. `comm` is the name at fork.
     pub fn on_fork(&mut self, parent: u32, child: u32, comm: &str) {
         self.stats.forks += 1;
+        self.unread.remove(&child);
         let info = match self.procs.get(&parent) {
             Some(p) => ProcInfo {
                 pid: child,
@@ -183,26 +199,67 @@ impl ProcessTable {
     }
 
     /// A new program, in the memory cgroup with kernel id `memcg_id` at
-    /// exec (0: unknown): re-read /proc, falling back to the event's fields
-    /// when the process is already gone. The kernel's cgroup wins over
-    /// /proc's: /proc is read later, perhaps from a zombie.
-    pub fn on_exec(&mut self, pid: u32, comm: &str, filename: &str, memcg_id: u64) {
+    /// exec (0: unknown), at wall time `ts_ns`: known from the event's
+    /// fields and what its parent was, and read from /proc once it has run
+    /// for [`EXEC_READ_DELAY_NS`] (see [`Self::read_due`]). The kernel's
+    /// cgroup wins over /proc's: /proc is read later, perhaps from a zombie.
+    pub fn on_exec(&mut self, pid: u32, comm: &str, filename: &str, memcg_id: u64, ts_ns: i64) {
         self.stats.execs += 1;
         let kernel_memcg = self.memcg_by_id(memcg_id, false);
-        let info = proc::read(pid).unwrap_or_else(|_| {
-            let prev = self
-                .procs
-                .get(&pid)
-                .map(|p| p.info.clone())
-                .unwrap_or_default();
-            ProcInfo {
-                pid,
-                comm: comm.into(),
-                cmdline: filename.into(),
-                exe: Some(filename.into()),
-                ..prev
+        let prev = self
+            .procs
+            .get(&pid)
+            .map(|p| p.info.clone())
+            .unwrap_or_default();
+        let info = ProcInfo {
+            pid,
+            comm: comm.into(),
+            cmdline: filename.into(),
+            exe: Some(filename.into()),
+            ..prev
+        };
+        let mut p = self.make(info);
+        if let Some(path) = kernel_memcg {
+            p.owner = owner_of(&path);
+            p.memcg = Some(path);
+        }
+        self.insert(pid, p);
+        self.reads.push_back((pid, ts_ns));
+        self.unread.insert(pid, ts_ns);
+    }
+
+    /// Reads /proc for the programs exec'd at least [`EXEC_READ_DELAY_NS`]
+    /// before `now_ns` that are still running. Cheap when none is due.
+    pub fn read_due(&mut self, now_ns: i64) {
+        while let Some(&(pid, ts)) = self.reads.front() {
+            if now_ns - ts < EXEC_READ_DELAY_NS {
+                break;
             }
-        });
+            self.reads.pop_front();
+            if self.unread.get(&pid) == Some(&ts) {
+                self.read_pending(pid);
+            }
+        }
+    }
+
+    /// When the next pending read falls due (wall ns), if any is pending.
+    pub fn next_read_ns(&self) -> Option<i64> {
+        self.reads.front().map(|(_, ts)| ts + EXEC_READ_DELAY_NS)
+    }
+
+    /// Reads a process's /proc entries now if its exec's read is pending.
+    pub fn read_pending(&mut self, pid: u32) {
+        if self.unread.remove(&pid).is_none() {
+            return;
+        }
+        let Some(old) = self.procs.get(&pid) else {
+            return;
+        };
+        if old.exited_ns.is_some() {
+            return;
+        }
+        let Ok(info) = proc::read(pid) else { return };
+        let kernel_memcg = old.memcg.clone();
         let mut p = self.make(info);
         if let Some(path) = kernel_memcg {
             p.owner = owner_of(&path);
@@ -258,6 +315,7 @@ impl ProcessTable {
     }
 
     fn remove(&mut self, pid: u32) {
+        self.unread.remove(&pid);
         if let Some(old) = self.procs.remove(&pid) {
             self.unindex(pid, &old);
         }
@@ -276,8 +334,10 @@ impl ProcessTable {
         }
     }
 
-    /// Looks a process up; unknown live pids are read from /proc and added.
+    /// Looks a process up; unknown live pids, and programs whose read is
+    /// still pending, are read from /proc.
     pub fn get_or_read(&mut self, pid: u32) -> Option<&Process> {
+        self.read_pending(pid);
         if !self.procs.contains_key(&pid) {
             let info = proc::read(pid).ok()?;
             let p = self.make(info);
@@ -378,6 +438,37 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn an_exec_is_read_from_proc_only_once_the_program_has_run_a_while() {
+        let me = std::process::id();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let mut t = table();
+        t.add(info(1, "/a"));
+        t.on_fork(1, me, "sh");
+        t.on_exec(me, "prog", "/usr/bin/prog", 0, 1_000);
+        // Not yet: the event's fields, the parent's cgroup.
+        t.read_due(1_000 + EXEC_READ_DELAY_NS - 1);
+        let p = t.get(me).unwrap();
+        assert_eq!(p.info.cmdline, "/usr/bin/prog");
+        assert_eq!(p.memcg.as_deref(), Some("/a"));
+        // Due: /proc says what it really is.
+        t.read_due(1_000 + EXEC_READ_DELAY_NS);
+        let p = t.get(me).unwrap();
+        assert_eq!(p.info.exe.as_deref(), exe.to_str());
+        assert_ne!(p.info.cmdline, "/usr/bin/prog");
+        // Once: a second exec is read again, an ended program never.
+        t.on_exec(me, "prog2", "/usr/bin/prog2", 0, 5_000);
+        t.on_exit(me, 6_000);
+        t.read_due(i64::MAX);
+        assert_eq!(t.get(me).unwrap().info.cmdline, "/usr/bin/prog2");
+        // A kill reads a pending one at once.
+        t.on_fork(1, me, "sh");
+        t.on_exec(me, "prog3", "/usr/bin/prog3", 0, 7_000);
+        t.read_pending(me);
+        assert_eq!(t.get(me).unwrap().info.exe.as_deref(), exe.to_str());
+        assert!(t.reads.len() <= 3 && t.unread.is_empty());
     }
 
     #[test]

@@ -114,9 +114,8 @@ pub const GROWTH_PROBES: [ProbeSpec; 4] = [
     },
     ProbeSpec {
         program: programs::GROWTH_MMAP,
-        hook: Hook::TracePoint {
-            category: "syscalls",
-            name: "sys_enter_mmap",
+        hook: Hook::RawTracePoint {
+            name: "vm_unmapped_area",
         },
         required: false,
         purpose: "growth attribution: large reservations (mmap) with their stacks",

@@ -275,6 +275,13 @@ impl Engine {
         let mut nvml_rx = inputs.gpu.take();
         while oom_open || crit_open || data_open || kmsg_open {
             let mut stop = false;
+            // New programs' /proc reads fall due on their own, not only
+            // when the next event comes; a little late, so that one wakeup
+            // reads the programs of a burst together.
+            let read_due = self.model.next_read_ns().map(|t| {
+                let wait = (t + READ_COALESCE_NS - wall_now_ns()).max(0) as u64;
+                tokio::time::Instant::now() + std::time::Duration::from_nanos(wait)
+            });
             let result: Result<(), StoreError> = tokio::select! {
                 biased;
                 ev = inputs.oom.recv(), if oom_open => match ev {
@@ -328,6 +335,10 @@ impl Engine {
                 _ = sleep_until(settle_due), if settle_due.is_some() => {
                     settle_due = None;
                     self.settle_gpu(&mut inputs.data)
+                }
+                _ = sleep_until(read_due), if read_due.is_some() => {
+                    self.model.read_due(wall_now_ns());
+                    Ok(())
                 }
             };
             if let Err(e) = result {
@@ -519,6 +530,9 @@ impl Engine {
                 let kernel_memcg = (v.header.pid == v.victim_pid)
                     .then(|| self.model.memcg_by_id(v.trigger_memcg_id, true))
                     .flatten();
+                // Programs exec'd moments ago are read now, while they live.
+                self.model.read_pending(v.victim_pid);
+                self.model.read_pending(v.header.pid);
                 let mut rec = kill_from_victim(&self.ctx(), v, kernel_memcg);
                 tracing::debug!(
                     "kill of {}: received {} us after the kernel, built in {} us",
@@ -556,6 +570,7 @@ impl Engine {
                     return Ok(());
                 }
                 self.model.get_or_read(s.header.pid);
+                self.model.read_pending(s.target_pid);
                 if let Some(rec) = kill_from_signal(&self.ctx(), s) {
                     self.buffer.push(row);
                     self.commit_kill(rec)?;
@@ -578,7 +593,9 @@ impl Engine {
                     &c_str(&e.header.comm),
                     &c_str(&e.filename),
                     e.memcg_id,
+                    row.ts_ns,
                 );
+                self.model.read_due(row.ts_ns);
                 if let Some(w) = &self.watcher {
                     w.on_exec(e.pid);
                 }
@@ -595,6 +612,7 @@ impl Engine {
             }
             Event::Exit(x) => {
                 self.model.on_exit(x.pid, row.ts_ns);
+                self.model.read_due(row.ts_ns);
                 if let Some(w) = &self.watcher {
                     w.on_exit(x.pid);
                 }
@@ -1083,6 +1101,7 @@ impl Engine {
     fn tick_inner(&mut self) -> Result<(), StoreError> {
         self.ticks += 1;
         let now = wall_now_ns();
+        self.model.read_due(now);
         let per_min = (60.0 / self.opts.sample_interval.as_secs_f64())
             .ceil()
             .max(1.0) as u64;
@@ -1260,6 +1279,9 @@ fn re_enrich<P: PartialEq>(
 }
 
 /// Sleeps until `t` (a branch guard keeps `None` from being polled).
+/// How late the engine wakes for a pending /proc read (see the loop).
+const READ_COALESCE_NS: i64 = 50_000_000;
+
 async fn sleep_until(t: Option<tokio::time::Instant>) {
     match t {
         Some(t) => tokio::time::sleep_until(t).await,
