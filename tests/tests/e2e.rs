@@ -78,8 +78,9 @@ fn reclaim_in_the_cgroup_before_a_kill_is_counted() {
         .iter()
         .filter_map(|s| s["reclaim_scanned"].as_u64())
         .collect();
-    // Counted per memory cgroup by the kernel's count_memcg_events, keyed
-    // by the cgroup's id: found for this cgroup's samples.
+    // Counted in the kernel at each batch of reclaim, for the memory cgroup
+    // of the task that reclaims (the hog, at its cgroup's limit), keyed by
+    // the cgroup's id: found for this cgroup's samples.
     assert!(
         scanned.iter().any(|&n| n > 0),
         "no reclaim scans in the lead-up: {:#}",

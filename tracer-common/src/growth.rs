@@ -100,28 +100,50 @@ impl GrowthConfig {
     }
 }
 
-/// What the kernel keeps per process (`GROWTH_PROCS`, tgid -> this): the
-/// decision whether it is followed, its sampling countdown, and its totals.
+/// What the kernel keeps per process (`GROWTH_PROCS`, tgid -> this):
+/// whether it is followed.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GrowthProc {
-    /// The `GROWTH_GEN` value the decision was taken under; userspace bumps
-    /// it to have every decision taken again (a limit set later).
+    /// The `GROWTH_GEN` value the decision was taken under; it changes to
+    /// have every decision taken again (userspace: a limit set later, a
+    /// process selected; the kernel: a task moved to another cgroup).
     pub generation: u32,
     /// 1 when the process is followed.
     pub on: u32,
+}
+const _: () = assert!(size_of::<GrowthProc>() == 8);
+
+/// What the kernel keeps per CPU (`GROWTH_CPU`): the decision of the
+/// process that faulted last on this CPU (most faults follow one of the
+/// same process, and this copy spares them the per-process lookup), and
+/// the sampling countdown of this CPU. The countdown is shared by the
+/// followed processes' faults on the CPU: exponential gaps are memoryless,
+/// so every followed fault has the same chance of being sampled whichever
+/// process took the ones before it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GrowthCpu {
+    /// The process the decision is of (0: none yet).
+    pub tgid: u32,
+    /// The `GROWTH_GEN` value it was taken under.
+    pub generation: u32,
+    /// 1 when that process is followed.
+    pub on: u32,
+    /// Explicit padding.
+    pub _pad: u32,
     /// Bytes left before the next sample.
     pub left: i64,
-    /// Faults counted (followed processes only).
-    pub faults: u64,
-    /// Samples sent.
-    pub samples: u64,
+    /// Bytes of the running gap between samples (its faults are counted in
+    /// `stat::FAULTS` when it runs out); 0 before the first.
+    pub gap: i64,
 }
-const _: () = assert!(size_of::<GrowthProc>() == 32);
+const _: () = assert!(size_of::<GrowthCpu>() == 32);
 
 /// Counters of the growth programs (`GROWTH_STATS`, per CPU), by index.
 pub mod stat {
-    /// Faults of followed processes.
+    /// Faults of followed processes, counted a gap between samples at a
+    /// time (each process's last, unfinished gap is not in it).
     pub const FAULTS: u32 = 0;
     /// Samples sent.
     pub const SAMPLES: u32 = 1;

@@ -65,6 +65,8 @@ pub mod maps {
     pub const CONFIG: &str = "CONFIG";
     /// Per process growth state (`growth::GrowthProc`).
     pub const GROWTH_PROCS: &str = "GROWTH_PROCS";
+    /// Per CPU growth state (`growth::GrowthCpu`).
+    pub const GROWTH_CPU: &str = "GROWTH_CPU";
     /// The generation of the growth decisions (one `u32`).
     pub const GROWTH_GEN: &str = "GROWTH_GEN";
     /// Processes selected for growth sampling (tgid -> 1).
@@ -83,8 +85,8 @@ pub mod programs {
     pub const OOM_START_TASK_REAPING: &str = "oom_start_task_reaping";
     /// `tracepoint/oom/finish_task_reaping`.
     pub const OOM_FINISH_TASK_REAPING: &str = "oom_finish_task_reaping";
-    /// `tracepoint/memcg/count_memcg_events`.
-    pub const MEMCG_COUNT_EVENTS: &str = "memcg_count_events";
+    /// `raw_tracepoint/mm_vmscan_lru_shrink_inactive`.
+    pub const MEMCG_RECLAIM: &str = "memcg_reclaim";
     /// `tracepoint/sched/sched_process_exec`.
     pub const SCHED_PROCESS_EXEC: &str = "sched_process_exec";
     /// `raw_tracepoint/sched_process_fork`.
@@ -171,7 +173,9 @@ pub mod kind {
     pub const REAP_START: u32 = 2;
     /// `oom:finish_task_reaping` ([`super::Reap`]).
     pub const REAP_FINISH: u32 = 3;
-    /// `memcg:count_memcg_events` for an OOM-kill item ([`super::MemcgEvent`]).
+    /// A memcg OOM kill counted through `memcg:count_memcg_events`
+    /// ([`super::MemcgEvent`]): stores written before reclaim was read from
+    /// `vmscan` hold them; the kill itself comes from `oom:mark_victim`.
     pub const MEMCG_OOM: u32 = 4;
     /// `sched:sched_process_exec` ([`super::ProcExec`]).
     pub const PROC_EXEC: u32 = 5;
@@ -706,7 +710,7 @@ pub mod field {
 }
 
 /// Number of memcg event items aggregated in `MEMCG_COUNTS`.
-pub const MEMCG_COUNTED_ITEMS: usize = 6;
+pub const MEMCG_COUNTED_ITEMS: usize = 4;
 
 /// Read-only configuration of the programs, written by userspace into the
 /// `CONFIG` global before load (the verifier then sees constants).
@@ -722,9 +726,9 @@ pub struct ProbeConfig {
     /// Offsets in `mm_struct` of the file, anon and shmem RSS counters
     /// (a `long`/`s64` each, from BTF); 0 = unknown.
     pub mm_rss_off: [u32; 3],
-    /// `enum vm_event_item` value of `OOM_KILL`, or -1 when the kernel has none.
-    pub memcg_oom_kill_item: i32,
-    /// `enum vm_event_item` values counted per memcg (reclaim and faults); -1 = unused slot.
+    /// `enum vm_event_item` values the reclaim counters of `MEMCG_COUNTS`
+    /// are keyed by: PGSCAN_DIRECT, PGSTEAL_DIRECT, PGSCAN_KSWAPD,
+    /// PGSTEAL_KSWAPD; -1 = unknown.
     pub memcg_counted_items: [i32; MEMCG_COUNTED_ITEMS],
     /// The chain from a task to its memory cgroup's id, offsets from BTF
     /// (0 = unknown): `task_struct.cgroups` (a `css_set *`), then in the
@@ -734,7 +738,7 @@ pub struct ProbeConfig {
     /// Explicit padding.
     pub _pad: u32,
 }
-const _: () = assert!(size_of::<ProbeConfig>() == 116);
+const _: () = assert!(size_of::<ProbeConfig>() == 104);
 
 impl ProbeConfig {
     /// A configuration with every field absent; userspace fills it in.
@@ -744,7 +748,6 @@ impl ProbeConfig {
             task_tgid_off: 0,
             task_mm_off: 0,
             mm_rss_off: [0; 3],
-            memcg_oom_kill_item: -1,
             memcg_counted_items: [-1; MEMCG_COUNTED_ITEMS],
             memcg_chain: [0; 5],
             _pad: 0,
@@ -773,4 +776,6 @@ mod pod {
     unsafe impl aya::Pod for growth::GrowthConfig {}
     // SAFETY: as above.
     unsafe impl aya::Pod for growth::GrowthProc {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for growth::GrowthCpu {}
 }

@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     CUDA_THREAD_ENTRIES, CudaInflight, MEMCG_COUNTS_ENTRIES, MemcgCountKey, ProbeConfig,
-    growth::{self, GrowthConfig, GrowthProc},
+    growth::{self, GrowthConfig, GrowthCpu, GrowthProc},
     heap::{self, HeapConfig, HeapInflight, HeapKey},
     ring,
 };
@@ -98,7 +98,12 @@ pub static HEAP_BRK: LruHashMap<u32, u64> = LruHashMap::with_max_entries(heap::T
 pub static GROWTH_PROCS: LruHashMap<u32, GrowthProc> =
     LruHashMap::with_max_entries(growth::PROC_ENTRIES, 0);
 
-/// The generation of the growth decisions (userspace bumps it).
+/// The last decision and the sampling countdown, per CPU.
+#[map(name = "GROWTH_CPU")]
+pub static GROWTH_CPU: PerCpuArray<GrowthCpu> = PerCpuArray::with_max_entries(1, 0);
+
+/// The generation of the growth decisions (userspace bumps it, and the
+/// kernel when a task changes cgroup).
 #[map(name = "GROWTH_GEN")]
 pub static GROWTH_GEN: Array<u32> = Array::with_max_entries(1, 0);
 

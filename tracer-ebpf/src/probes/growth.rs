@@ -13,17 +13,16 @@ use aya_ebpf::{
     programs::{RawTracePointContext, TracePointContext},
 };
 use tracer_common::{
-    field,
     growth::{self, GrowthConfig, GrowthProc, GrowthSample, error_code, mode, stat},
     heap::how,
     kind,
 };
 
 use crate::{
-    maps::{GROWTH_CONFIG, GROWTH_GEN, GROWTH_PROCS, GROWTH_SELECT, GROWTH_STATS},
+    maps::{GROWTH_CONFIG, GROWTH_CPU, GROWTH_GEN, GROWTH_PROCS, GROWTH_SELECT, GROWTH_STATS},
     probes::heap::next_gap,
     stack::{self, user_regs},
-    util::{Ring, config, header, read_field},
+    util::{Ring, config, header},
 };
 
 /// User addresses end here (x86_64, 4-level and 5-level paging alike).
@@ -38,9 +37,14 @@ fn cfg() -> &'static GrowthConfig {
 
 #[inline(always)]
 fn count(idx: u32) {
+    count_n(idx, 1);
+}
+
+#[inline(always)]
+fn count_n(idx: u32, n: u64) {
     if let Some(c) = GROWTH_STATS.get_ptr_mut(idx) {
         // SAFETY: per-CPU slot; BPF programs do not migrate while running.
-        unsafe { *c += 1 };
+        unsafe { *c += n };
     }
 }
 
@@ -132,54 +136,75 @@ fn on_fault(ctx: &RawTracePointContext, func: u32) -> u32 {
         return 0;
     }
     let generation = GROWTH_GEN.get(0).copied().unwrap_or(0);
-    let mut entry = GROWTH_PROCS.get_ptr_mut(&tgid);
-    // SAFETY: a live map value; concurrent faults of the process's threads
-    // may race on its counters, which skews a count, never memory safety.
-    if entry.is_none_or(|e| unsafe { (*e).generation } != generation) {
-        count(stat::DECISIONS);
-        let on = followed(c, tgid);
-        // SAFETY: as above.
-        let kept = entry.map(|e| unsafe { *e }).filter(|e| e.on == 1 && on);
-        let fresh = GrowthProc {
-            generation,
-            on: on as u32,
-            left: kept.map_or_else(|| next_gap(c.sample_bytes, &c.exp_table), |e| e.left),
-            faults: kept.map_or(0, |e| e.faults),
-            samples: kept.map_or(0, |e| e.samples),
-        };
-        if GROWTH_PROCS.insert(&tgid, &fresh, 0).is_err() {
-            return 0;
-        }
-        entry = GROWTH_PROCS.get_ptr_mut(&tgid);
-    }
-    let Some(e) = entry else { return 0 };
-    // SAFETY: as above.
+    let Some(cpu) = GROWTH_CPU.get_ptr_mut(0) else {
+        return 0;
+    };
+    let exact = c.sample_bytes == 0;
+    // SAFETY: this CPU's slot, and a program does not migrate while it
+    // runs; a program of this CPU interleaving with it would skew the
+    // countdown, never memory safety.
     unsafe {
-        if (*e).on == 0 {
+        if (*cpu).tgid != tgid || (*cpu).generation != generation {
+            let Some(on) = decision(c, tgid, generation) else {
+                return 0;
+            };
+            (*cpu).tgid = tgid;
+            (*cpu).generation = generation;
+            (*cpu).on = on as u32;
+        }
+        if (*cpu).on == 0 {
             return 0;
         }
-        (*e).faults += 1;
-        count(stat::FAULTS);
-        let exact = c.sample_bytes == 0;
-        if !exact {
-            (*e).left -= growth::PAGE as i64;
-            if (*e).left > 0 {
+        // The common case is this countdown and nothing else: the faults
+        // of a gap are counted when it runs out, not one by one.
+        if exact {
+            count_n(stat::FAULTS, 1);
+        } else {
+            (*cpu).left -= growth::PAGE as i64;
+            if (*cpu).left > 0 {
                 return 0;
             }
-            (*e).left = next_gap(c.sample_bytes, &c.exp_table);
-        }
-        if send(
-            ctx,
-            kind::GROWTH_FAULT,
-            func,
-            address,
-            growth::PAGE,
-            if exact { how::EXACT } else { how::SAMPLED },
-        ) {
-            (*e).samples += 1;
+            let first = (*cpu).gap == 0;
+            count_n(stat::FAULTS, (*cpu).gap as u64 / growth::PAGE);
+            let gap = next_gap(c.sample_bytes, &c.exp_table);
+            (*cpu).left = gap;
+            (*cpu).gap = gap;
+            // This CPU's first fault only starts the countdown.
+            if first {
+                return 0;
+            }
         }
     }
+    send(
+        ctx,
+        kind::GROWTH_FAULT,
+        func,
+        address,
+        growth::PAGE,
+        if exact { how::EXACT } else { how::SAMPLED },
+    );
     0
+}
+
+/// Whether process `tgid` is followed under `generation`: its entry in
+/// `GROWTH_PROCS`, or a decision taken now and kept there. `None` when the
+/// map refuses the entry.
+#[inline(always)]
+fn decision(c: &GrowthConfig, tgid: u32, generation: u32) -> Option<bool> {
+    // SAFETY: reading a plain map value.
+    if let Some(e) = unsafe { GROWTH_PROCS.get(&tgid) }
+        && e.generation == generation
+    {
+        return Some(e.on != 0);
+    }
+    count(stat::DECISIONS);
+    let on = followed(c, tgid);
+    let fresh = GrowthProc {
+        generation,
+        on: on as u32,
+    };
+    GROWTH_PROCS.insert(&tgid, &fresh, 0).ok()?;
+    Some(on)
 }
 
 /// Sends a [`GrowthSample`] of the current task; false when it was lost.
@@ -234,15 +259,17 @@ pub fn growth_fault_kernel(ctx: RawTracePointContext) -> u32 {
 }
 
 /// `tracepoint/cgroup/cgroup_attach_task`, from `cgroup_attach_task()` in
-/// kernel/cgroup/cgroup.c: a task moved to another cgroup. Its process's
-/// decision is taken again at its next fault. Format: `dst_root, dst_level,
-/// dst_id, pid, dst_path, comm`. Minimum kernel: 4.6.
+/// kernel/cgroup/cgroup.c: a task moved to another cgroup. Every decision
+/// is taken again at the process's next fault (a new generation: the
+/// copies kept per CPU go stale with it; moves are rare next to faults).
+/// Format: `dst_root, dst_level, dst_id, pid, dst_path, comm`. Minimum
+/// kernel: 4.6.
 #[tracepoint]
-pub fn growth_cgroup_attach(ctx: TracePointContext) -> u32 {
-    if let Some(pid) = read_field::<i32>(&ctx, field::CGROUP_ATTACH_PID) {
-        // The thread group leader's pid is its tgid; a move of a whole
-        // process reports the leader too.
-        let _ = GROWTH_PROCS.remove(&(pid as u32));
+pub fn growth_cgroup_attach(_ctx: TracePointContext) -> u32 {
+    if let Some(g) = GROWTH_GEN.get_ptr_mut(0) {
+        // SAFETY: the map's one value; a racing bump may be lost, and
+        // either one changes the generation.
+        unsafe { *g = (*g).wrapping_add(1) };
     }
     0
 }

@@ -15,7 +15,7 @@ use crate::{
     model::cgroup::CgroupLayout,
     probes::{
         HEAP_DATA_RING_BYTES, Probes,
-        growth::{GrowthMode, GrowthOptions},
+        growth::{GrowthMaps, GrowthMode, GrowthOptions},
         heap::MAX_SAMPLE_BYTES,
     },
     record::GrowthReport,
@@ -66,8 +66,9 @@ struct Followed {
 
 impl Followed {
     /// Selects the processes now in the cgroup (and below) that are not
-    /// yet, and deselects those gone; returns the latter.
-    fn scan(&mut self, probes: &mut Probes) -> anyhow::Result<Vec<u32>> {
+    /// yet, and deselects those gone; returns the latter. A change renews
+    /// the decisions.
+    fn scan(&mut self, probes: &mut Probes, maps: &mut GrowthMaps) -> anyhow::Result<Vec<u32>> {
         let Some(dir) = &self.dir else {
             return Ok(Vec::new());
         };
@@ -79,6 +80,9 @@ impl Followed {
         let gone: Vec<u32> = self.pids.difference(&now).copied().collect();
         for &pid in &gone {
             probes.growth_select(pid, false)?;
+        }
+        if now != self.pids {
+            maps.new_generation()?;
         }
         self.pids = now;
         Ok(gone)
@@ -176,9 +180,6 @@ async fn follow(
 ) -> anyhow::Result<ExitCode> {
     let (mut rx, mut tasks, drops) = start_readers(&mut probes, 4096)?;
     let mut maps = probes.take_growth_maps()?;
-    // Renewed at once: the first decision of a selected process is taken
-    // at its next fault.
-    let _ = maps.new_generation();
     probes
         .attach_growth()
         .context("growth attribution needs the page fault tracepoints")?;
@@ -186,7 +187,10 @@ async fn follow(
         probes.growth_select(pid, true)?;
         followed.pids.insert(pid);
     }
-    followed.scan(&mut probes)?;
+    followed.scan(&mut probes, &mut maps)?;
+    // Renewed once selected: the decision of a selected process is taken
+    // again at its next fault.
+    maps.new_generation()?;
     let worker = HeapWorker::spawn(
         crate::probes::heap::DEFAULT_SAMPLE_BYTES,
         args.sample_bytes,
@@ -233,7 +237,7 @@ async fn follow(
                 // Gone from the cgroup: the worker keeps its samples a while
                 // (its growth stays in view), then forgets it.
                 let now = wall_now_ns().max(0) as u64;
-                for pid in followed.scan(&mut probes)? {
+                for pid in followed.scan(&mut probes, &mut maps)? {
                     worker.on_exit(pid, now);
                 }
             }

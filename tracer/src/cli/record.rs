@@ -310,7 +310,6 @@ async fn record(
             .filter(|n| n.starts_with("PGSCAN"))
             .filter_map(|n| items.get(*n).copied())
             .collect(),
-        fault_item: items.get("PGMAJFAULT").copied(),
     };
     // With uprobe families the library watcher owns the probes (it
     // attaches as libraries and processes appear); otherwise they stay

@@ -217,7 +217,7 @@ mod tests {
         fn new() -> Self {
             Self {
                 model: ProcessTable::new(CgroupLayout::default(), 0, 16),
-                sampler: Sampler::new(CgroupLayout::default(), 0, Vec::new(), None),
+                sampler: Sampler::new(CgroupLayout::default(), 0, Vec::new()),
             }
         }
 

@@ -640,7 +640,7 @@ mod tests {
             (201, "sidecar", "/job"),
             (300, "other", "/elsewhere"),
         ]);
-        let sampler = Sampler::new(model.layout().clone(), 0, Vec::new(), None);
+        let sampler = Sampler::new(model.layout().clone(), 0, Vec::new());
         let clock = Clock::fixed(0, 0);
         let procs = Procs(vec![(200, 50_000), (201, 7_000), (300, 1)]);
         let ctx = Context {

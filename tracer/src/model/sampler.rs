@@ -29,9 +29,10 @@ pub struct CgroupSample {
     pub psi_some_avg10: Option<f64>,
     /// PSI `full avg10` (v2 only), percent.
     pub psi_full_avg10: Option<f64>,
-    /// Pages scanned by reclaim in this cgroup so far (from the memcg probe).
+    /// Pages scanned by reclaim in this cgroup so far (from the reclaim probe).
     pub reclaim_scanned: Option<u64>,
-    /// Major faults so far (from the memcg probe).
+    /// Major faults so far (`pgmajfault` of memory.stat: this cgroup's own
+    /// on v1, with its descendants' on v2).
     pub major_faults: Option<u64>,
 }
 
@@ -52,12 +53,16 @@ pub fn read_cgroup(dir: &Path, v1: bool, ts_ns: i64) -> Option<CgroupSample> {
         s.failcnt = num("memory.failcnt");
         let oc = fs::read_to_string(dir.join("memory.oom_control")).unwrap_or_default();
         s.oom_kills = keyed(&oc, "oom_kill");
+        let stat = fs::read_to_string(dir.join("memory.stat")).unwrap_or_default();
+        s.major_faults = keyed(&stat, "pgmajfault");
     } else {
         s.usage_bytes = num("memory.current")?;
         s.limit_bytes = num("memory.max").filter(|&l| l < UNLIMITED);
         let ev = fs::read_to_string(dir.join("memory.events")).unwrap_or_default();
         s.failcnt = keyed(&ev, "max");
         s.oom_kills = keyed(&ev, "oom_kill");
+        let stat = fs::read_to_string(dir.join("memory.stat")).unwrap_or_default();
+        s.major_faults = keyed(&stat, "pgmajfault");
         let psi = fs::read_to_string(dir.join("memory.pressure")).unwrap_or_default();
         (s.psi_some_avg10, s.psi_full_avg10) = parse_psi(&psi);
     }
@@ -94,26 +99,19 @@ pub struct Sampler {
     layout: CgroupLayout,
     windows: HashMap<String, Window>,
     keep_ns: i64,
-    /// `enum vm_event_item` values of the scan and major-fault items.
+    /// `enum vm_event_item` values of the scan items.
     scan_items: Vec<i32>,
-    fault_item: Option<i32>,
 }
 
 impl Sampler {
-    /// A sampler keeping `keep_ns` of history per cgroup. `scan_items` and
-    /// `fault_item` say which memcg counters mean reclaim scans and major faults.
-    pub fn new(
-        layout: CgroupLayout,
-        keep_ns: i64,
-        scan_items: Vec<i32>,
-        fault_item: Option<i32>,
-    ) -> Self {
+    /// A sampler keeping `keep_ns` of history per cgroup. `scan_items` say
+    /// which reclaim counters mean pages scanned.
+    pub fn new(layout: CgroupLayout, keep_ns: i64, scan_items: Vec<i32>) -> Self {
         Self {
             layout,
             windows: HashMap::new(),
             keep_ns,
             scan_items,
-            fault_item,
         }
     }
 
@@ -149,9 +147,6 @@ impl Sampler {
                     .filter_map(|i| counters.get(&(id, *i)).copied())
                     .collect();
                 s.reclaim_scanned = (!scans.is_empty()).then(|| scans.iter().sum());
-                s.major_faults = self
-                    .fault_item
-                    .and_then(|i| counters.get(&(id, i)).copied());
             }
             w.samples.push_back(s);
             while w
@@ -255,13 +250,14 @@ mod tests {
         let cg = dir.path().join("cg");
         fs::create_dir(&cg).unwrap();
         fs::write(cg.join("memory.usage_in_bytes"), "100").unwrap();
+        fs::write(cg.join("memory.stat"), "pgfault 90\npgmajfault 3\n").unwrap();
         let layout = CgroupLayout {
             memory_v1: Some(dir.path().into()),
             ..Default::default()
         };
         let id = dir_id(&cg).unwrap();
-        let mut s = Sampler::new(layout, 10, vec![20, 21], Some(24));
-        let counters = HashMap::from([((id, 20), 5), ((id, 21), 7), ((id, 24), 3)]);
+        let mut s = Sampler::new(layout, 10, vec![20, 21]);
+        let counters = HashMap::from([((id, 20), 5), ((id, 21), 7), ((id, 24), 9)]);
         for t in 0..20 {
             s.sample(["/cg"], &counters, t);
         }

@@ -125,7 +125,7 @@ pub const GROWTH_PROBES: [ProbeSpec; 4] = [
 /// The growth programs' counters, summed over CPUs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct GrowthCounts {
-    /// Faults of followed processes.
+    /// Faults of followed processes (counted a sampling gap at a time).
     pub faults: u64,
     /// Samples sent.
     pub samples: u64,
@@ -143,7 +143,6 @@ pub struct GrowthCounts {
 pub struct GrowthMaps {
     stats: PerCpuArray<MapData, u64>,
     generation: Array<MapData, u32>,
-    gen_value: u32,
 }
 
 impl GrowthMaps {
@@ -165,8 +164,9 @@ impl GrowthMaps {
     /// Has every process's decision taken again at its next fault (a limit
     /// set or lifted since).
     pub fn new_generation(&mut self) -> Result<(), aya::maps::MapError> {
-        self.gen_value = self.gen_value.wrapping_add(1);
-        self.generation.set(0, self.gen_value, 0)
+        // Read first: the kernel bumps it too (a task changing cgroup).
+        let now = self.generation.get(&0, 0)?;
+        self.generation.set(0, now.wrapping_add(1), 0)
     }
 }
 
@@ -198,15 +198,13 @@ impl Probes {
                     source,
                 }
             })?;
-        Ok(GrowthMaps {
-            stats,
-            generation,
-            gen_value: 0,
-        })
+        Ok(GrowthMaps { stats, generation })
     }
 
     /// Selects (or deselects) a process for growth sampling
-    /// (`GrowthMode::Selected`); its decision is taken again at once.
+    /// (`GrowthMode::Selected`); its decision is taken again once the
+    /// generation changes ([`GrowthMaps::new_generation`]: the programs
+    /// keep a copy of the last decision per CPU).
     pub fn growth_select(&mut self, pid: u32, on: bool) -> Result<(), ProbeError> {
         self.set_pid(maps::GROWTH_SELECT, pid, on)?;
         // Its decision is taken again at its next fault.

@@ -161,16 +161,14 @@ const FIELDS: &[(usize, &str, &str, &str, Want)] = &[
     ),
 ];
 
-/// `enum vm_event_item` members aggregated per memcg, in `CONFIG` order:
-/// direct reclaim and kswapd work (the memcg under pressure before a kill),
-/// major faults (thrashing), and OOM kills where counted this way.
+/// `enum vm_event_item` members the reclaim counters are keyed by, in
+/// `CONFIG` order: direct reclaim and kswapd work (the memcg under
+/// pressure before a kill).
 pub const MEMCG_ITEM_NAMES: [&str; MEMCG_COUNTED_ITEMS] = [
     "PGSCAN_DIRECT",
     "PGSTEAL_DIRECT",
     "PGSCAN_KSWAPD",
     "PGSTEAL_KSWAPD",
-    "PGMAJFAULT",
-    "OOM_KILL",
 ];
 
 /// What the layout step found that limits what can be recorded.
@@ -212,9 +210,6 @@ pub fn build(tracefs: &Path, btf: &KernelBtf) -> Result<(ProbeConfig, LayoutNote
             let v = v as i32;
             cfg.memcg_counted_items[slot] = v;
             notes.memcg_items.insert(name.to_string(), v);
-            if *name == "OOM_KILL" {
-                cfg.memcg_oom_kill_item = v;
-            }
         }
     }
     Ok((cfg, notes))

@@ -172,9 +172,9 @@ pub const PROBES: &[ProbeSpec] = &[
         purpose: "OOM reaper timing",
     },
     ProbeSpec {
-        program: programs::MEMCG_COUNT_EVENTS,
+        program: programs::MEMCG_RECLAIM,
         hook: Hook::RawTracePoint {
-            name: "count_memcg_events",
+            name: "mm_vmscan_lru_shrink_inactive",
         },
         required: false,
         purpose: "per-cgroup reclaim pressure before a kill",

@@ -58,8 +58,6 @@ pub struct EngineOptions {
     pub cgroups: Vec<String>,
     /// `enum vm_event_item` values of the reclaim scan items.
     pub scan_items: Vec<i32>,
-    /// `enum vm_event_item` value of PGMAJFAULT.
-    pub fault_item: Option<i32>,
 }
 
 /// What the engine saw, printed when the recorder stops.
@@ -215,7 +213,6 @@ impl Engine {
             model.layout().clone(),
             crate::correlate::LEADUP_NS + 5_000_000_000,
             opts.scan_items.clone(),
-            opts.fault_item,
         );
         Self {
             store,
