@@ -198,13 +198,10 @@ fn growth_cost(bins: &crate::Bins, rounds: usize, mib: u64) -> anyhow::Result<St
     toucher.exit();
     let base_touch = median(results[0].1.touch.clone());
     let base_churn = median(results[0].1.churn.clone());
-    let least = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
-    let best_touch = least(&results[0].1.touch);
-    let best_churn = least(&results[0].1.churn);
     let mut out = format!(
         "### Growth attribution: page-touch ({mib} MiB in 4 KiB pages per round) and process churn ({churn_n} processes per round), {rounds} rounds each\n\n\
-         | configuration | page touch ns/page (median) | vs untraced | best round | vs untraced | churn s/round (median) | vs untraced | best round | vs untraced | recorder CPU | recorder RSS | samples | lost |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+         | configuration | page touch ns/page (median) | vs untraced | same round, median (IQR) | churn s/round (median) | vs untraced | same round, median (IQR) | recorder CPU | recorder RSS | samples | lost |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n"
     );
     for (name, p) in &results {
         let t = median(p.touch.clone());
@@ -216,13 +213,12 @@ fn growth_cost(bins: &crate::Bins, rounds: usize, mib: u64) -> anyhow::Result<St
             0.0
         };
         let rss = p.cpu_rss.iter().map(|x| x.1).fold(0.0, f64::max);
-        let (bt, bc) = (least(&p.touch), least(&p.churn));
         out.push_str(&format!(
-            "| {name} | {t:.0} | {:+.1} % | {bt:.0} | {:+.1} % | {c:.3} | {:+.1} % | {bc:.3} | {:+.1} % | {} | {} | {} | {} |\n",
+            "| {name} | {t:.0} | {:+.1} % | {} | {c:.3} | {:+.1} % | {} | {} | {} | {} | {} |\n",
             (t / base_touch - 1.0) * 100.0,
-            (bt / best_touch - 1.0) * 100.0,
+            paired(&p.touch, &results[0].1.touch),
             (c / base_churn - 1.0) * 100.0,
-            (bc / best_churn - 1.0) * 100.0,
+            paired(&p.churn, &results[0].1.churn),
             if traced {
                 format!("{cpu:.1} %")
             } else {
@@ -247,12 +243,33 @@ fn growth_cost(bins: &crate::Bins, rounds: usize, mib: u64) -> anyhow::Result<St
     }
     out.push_str(
         "\nTargets: at most 5 % slower on the page-touch loop, at most 1 % on the churn \
-         workload, no sample lost. Medians over the rounds; the configurations take turns \
+         workload, no sample lost. Medians over the rounds, and the median (with the \
+         interquartile range) of each round's ratio to the untraced run of the same round, \
+         which this VM's drift from minute to minute does not move; the configurations take turns \
          round by round, a recorder started afresh each round and warmed up by one unmeasured \
          page-touch round (its first sight of the workload); recorder CPU is over the measured \
          round (both workloads), RSS the largest seen.\n",
     );
     Ok(out)
+}
+
+/// `+m % (q1 .. q3)`: the median and quartiles of `a[i] / base[i] - 1`.
+fn paired(a: &[f64], base: &[f64]) -> String {
+    let mut r: Vec<f64> = a
+        .iter()
+        .zip(base)
+        .map(|(x, b)| (x / b - 1.0) * 100.0)
+        .collect();
+    r.sort_by(f64::total_cmp);
+    if r.is_empty() {
+        return String::new();
+    }
+    format!(
+        "{:+.1} % ({:+.1} .. {:+.1})",
+        percentile(&r, 0.5),
+        percentile(&r, 0.25),
+        percentile(&r, 0.75)
+    )
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
