@@ -50,9 +50,7 @@ pub const PAGE: u64 = 4096;
 
 /// x86 page fault error code bits (arch/x86/include/asm/trap_pf.h).
 pub mod error_code {
-    /// The page was present: a protection fault.
-    pub const PROT: u64 = 1 << 0;
-    /// A write access.
+    /// A write access (the only faults growth attribution counts).
     pub const WRITE: u64 = 1 << 1;
 }
 

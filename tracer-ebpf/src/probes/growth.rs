@@ -125,10 +125,12 @@ fn on_fault(ctx: &RawTracePointContext, func: u32) -> u32 {
     // error_code): the same on every kernel with the tracepoints.
     let address = ctx.arg::<u64>(0);
     let code = ctx.arg::<u64>(2);
-    // A protection fault that is not a write (a read of a page mapped
-    // without access, a NUMA hint) brings in nothing; not-present faults
-    // and writes to present pages (copy on write) do.
-    if address >= USER_END || (code & error_code::PROT != 0 && code & error_code::WRITE == 0) {
+    // Only a write gives a process new memory of its own: a new anonymous
+    // page, or a private copy of a shared one (copy on write). A read maps
+    // the zero page or the page cache (a program's code and data files,
+    // most of a starting program's faults), and a protection fault that is
+    // not a write (a NUMA hint) brings in nothing.
+    if address >= USER_END || code & error_code::WRITE == 0 {
         return 0;
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
