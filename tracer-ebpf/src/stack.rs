@@ -51,6 +51,10 @@ pub fn syscall_args() -> Option<(u64, u64, u64)> {
     }
 }
 
+/// How far above the stack pointer a frame pointer may be: the default
+/// stack limit (8 MiB).
+const FP_PLAUSIBLE: u64 = 8 << 20;
+
 /// Fills the registers, the kernel's frame-pointer walk and a copy of the
 /// top of the user stack into the sample at `ev`; false when no byte of the
 /// stack could be copied.
@@ -69,12 +73,20 @@ pub unsafe fn fill<C: EbpfContext>(
         (*ev).ip = ip;
         (*ev).sp = sp;
         (*ev).bp = bp;
-        let fp_bytes = bpf_get_stack(
-            ctx.as_ptr(),
-            (&raw mut (*ev).fp).cast(),
-            (8 * heap::FP_FRAMES) as u32,
-            BPF_F_USER_STACK as u64,
-        );
+        // The kernel's walk (several microseconds here) only where the frame
+        // pointer register can be one: an address in the stack above `sp`.
+        // Code built without frame pointers uses the register for data, and
+        // a walk from it stops at once or follows garbage.
+        let fp_bytes = if bp >= sp && bp - sp < FP_PLAUSIBLE {
+            bpf_get_stack(
+                ctx.as_ptr(),
+                (&raw mut (*ev).fp).cast(),
+                (8 * heap::FP_FRAMES) as u32,
+                BPF_F_USER_STACK as u64,
+            )
+        } else {
+            0
+        };
         (*ev).fp_len = if fp_bytes > 0 { fp_bytes as u32 / 8 } else { 0 };
         // A read fails as a whole when the stack mapping ends inside it
         // (the main thread's stack ends a few KiB above main's frame, by a
