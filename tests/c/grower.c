@@ -11,6 +11,9 @@
  *   touch N   faults in N MiB of fresh anonymous memory, page by page, in
  *             touch_pages, unmaps it, and repeats for the rounds given on
  *             each further line ("round" -> prints "ns/page X").
+ *   hold N    fills N MiB in fill_cache, prints "held", and keeps it until
+ *             stdin ends (a large, idle process: the OOM killer's choice
+ *             when another process of its cgroup hits the limit).
  *
  * Any line read at "ready" that is "exit" ends it there.
  */
@@ -63,6 +66,14 @@ __attribute__((noinline)) static void load_config(void) {
     memset(p, 7, 64 << 10);
 }
 
+__attribute__((noinline)) static void fill_cache(size_t mib) {
+    for (size_t i = 0; i < mib; i++) {
+        char *p = malloc(1 << 20);
+        hold(p);
+        memset(p, 3, 1 << 20);
+    }
+}
+
 __attribute__((noinline)) static double touch_pages(size_t mib) {
     size_t n = mib << 20;
     struct timespec a, b;
@@ -94,6 +105,13 @@ int main(int argc, char **argv) {
                 return 0;
             printf("ns/page %.1f\n", touch_pages(mib));
         } while (fgets(line, sizeof line, stdin));
+        return 0;
+    }
+    if (strcmp(mode, "hold") == 0) {
+        fill_cache(argc > 2 ? strtoul(argv[2], NULL, 10) : 64);
+        printf("held\n");
+        while (fgets(line, sizeof line, stdin))
+            ;
         return 0;
     }
     struct timespec pause = {0, 20 * 1000 * 1000};

@@ -105,6 +105,64 @@ fn a_memcg_oom_kill_names_the_code_that_grew_and_the_allocation_that_tipped_it()
 }
 
 #[test]
+fn a_kill_of_another_process_names_the_allocation_that_tipped_it() {
+    if !privileged() {
+        return;
+    }
+    let limit = 128 * MIB;
+    let cg = TestCgroup::new("growth-tip", limit);
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let rec = Recorder::start(&store);
+    // A large idle process, then a small one that grows until the cgroup
+    // is full: the kernel kills the large one (the most memory), in the
+    // small one's allocation; the small one goes on growing and is killed
+    // next, a few hundred ms later (its stack is named all the same).
+    let mut big = {
+        let mut cmd = cg.command(grower());
+        cmd.args(["hold", "96"]);
+        CudaLoad::spawn(cmd)
+    };
+    assert_eq!(big.cmd("go"), "held");
+    let mut small = {
+        let mut cmd = cg.command(grower());
+        cmd.arg("grow");
+        CudaLoad::spawn(cmd)
+    };
+    small.send("go");
+    let killed = wait_for(Duration::from_secs(60), || {
+        (cg.oom_kills() > 0).then_some(())
+    });
+    assert!(killed.is_some(), "no OOM kill in {}", cg.path);
+    let small_pid = small.pid();
+    let store_s = store.to_str().unwrap();
+    let big_pid = big.pid().to_string();
+    let v = explain_json(&["--store", store_s, "--pid", &big_pid], |v| {
+        !v["kill"]["tipping_stack"].is_null()
+    });
+    let kill = &v["kill"];
+    assert_eq!(kill["victim"]["pid"], big.pid(), "{kill:#}");
+    let tip = &kill["tipping_stack"];
+    assert_eq!(tip["pid"], small_pid, "{tip:#}");
+    assert_eq!(tip["victim_is_trigger"], false, "{tip:#}");
+    assert_eq!(function(&tip["frames"], 0), "build_index", "{tip:#}");
+    // The victim's own growth is where it filled its memory.
+    let sites = kill["growth"]["sites"].as_array().expect("sites");
+    assert_eq!(function(&sites[0]["frames"], 0), "fill_cache", "{kill:#}");
+    let text = tracer(&["explain", "--store", store_s, "--pid", &big_pid]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(&format!(
+            "tipped by  the allocation that hit the limit: grower (pid {small_pid}, not the victim"
+        )),
+        "{text}"
+    );
+    drop(small);
+    drop(big);
+    rec.stop();
+}
+
+#[test]
 fn jemalloc_preloaded_is_attributed_the_same() {
     if !privileged() {
         return;

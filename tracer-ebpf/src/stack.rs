@@ -11,24 +11,40 @@ use aya_ebpf::{
 };
 use tracer_common::heap::{self, HeapAlloc};
 
-/// The user registers `(ip, sp, bp)` of the current task: where it entered
-/// the kernel (a system call, a fault). Valid in tracepoints.
+/// Three of the current task's saved user registers, picked by `pick`:
+/// what the task held where it entered the kernel (a system call, a
+/// fault). Valid in tracepoints.
 #[inline(always)]
-pub fn user_regs() -> Option<(u64, u64, u64)> {
+fn saved_regs(pick: impl Fn(*const pt_regs) -> [*const u64; 3]) -> Option<(u64, u64, u64)> {
     // SAFETY: helpers without preconditions beyond a task pointer from the
-    // kernel; the registers are read through bpf_probe_read_kernel.
+    // kernel; the registers are read through bpf_probe_read_kernel, at
+    // addresses inside the task's pt_regs.
     unsafe {
         let task = bpf_get_current_task_btf();
         let regs = bpf_task_pt_regs(task) as *const pt_regs;
         if regs.is_null() {
             return None;
         }
+        let [a, b, c] = pick(regs);
         Some((
-            bpf_probe_read_kernel(&raw const (*regs).rip).ok()?,
-            bpf_probe_read_kernel(&raw const (*regs).rsp).ok()?,
-            bpf_probe_read_kernel(&raw const (*regs).rbp).ok()?,
+            bpf_probe_read_kernel(a).ok()?,
+            bpf_probe_read_kernel(b).ok()?,
+            bpf_probe_read_kernel(c).ok()?,
         ))
     }
+}
+
+/// The user registers `(ip, sp, bp)` of the current task.
+#[inline(always)]
+pub fn user_regs() -> Option<(u64, u64, u64)> {
+    // SAFETY: only addresses are formed here, never dereferenced.
+    saved_regs(|r| unsafe {
+        [
+            &raw const (*r).rip,
+            &raw const (*r).rsp,
+            &raw const (*r).rbp,
+        ]
+    })
 }
 
 /// The current task's system call as its saved user registers hold it:
@@ -36,19 +52,14 @@ pub fn user_regs() -> Option<(u64, u64, u64)> {
 /// on x86_64 (the kernel's calling convention for system calls).
 #[inline(always)]
 pub fn syscall_args() -> Option<(u64, u64, u64)> {
-    // SAFETY: as in `user_regs`.
-    unsafe {
-        let task = bpf_get_current_task_btf();
-        let regs = bpf_task_pt_regs(task) as *const pt_regs;
-        if regs.is_null() {
-            return None;
-        }
-        Some((
-            bpf_probe_read_kernel(&raw const (*regs).orig_rax).ok()?,
-            bpf_probe_read_kernel(&raw const (*regs).rsi).ok()?,
-            bpf_probe_read_kernel(&raw const (*regs).r10).ok()?,
-        ))
-    }
+    // SAFETY: as above.
+    saved_regs(|r| unsafe {
+        [
+            &raw const (*r).orig_rax,
+            &raw const (*r).rsi,
+            &raw const (*r).r10,
+        ]
+    })
 }
 
 /// How far above the stack pointer a frame pointer may be: the default

@@ -190,6 +190,13 @@ impl<T> Reserved<T> {
         self.entry.submit(flags);
     }
 
+    /// Submits a slot filled through `as_mut_ptr` and wakes the reader,
+    /// whatever the ring: for a rare event that is wanted at once.
+    #[inline(always)]
+    pub fn submit_now(self) {
+        self.entry.submit(BPF_RB_FORCE_WAKEUP as u64);
+    }
+
     /// Writes `value` and submits it without waking the reader, whatever
     /// the ring: for frequent events that must not be lost but need not be
     /// read at once (a process's end). The reader polls this ring, and is

@@ -238,7 +238,13 @@ fn send<C: aya_ebpf::EbpfContext>(
             count(stat::STACK_LOST);
         }
     }
-    slot.submit();
+    // A tip wakes the reader: its task's maps are read when it arrives,
+    // and that task may die next. Samples wait for the reader's poll.
+    if kind == kind::OOM_TIP {
+        slot.submit_now();
+    } else {
+        slot.submit();
+    }
     count(stat::SAMPLES);
     true
 }

@@ -512,7 +512,10 @@ impl Engine {
             }
             Event::OomTip(s) => {
                 if let Some(h) = &self.heap {
-                    h.tip(s);
+                    // Its task's maps now, while it lives: it may be the
+                    // next to die, and the worker may be busy.
+                    let maps = crate::stacks::maps::exec_mappings(s.header.pid).ok();
+                    h.tip(s, maps);
                 }
                 return Ok(());
             }

@@ -15,6 +15,7 @@ use crate::{
     probes::heap::{HeapCounts, weight},
     record::{GrowthReport, HeapSite, HeapSnapshot, TipStack},
     stacks::{
+        maps::Mapping,
         symbols::{Frame, Symbols},
         unwind::{Sample, Unwinders},
     },
@@ -292,7 +293,10 @@ enum Msg {
     Exit(u32, u64),
     Snapshot(u32, bool, tokio::sync::oneshot::Sender<Reply>),
     Fault(Box<GrowthSample>, u64),
-    Tip(Box<GrowthSample>),
+    /// A tip is waiting in `Urgent` (see [`HeapWorker::tip`]).
+    Wake,
+    /// A process's maps, read when its first sample came.
+    Maps(u32, Vec<Mapping>),
     Kill(u32, u64),
     Growth(u32, u64, tokio::sync::oneshot::Sender<GrowthReport>),
     Settle(std::sync::mpsc::SyncSender<()>),
@@ -336,7 +340,13 @@ pub struct HeapWorker {
     kills: std::sync::Arc<std::sync::Mutex<HashMap<u32, KillGrowth>>>,
     thread: Option<std::thread::JoinHandle<()>>,
     dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    urgent: Urgent,
 }
+
+/// Tipping stacks, taken by the worker before anything queued: the task
+/// that tipped a kill may end soon after it (killed next, or done), and
+/// its stack is unwound with its memory map, read while it lives.
+type Urgent = std::sync::Arc<std::sync::Mutex<Vec<(Box<GrowthSample>, Option<Vec<Mapping>>)>>>;
 
 impl HeapWorker {
     /// Starts the worker, for heap samples taken every `sample_bytes` and
@@ -347,6 +357,8 @@ impl HeapWorker {
         let latest: Arc<Mutex<HashMap<u32, HeapSnapshot>>> = Arc::default();
         let kills: Arc<Mutex<HashMap<u32, KillGrowth>>> = Arc::default();
         let dropped = Arc::new(AtomicU64::new(0));
+        let urgent = Urgent::default();
+        let worker_urgent = urgent.clone();
         let out = Outputs {
             latest: latest.clone(),
             kills: kills.clone(),
@@ -365,7 +377,7 @@ impl HeapWorker {
                 // Made here: the symbolizer's caches stay on this thread.
                 let mut tracer = HeapTracer::new(sample_bytes);
                 tracer.set_growth_sample_bytes(growth_sample_bytes);
-                work(rx, tracer, view, out)
+                work(rx, tracer, view, out, worker_urgent)
             })?;
         Ok(Self {
             tx: Some(tx),
@@ -374,27 +386,49 @@ impl HeapWorker {
             kills,
             thread: Some(thread),
             dropped,
+            urgent,
         })
     }
 
     /// A sampled page fault (wall time `ts_ns`).
     pub fn fault(&self, s: Box<GrowthSample>, ts_ns: u64) {
-        if let Ok(mut p) = self.sampled.lock() {
-            p.insert(s.header.pid);
-        }
+        self.first_sample(s.header.pid);
         self.send(Msg::Fault(s, ts_ns));
+    }
+
+    /// Notes a process a sample is sent for; at its first (since start or
+    /// its last exec), its maps are read here and now, while it surely
+    /// lives: the worker may get to its samples after it has ended (a
+    /// process killed a moment after it grew), and unwinds them with these.
+    fn first_sample(&self, pid: u32) {
+        let first = self.sampled.lock().is_ok_and(|mut p| p.insert(pid));
+        // An ended process reads as no mappings: nothing to send.
+        if first
+            && let Ok(maps) = crate::stacks::maps::exec_mappings(pid)
+            && !maps.is_empty()
+        {
+            self.send(Msg::Maps(pid, maps));
+        }
     }
 
     /// A process exec'd a new program: its addresses mean other code now.
     pub fn on_exec(&self, pid: u32) {
-        if self.sampled.lock().is_ok_and(|s| s.contains(&pid)) {
+        if self.sampled.lock().is_ok_and(|mut s| s.remove(&pid)) {
             self.send(Msg::Exec(pid));
         }
     }
 
-    /// The stack that tipped an OOM kill.
-    pub fn tip(&self, s: Box<GrowthSample>) {
-        self.send(Msg::Tip(s));
+    /// The stack that tipped an OOM kill, with its task's maps as read
+    /// when it came: taken ahead of the queue.
+    pub fn tip(&self, s: Box<GrowthSample>, maps: Option<Vec<Mapping>>) {
+        if let Ok(mut u) = self.urgent.lock() {
+            u.push((s, maps));
+        }
+        // A full queue needs no wake: the worker is busy, and looks at the
+        // tips before each thing it takes.
+        if let Some(tx) = &self.tx {
+            let _ = tx.try_send(Msg::Wake);
+        }
     }
 
     /// A kill of `pid` at wall time `ts_ns` was recorded: the worker
@@ -434,9 +468,7 @@ impl HeapWorker {
 
     /// A sampled allocation (wall time `ts_ns`).
     pub fn alloc(&self, a: Box<HeapAlloc>, ts_ns: u64) {
-        if let Ok(mut s) = self.sampled.lock() {
-            s.insert(a.header.pid);
-        }
+        self.first_sample(a.header.pid);
         self.send(Msg::Alloc(a, ts_ns));
     }
 
@@ -539,7 +571,13 @@ fn comm_of(pid: u32) -> String {
         .unwrap_or_default()
 }
 
-fn work(rx: std::sync::mpsc::Receiver<Msg>, mut tracer: HeapTracer, view: View, out: Outputs) {
+fn work(
+    rx: std::sync::mpsc::Receiver<Msg>,
+    mut tracer: HeapTracer,
+    view: View,
+    out: Outputs,
+    urgent: Urgent,
+) {
     use std::sync::mpsc::RecvTimeoutError;
     use std::time::{Duration, Instant};
     let mut comms: HashMap<u32, String> = HashMap::new();
@@ -583,6 +621,17 @@ fn work(rx: std::sync::mpsc::Receiver<Msg>, mut tracer: HeapTracer, view: View, 
         }
     };
     loop {
+        let waiting = urgent.lock().map(|mut u| std::mem::take(&mut *u));
+        for (s, maps) in waiting.unwrap_or_default() {
+            if let Some(maps) = maps.filter(|m| !m.is_empty()) {
+                tracer.unwinders.set_maps(s.header.pid, &maps);
+            }
+            let victim = s.addr as u32;
+            tips.insert(victim, tracer.tip(&s));
+            if kills.contains_key(&victim) {
+                report_kills(&mut tracer, &comms, &kills, &tips);
+            }
+        }
         match rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
             Ok(Msg::Alloc(a, ts)) => {
                 comms
@@ -596,13 +645,8 @@ fn work(rx: std::sync::mpsc::Receiver<Msg>, mut tracer: HeapTracer, view: View, 
                 tracer.fault(&s, ts);
             }
             Ok(Msg::Exec(pid)) => tracer.exec(pid),
-            Ok(Msg::Tip(s)) => {
-                let victim = s.addr as u32;
-                tips.insert(victim, tracer.tip(&s));
-                if kills.contains_key(&victim) {
-                    report_kills(&mut tracer, &comms, &kills, &tips);
-                }
-            }
+            Ok(Msg::Wake) => {}
+            Ok(Msg::Maps(pid, maps)) => tracer.unwinders.set_maps(pid, &maps),
             Ok(Msg::Kill(pid, ts)) => {
                 kills.insert(pid, ts);
                 report_kills(&mut tracer, &comms, &kills, &tips);

@@ -25,8 +25,12 @@ use super::maps::{Mapping, exec_mappings};
 
 /// Frames kept per stack.
 pub const MAX_FRAMES: usize = 128;
-/// A process's maps are read again at most this often (for code loaded
-/// after the first sample, dlopen).
+/// A process's maps are read again when a sample's code is not in them:
+/// at once the first time (a first sample may come while the dynamic
+/// loader is still mapping the libraries), then after this, doubling up to
+/// [`REFRESH`] (code that is in no file, a JIT's, is never found there).
+const FIRST_RETRY: Duration = Duration::from_millis(10);
+/// The longest wait between two readings of a process's maps.
 const REFRESH: Duration = Duration::from_secs(1);
 
 /// What unwinding needs of one file, shared by every process that maps it.
@@ -123,6 +127,8 @@ impl FileInfo {
 }
 
 struct Process {
+    /// How long after `read_at` a sample outside the maps reads them again.
+    retry: Duration,
     unwinder: UnwinderX86_64<Arc<[u8]>>,
     /// Executable mappings: (addresses, path as the process sees it, file
     /// offset of the start, the file).
@@ -171,9 +177,21 @@ pub struct Unwinders {
 impl Unwinders {
     fn load(&mut self, pid: u32) -> Option<Process> {
         let maps = exec_mappings(pid).ok()?;
+        Some(self.process(pid, &maps))
+    }
+
+    /// Takes `maps` as `pid`'s, read elsewhere a moment ago (a process that
+    /// may be gone by the time its sample is unwound). Files parsed before
+    /// for any process need no opening.
+    pub fn set_maps(&mut self, pid: u32, maps: &[Mapping]) {
+        let p = self.process(pid, maps);
+        self.procs.insert(pid, p);
+    }
+
+    fn process(&mut self, pid: u32, maps: &[Mapping]) -> Process {
         let mut unwinder = UnwinderX86_64::new();
         let mut ranges = Vec::new();
-        for m in &maps {
+        for m in maps {
             let info = self
                 .files
                 .entry(m.file)
@@ -186,11 +204,12 @@ impl Unwinders {
                 ranges.push((m.start..m.end, m.path.clone(), m.offset, info));
             }
         }
-        Some(Process {
+        Process {
+            retry: Duration::ZERO,
             unwinder,
             ranges,
             read_at: Instant::now(),
-        })
+        }
     }
 
     /// Forgets a process.
@@ -216,11 +235,13 @@ impl Unwinders {
     /// caller's own position. Addresses are raw (a caller subtracts 1 to
     /// look up the call instruction).
     pub fn unwind(&mut self, pid: u32, s: &Sample) -> Vec<u64> {
-        let stale = self
-            .procs
-            .get(&pid)
-            .is_none_or(|p| !p.covers(s.ip) && p.read_at.elapsed() >= REFRESH);
-        if stale && let Some(p) = self.load(pid) {
+        let old = self.procs.get(&pid);
+        let stale = old.is_none_or(|p| !p.covers(s.ip) && p.read_at.elapsed() >= p.retry);
+        let retry = old.map_or(Duration::ZERO, |p| {
+            (p.retry * 2).clamp(FIRST_RETRY, REFRESH)
+        });
+        if stale && let Some(mut p) = self.load(pid) {
+            p.retry = retry;
             self.procs.insert(pid, p);
         }
         let mut frames = Vec::new();
