@@ -804,7 +804,14 @@ pub fn explain_json(
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
         (out.status.success() && ready(&v)).then_some(v)
     });
-    got.unwrap_or_else(|| panic!("tracer {all:?} gave no complete answer"))
+    got.unwrap_or_else(|| {
+        let out = tracer(&all);
+        panic!(
+            "tracer {all:?} gave no complete answer; the last: {} {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
 }
 
 /// The JSON summary a recorder prints when it stops (`tracer: stopped; {...}`).

@@ -210,6 +210,22 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         }
     }
     protect_from_oom_killer();
+    // The kernel stamps its log with a clock that drifts from the monotonic
+    // one (tens of ms a day here): measured, kill reports keep joining
+    // their tracepoint events however long the node has been up.
+    match crate::collect::kmsg::measure_clock_skew() {
+        Some(ns) => {
+            crate::util::time::set_kmsg_skew_ns(ns);
+            tracing::debug!(
+                "the kernel log's clock is {:.3} ms off the monotonic clock",
+                ns as f64 / 1e6
+            );
+        }
+        None => tracing::warn!(
+            "cannot measure the kernel log's clock (writing to {} failed); kernel reports are joined as if it were the monotonic clock",
+            crate::collect::kmsg::KMSG
+        ),
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -615,6 +615,42 @@ pub fn read_record(
     }
 }
 
+/// How far the kernel log's clock is ahead of CLOCK_MONOTONIC, ns
+/// (negative: behind), measured by writing one line to the kernel log
+/// (`tracer[PID]: kernel log clock reference`, user facility) and reading
+/// back its stamp. `None` when the log cannot be written or read back.
+pub fn measure_clock_skew() -> Option<i64> {
+    use std::io::{Seek as _, SeekFrom, Write as _};
+    let mono = || {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid, writable timespec.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+    };
+    let mut r = open().ok()?;
+    // SEEK_END on /dev/kmsg: the next record read is the next one logged.
+    r.seek(SeekFrom::End(0)).ok()?;
+    let marker = format!("tracer[{}]: kernel log clock reference", std::process::id());
+    let mut w = std::fs::OpenOptions::new().write(true).open(KMSG).ok()?;
+    let t0 = mono();
+    w.write_all(format!("{marker}\n").as_bytes()).ok()?;
+    let t1 = mono();
+    let mut buf = vec![0u8; 8192];
+    let mut lost = 0;
+    for _ in 0..100 {
+        while let Some(rec) = read_record(&mut r, &mut buf, &mut lost).ok()? {
+            if rec.facility != 0 && rec.text == marker {
+                return Some(rec.ts_us as i64 * 1000 - (t0 + (t1 - t0) / 2));
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    None
+}
+
 /// Every OOM report still in the kernel log buffer (for `explain --kmsg`).
 pub fn read_all_reports() -> Result<Vec<OomReport>, KmsgError> {
     let mut f = open()?;

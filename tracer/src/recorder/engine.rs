@@ -530,9 +530,6 @@ impl Engine {
                 let kernel_memcg = (v.header.pid == v.victim_pid)
                     .then(|| self.model.memcg_by_id(v.trigger_memcg_id, true))
                     .flatten();
-                // Programs exec'd moments ago are read now, while they live.
-                self.model.read_pending(v.victim_pid);
-                self.model.read_pending(v.header.pid);
                 let mut rec = kill_from_victim(&self.ctx(), v, kernel_memcg);
                 tracing::debug!(
                     "kill of {}: received {} us after the kernel, built in {} us",

@@ -24,6 +24,19 @@ pub fn boot_now_ns() -> i64 {
     clock_ns(libc::CLOCK_BOOTTIME)
 }
 
+/// How far the kernel log's clock runs ahead of CLOCK_MONOTONIC, ns
+/// (negative: behind). The kernel stamps its log with `local_clock()`, a
+/// clock of its own that drifts from the monotonic clock: on a VM up for
+/// ten hours here, 86 ms behind. Measured once by the recorder
+/// ([`crate::collect::kmsg::measure_clock_skew`]); 0 until then.
+static KMSG_SKEW_NS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// Sets the kernel log's clock skew (see [`KMSG_SKEW_NS`]); clocks made
+/// from now on convert kernel log stamps with it.
+pub fn set_kmsg_skew_ns(ns: i64) {
+    KMSG_SKEW_NS.store(ns, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Offsets that turn kernel timestamps into wall-clock time.
 #[derive(Clone, Copy, Debug)]
 pub struct Clock {
@@ -43,7 +56,8 @@ impl Clock {
         };
         Self {
             boot_to_wall: offset(libc::CLOCK_BOOTTIME),
-            mono_to_wall: offset(libc::CLOCK_MONOTONIC),
+            mono_to_wall: offset(libc::CLOCK_MONOTONIC)
+                - KMSG_SKEW_NS.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 
@@ -61,7 +75,8 @@ impl Clock {
         boot_ns as i64 + self.boot_to_wall
     }
 
-    /// Wall time of a /dev/kmsg stamp (microseconds of the monotonic clock).
+    /// Wall time of a /dev/kmsg stamp (microseconds of the kernel log's
+    /// clock, which is the monotonic clock less its skew).
     pub fn kmsg_to_wall(&self, ts_us: u64) -> i64 {
         ts_us as i64 * 1000 + self.mono_to_wall
     }
