@@ -174,8 +174,8 @@ pub mod kind {
     /// `oom:finish_task_reaping` ([`super::Reap`]).
     pub const REAP_FINISH: u32 = 3;
     /// A memcg OOM kill counted through `memcg:count_memcg_events`
-    /// ([`super::MemcgEvent`]): stores written before reclaim was read from
-    /// `vmscan` hold them; the kill itself comes from `oom:mark_victim`.
+    /// ([`super::MemcgEvent`]). No program sends it since reclaim is read
+    /// from `vmscan`; the kill itself comes from `oom:mark_victim`.
     pub const MEMCG_OOM: u32 = 4;
     /// `sched:sched_process_exec` ([`super::ProcExec`]).
     pub const PROC_EXEC: u32 = 5;

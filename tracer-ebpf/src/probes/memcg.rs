@@ -21,7 +21,8 @@ use crate::{
 /// while memory is plentiful (`memcg:count_memcg_events`, which this
 /// replaces, fired at every charged page fault). The scans count for the
 /// memory cgroup of the reclaiming task, as direct reclaim, or as kswapd's
-/// in the cgroup of kswapd (the root). Minimum kernel: 4.16.
+/// in the cgroup of kswapd (the root). Minimum kernel: 4.17 (raw
+/// tracepoints; these arguments since 4.8).
 #[raw_tracepoint(tracepoint = "mm_vmscan_lru_shrink_inactive")]
 pub fn memcg_reclaim(ctx: RawTracePointContext) -> u32 {
     let scanned = ctx.arg::<u64>(1);

@@ -115,7 +115,7 @@ pub enum Event {
     OomVictim(OomVictim),
     /// `oom:start_task_reaping` / `finish_task_reaping`.
     Reap(Reap),
-    /// `memcg:count_memcg_events` for OOM_KILL (stores of earlier versions).
+    /// `memcg:count_memcg_events` for OOM_KILL (no program sends it now).
     MemcgOom(MemcgEvent),
     /// `sched:sched_process_exec`.
     Exec(Box<ProcExec>),

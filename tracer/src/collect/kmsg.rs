@@ -621,15 +621,7 @@ pub fn read_record(
 /// back its stamp. `None` when the log cannot be written or read back.
 pub fn measure_clock_skew() -> Option<i64> {
     use std::io::{Seek as _, SeekFrom, Write as _};
-    let mono = || {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: a valid, writable timespec.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-    };
+    let mono = crate::util::time::mono_now_ns;
     let mut r = open().ok()?;
     // SEEK_END on /dev/kmsg: the next record read is the next one logged.
     r.seek(SeekFrom::End(0)).ok()?;

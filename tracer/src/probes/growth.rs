@@ -206,13 +206,7 @@ impl Probes {
     /// generation changes ([`GrowthMaps::new_generation`]: the programs
     /// keep a copy of the last decision per CPU).
     pub fn growth_select(&mut self, pid: u32, on: bool) -> Result<(), ProbeError> {
-        self.set_pid(maps::GROWTH_SELECT, pid, on)?;
-        // Its decision is taken again at its next fault.
-        let mut procs = self.pid_map::<tracer_common::growth::GrowthProc>(maps::GROWTH_PROCS)?;
-        super::absent_is_ok(procs.remove(&pid)).map_err(|source| ProbeError::Map {
-            name: maps::GROWTH_PROCS,
-            source,
-        })
+        self.set_pid(maps::GROWTH_SELECT, pid, on)
     }
 }
 

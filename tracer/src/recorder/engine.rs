@@ -1275,10 +1275,10 @@ fn re_enrich<P: PartialEq>(
     Ok(())
 }
 
-/// Sleeps until `t` (a branch guard keeps `None` from being polled).
 /// How late the engine wakes for a pending /proc read (see the loop).
 const READ_COALESCE_NS: i64 = 50_000_000;
 
+/// Sleeps until `t` (a branch guard keeps `None` from being polled).
 async fn sleep_until(t: Option<tokio::time::Instant>) {
     match t {
         Some(t) => tokio::time::sleep_until(t).await,

@@ -19,6 +19,11 @@ pub fn wall_now_ns() -> i64 {
     clock_ns(libc::CLOCK_REALTIME)
 }
 
+/// CLOCK_MONOTONIC now, ns.
+pub fn mono_now_ns() -> i64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
 /// CLOCK_BOOTTIME now, ns.
 pub fn boot_now_ns() -> i64 {
     clock_ns(libc::CLOCK_BOOTTIME)
