@@ -8,6 +8,11 @@
  *       -> "ok 0xPTR" or "err CODE"
  *   free P | freeasync P | freehost P | setdevice D | reset -> "ok" or "err CODE"
  *   drvmalloc N | drvfree P          the driver API directly
+ *   init [FLAGS]                     cuInit
+ *   drvcreate N DEV -> "ok HANDLE"   cuMemCreate of N bytes on device DEV
+ *   drvreserve N -> "ok VA"          cuMemAddressReserve
+ *   drvmap VA N H | drvunmap VA N | drvaddrfree VA N | drvrelease H
+ *                                    one VMM call each, with these arguments
  *   vmm N -> "ok VA HANDLE"; vmmfree VA HANDLE N -> "ok"
  *   loop N BYTES                     N x (cudaMalloc + cudaFree), replies "ok NS" (ns per pair)
  *   rate CALLS_PER_S SECONDS BYTES [drv]
@@ -37,6 +42,7 @@ static int (*p_cudaFreeAsync)(void *, void *);
 static int (*p_cudaFreeHost)(void *);
 static int (*p_cudaSetDevice)(int);
 static int (*p_cudaDeviceReset)(void);
+static CUresult (*p_cuInit)(unsigned);
 static CUresult (*p_cuMemAlloc_v2)(CUdeviceptr *, size_t);
 static CUresult (*p_cuMemFree_v2)(CUdeviceptr);
 static CUresult (*p_cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
@@ -51,7 +57,7 @@ static CUresult (*p_cuMemUnmap)(CUdeviceptr, size_t);
 static void bind_static(void) {
     BIND(cudaMalloc); BIND(cudaMallocManaged); BIND(cudaMallocPitch); BIND(cudaMallocAsync);
     BIND(cudaMallocFromPoolAsync); BIND(cudaMallocHost); BIND(cudaHostAlloc); BIND(cudaFree);
-    BIND(cudaFreeAsync); BIND(cudaFreeHost); BIND(cudaSetDevice); BIND(cudaDeviceReset); BIND(cuMemAlloc_v2); BIND(cuMemFree_v2);
+    BIND(cudaFreeAsync); BIND(cudaFreeHost); BIND(cudaSetDevice); BIND(cudaDeviceReset); BIND(cuMemAlloc_v2); BIND(cuMemFree_v2); BIND(cuInit);
     BIND(cuMemCreate); BIND(cuMemRelease); BIND(cuMemAddressReserve); BIND(cuMemAddressFree);
     BIND(cuMemMap); BIND(cuMemUnmap);
 }
@@ -69,7 +75,7 @@ static int load(const char *runtime, const char *drv) {
     if (drv && strcmp(drv, "-")) {
         void *h = dlopen(drv, RTLD_NOW | RTLD_GLOBAL);
         if (!h) { fprintf(stderr, "cudaload: %s\n", dlerror()); return -1; }
-        SYM(h, cuMemAlloc_v2); SYM(h, cuMemFree_v2); SYM(h, cuMemCreate); SYM(h, cuMemRelease);
+        SYM(h, cuInit); SYM(h, cuMemAlloc_v2); SYM(h, cuMemFree_v2); SYM(h, cuMemCreate); SYM(h, cuMemRelease);
         SYM(h, cuMemAddressReserve); SYM(h, cuMemAddressFree); SYM(h, cuMemMap); SYM(h, cuMemUnmap);
     }
     return 0;
@@ -116,6 +122,27 @@ int main(int argc, char **argv) {
         else if (!strcmp(cmd, "reset")) { NEED(cudaDeviceReset); reply(p_cudaDeviceReset()); }
         else if (!strcmp(cmd, "drvmalloc")) { NEED(cuMemAlloc_v2); CUdeviceptr d = 0; int r = p_cuMemAlloc_v2(&d, n); reply_ptr(r, (void *)(uintptr_t)d); }
         else if (!strcmp(cmd, "drvfree")) { NEED(cuMemFree_v2); reply(p_cuMemFree_v2((CUdeviceptr)(uintptr_t)ptr(a))); }
+        else if (!strcmp(cmd, "init")) { NEED(cuInit); reply(p_cuInit((unsigned)n)); }
+        else if (!strcmp(cmd, "drvcreate")) {
+            NEED(cuMemCreate);
+            CUmemAllocationProp prop; memset(&prop, 0, sizeof prop);
+            prop.type = 1; prop.location.type = 1; prop.location.id = (int)strtol(b, NULL, 0);
+            CUmemGenericAllocationHandle h = 0;
+            int r = p_cuMemCreate(&h, n, &prop, 0);
+            if (r) printf("err %d\n", r); else printf("ok 0x%llx\n", h);
+        }
+        else if (!strcmp(cmd, "drvreserve")) {
+            NEED(cuMemAddressReserve); CUdeviceptr va = 0;
+            int r = p_cuMemAddressReserve(&va, n, 0, 0, 0);
+            if (r) printf("err %d\n", r); else printf("ok 0x%llx\n", va);
+        }
+        else if (!strcmp(cmd, "drvmap")) {
+            NEED(cuMemMap);
+            reply(p_cuMemMap((CUdeviceptr)strtoull(a, NULL, 0), strtoull(b, NULL, 0), 0, strtoull(c, NULL, 0), 0));
+        }
+        else if (!strcmp(cmd, "drvunmap")) { NEED(cuMemUnmap); reply(p_cuMemUnmap((CUdeviceptr)strtoull(a, NULL, 0), strtoull(b, NULL, 0))); }
+        else if (!strcmp(cmd, "drvaddrfree")) { NEED(cuMemAddressFree); reply(p_cuMemAddressFree((CUdeviceptr)strtoull(a, NULL, 0), strtoull(b, NULL, 0))); }
+        else if (!strcmp(cmd, "drvrelease")) { NEED(cuMemRelease); reply(p_cuMemRelease(strtoull(a, NULL, 0))); }
         else if (!strcmp(cmd, "vmm")) {
             NEED(cuMemCreate); NEED(cuMemAddressReserve); NEED(cuMemMap);
             CUmemAllocationProp prop; memset(&prop, 0, sizeof prop);

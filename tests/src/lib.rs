@@ -82,6 +82,44 @@ pub fn real_cudart() -> PathBuf {
         .join("../target/cuda-wheel/nvidia/cuda_runtime/lib/libcudart.so.12")
 }
 
+/// The NVIDIA driver's user-space libraries (`libcuda.so.1`,
+/// `libnvidia-ml.so.1`, release 535) that `cargo xtask setup` unpacks from
+/// Debian's non-free archive; in CI they must be there.
+pub fn driver_libs() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/nvidia-driver/root/usr/lib/x86_64-linux-gnu/nvidia/current");
+    if dir.join("libcuda.so.1").exists() && dir.join("libnvidia-ml.so.1").exists() {
+        return Some(dir);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{} lacks the driver libraries: cargo xtask setup unpacks them",
+        dir.display()
+    );
+    eprintln!(
+        "skipped: no driver libraries in {} (run cargo xtask setup)",
+        dir.display()
+    );
+    None
+}
+
+/// Makes `cmd` run without CAP_MKNOD: the real driver libraries, run as
+/// root, create /dev/nvidiactl when it is missing, and the tests leave the
+/// machine's /dev as they found it.
+pub fn without_mknod(cmd: &mut Command) -> &mut Command {
+    /// linux/capability.h
+    const CAP_MKNOD: libc::c_ulong = 27;
+    // SAFETY: prctl is async-signal-safe; nothing else runs in the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_CAPBSET_DROP, CAP_MKNOD, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
 /// Whether privileged tests can run; in CI (`CI=true`) they must.
 pub fn privileged() -> bool {
     // SAFETY: geteuid has no preconditions.

@@ -472,6 +472,9 @@ pub mod cuda {
     pub const DEVICE_PRIMARY_CTX_RETAIN: u32 = 52;
     /// `cuDevicePrimaryCtxReset_v2(CUdevice dev)`: frees every allocation of the context.
     pub const DEVICE_PRIMARY_CTX_RESET: u32 = 53;
+    /// `cuInit(unsigned flags)`: the driver's start; on a node without a
+    /// usable GPU it is where the reason shows (no device, no kernel module).
+    pub const INIT: u32 = 54;
     /// `cudaDeviceReset(void)`: the current device's context, freed.
     pub const DEVICE_RESET: u32 = 15;
 
@@ -506,6 +509,8 @@ pub mod cuda {
         RetainContext,
         /// A context reset: `cuDevicePrimaryCtxReset_v2(dev)`, `cudaDeviceReset()`.
         Reset,
+        /// `cuInit(flags)`: flags in `aux`.
+        Init,
     }
 
     /// The shape of function `func` (`None` for unknown ids).
@@ -538,6 +543,7 @@ pub mod cuda {
             CTX_SET_CURRENT => Shape::SetContext,
             DEVICE_PRIMARY_CTX_RETAIN => Shape::RetainContext,
             DEVICE_RESET | DEVICE_PRIMARY_CTX_RESET => Shape::Reset,
+            INIT => Shape::Init,
             _ => return None,
         })
     }
@@ -592,6 +598,7 @@ pub mod cuda {
         (CTX_SET_CURRENT, "cuCtxSetCurrent"),
         (DEVICE_PRIMARY_CTX_RETAIN, "cuDevicePrimaryCtxRetain"),
         (DEVICE_PRIMARY_CTX_RESET, "cuDevicePrimaryCtxReset_v2"),
+        (INIT, "cuInit"),
     ];
 
     /// The symbol of function `id`.

@@ -70,14 +70,15 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Runs a command in the workspace root, failing on a non-zero exit.
+/// Runs a command in the workspace root (or the directory it names),
+/// failing on a non-zero exit.
 pub fn sh(cmd: &mut Command) -> anyhow::Result<()> {
+    if cmd.get_current_dir().is_none() {
+        cmd.current_dir(root());
+    }
     let shown = format!("{cmd:?}");
     eprintln!("xtask: {shown}");
-    let status = cmd
-        .current_dir(root())
-        .status()
-        .with_context(|| format!("spawn {shown}"))?;
+    let status = cmd.status().with_context(|| format!("spawn {shown}"))?;
     if !status.success() {
         bail!("{shown} failed ({status})");
     }

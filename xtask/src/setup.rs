@@ -1,5 +1,6 @@
 //! `cargo xtask setup`: the eBPF toolchain (nightly rust-src, bpf-linker),
-//! what the tests run against (the CUDA runtime wheel, Debian's jemalloc,
+//! what the tests run against (the CUDA runtime wheel, the NVIDIA driver's
+//! user-space libraries from Debian's non-free archive, Debian's jemalloc,
 //! tcmalloc and musl)
 //! and, for the benchmarks, the peer tools. Idempotent: present things are
 //! left alone.
@@ -14,6 +15,11 @@ use crate::sh;
 const BPF_LINKER: &str = "0.10.3";
 /// The CUDA runtime wheel the tests run against (it ships libcudart.so.12).
 const CUDA_WHEEL: &str = "nvidia-cuda-runtime-cu12==12.9.79";
+/// The driver's user-space libraries the tests run against: `libcuda.so.1`
+/// and `libnvidia-ml.so.1` of this release, from Debian's non-free archive.
+const DRIVER_PACKAGES: [&str; 2] = ["libcuda1", "libnvidia-ml1"];
+/// Debian's archive and the suite the driver packages come from.
+const DRIVER_SOURCE: &str = "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm non-free";
 
 fn output(cmd: &str, args: &[&str]) -> Option<String> {
     let out = Command::new(cmd).args(args).output().ok()?;
@@ -59,8 +65,12 @@ pub fn run() -> anyhow::Result<()> {
     }
     check_toolchain()?;
     cuda_wheel()?;
+    driver_libraries()?;
     test_packages()?;
-    eprintln!("xtask: setup done (nightly + rust-src, bpf-linker {BPF_LINKER}, {CUDA_WHEEL})");
+    eprintln!(
+        "xtask: setup done (nightly + rust-src, bpf-linker {BPF_LINKER}, {CUDA_WHEEL}, {})",
+        DRIVER_PACKAGES.join(" + ")
+    );
     Ok(())
 }
 
@@ -123,6 +133,64 @@ fn cuda_wheel() -> anyhow::Result<()> {
         .arg(&dir))?;
     if !dir.join("nvidia/cuda_runtime/lib/libcudart.so.12").exists() {
         bail!("{CUDA_WHEEL} has no nvidia/cuda_runtime/lib/libcudart.so.12");
+    }
+    Ok(())
+}
+
+/// Where the driver packages are unpacked: the libraries are in
+/// target/nvidia-driver/root/usr/lib/x86_64-linux-gnu/nvidia/current/.
+pub fn driver_dir() -> std::path::PathBuf {
+    crate::root().join("target/nvidia-driver")
+}
+
+/// Downloads Debian's `libcuda1` and `libnvidia-ml1` and unpacks them with
+/// `dpkg-deb -x` (once). apt-get runs with a sources list, package lists and
+/// cache of its own under target/nvidia-driver/apt: the machine's apt
+/// configuration and package database are left as they are, and nothing is
+/// installed.
+fn driver_libraries() -> anyhow::Result<()> {
+    let dir = driver_dir();
+    let libs = dir.join("root/usr/lib/x86_64-linux-gnu/nvidia/current");
+    if libs.join("libcuda.so.1").exists() && libs.join("libnvidia-ml.so.1").exists() {
+        return Ok(());
+    }
+    let apt = dir.join("apt");
+    for d in ["lists/partial", "cache/archives/partial", "debs"] {
+        std::fs::create_dir_all(apt.join(d))?;
+    }
+    std::fs::write(apt.join("sources.list"), format!("{DRIVER_SOURCE}\n"))?;
+    let opt = |k: &str, v: &std::path::Path| format!("-o{k}={}", v.display());
+    let private = [
+        opt("Dir::Etc::SourceList", &apt.join("sources.list")),
+        opt("Dir::Etc::SourceParts", std::path::Path::new("/dev/null")),
+        opt("Dir::State::Lists", &apt.join("lists")),
+        opt("Dir::Cache", &apt.join("cache")),
+        // Downloads run as root here, not as apt's sandbox user.
+        "-oAPT::Sandbox::User=root".to_string(),
+    ];
+    sh(Command::new("apt-get")
+        .args(&private)
+        .args(["update", "-qq"]))?;
+    sh(Command::new("apt-get")
+        .args(&private)
+        .args(["download", "-qq"])
+        .args(DRIVER_PACKAGES)
+        .current_dir(apt.join("debs")))?;
+    for entry in std::fs::read_dir(apt.join("debs"))? {
+        let deb = entry?.path();
+        if deb.extension().is_some_and(|e| e == "deb") {
+            sh(Command::new("dpkg-deb")
+                .arg("-x")
+                .arg(&deb)
+                .arg(dir.join("root")))?;
+        }
+    }
+    if !libs.join("libcuda.so.1").exists() || !libs.join("libnvidia-ml.so.1").exists() {
+        bail!(
+            "{} unpacked without libcuda.so.1 and libnvidia-ml.so.1 in {}",
+            DRIVER_PACKAGES.join(" and "),
+            libs.display()
+        );
     }
     Ok(())
 }

@@ -83,6 +83,7 @@ fn try_entry(ctx: &ProbeContext) -> Option<()> {
         Shape::SetDevice => f.device = arg(0) as i32,
         Shape::SetContext => f.aux = arg(0),
         Shape::RetainContext => (f.out_addr, f.device) = (arg(0), arg(1) as i32),
+        Shape::Init => f.aux = arg(0),
         Shape::Reset => {
             if func == cuda::DEVICE_PRIMARY_CTX_RESET {
                 f.device = arg(0) as i32;

@@ -200,9 +200,13 @@ pub fn error_name(ret: i32) -> &'static str {
         1 => "invalid value",
         2 => "out of memory",
         3 => "not initialized",
+        4 => "deinitialized",
+        34 => "stub library",
         35 => "insufficient driver",
         100 => "no device",
         101 => "invalid device",
+        803 => "system driver mismatch",
+        999 => "unknown",
         _ => "error",
     }
 }

@@ -361,9 +361,9 @@ fn cuda_checks(pid: u32) -> Vec<Check> {
             "no CUDA library loaded (no libcudart or libcuda mapped, no cudart in the executable)",
             Some("tracer attach --wait traces it once one is loaded"),
         )],
-        Ok(libs) => libs
-            .into_iter()
-            .map(|l| {
+        Ok(libs) => {
+            let mut rows = vec![versions_check(pid, &libs)];
+            rows.extend(libs.into_iter().map(|l| {
                 let what = if l.executable {
                     " (cudart linked into the executable)"
                 } else {
@@ -384,14 +384,52 @@ fn cuda_checks(pid: u32) -> Vec<Check> {
                     ),
                     None,
                 )
-            })
-            .collect(),
+            }));
+            rows
+        }
     }
+}
+
+/// The driver and runtime releases `pid` loaded, beside the node's kernel
+/// module: a process that loaded a driver library of another release than
+/// the module (a container image that ships its own libcuda) fails in
+/// cuInit.
+fn versions_check(pid: u32, libs: &[crate::probes::uprobe::Library]) -> Check {
+    use crate::probes::cuda::library_release;
+    let mut parts = Vec::new();
+    for l in libs {
+        let base = l.path.rsplit('/').next().unwrap_or(&l.path);
+        let layer = if l.executable {
+            "runtime (linked into the executable)"
+        } else if base.starts_with("libcudart") {
+            "runtime"
+        } else {
+            "driver"
+        };
+        let release = library_release(&l.host_path).unwrap_or_else(|| "release not known".into());
+        parts.push(format!("{layer} {release} ({base})"));
+    }
+    let module = std::fs::read_to_string("/proc/driver/nvidia/version")
+        .ok()
+        .and_then(|t| crate::nvml::module_release(&t));
+    parts.push(match module {
+        Some(m) => format!("kernel module {m}"),
+        None => "kernel module not loaded".into(),
+    });
+    check(
+        format!("CUDA versions in pid {pid}"),
+        Status::Info,
+        parts.join(", "),
+        None,
+    )
 }
 
 fn nvml_check(lib: Option<&Path>) -> Check {
     match crate::nvml::open(lib) {
         Ok(n) => check("NVML", Status::Ok, crate::nvml::describe(&n), None),
+        // A node with the driver's libraries but not its module is broken:
+        // its GPUs are invisible to every job.
+        Err(e) if e.is_broken_driver() => check("NVML", Status::Warn, super::chain(&e), None),
         Err(e) => check("NVML", Status::Info, super::chain(&e), None),
     }
 }

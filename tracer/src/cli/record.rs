@@ -366,7 +366,11 @@ async fn record(
         }
         Err(e) => {
             let why = super::chain(&e);
-            tracing::info!("{why}");
+            if e.is_broken_driver() {
+                tracing::warn!("{why}");
+            } else {
+                tracing::info!("{why}");
+            }
             store.session_gpu(session, &why)?;
             (None, Some(why))
         }

@@ -17,28 +17,174 @@ use nvml_wrapper::{
     error::NvmlError,
 };
 use serde::{Deserialize, Serialize};
+
+use crate::probes::cuda::release_in_name;
 use tokio::sync::mpsc;
 
-/// NVML could not be loaded.
+/// The library nvml-wrapper loads by default.
+pub const LIBRARY: &str = "libnvidia-ml.so.1";
+/// Where the NVIDIA kernel module says its version, while it is loaded.
+const MODULE_VERSION: &str = "/proc/driver/nvidia/version";
+
+/// The driver's user-space library as the dynamic loader finds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DriverLibrary {
+    /// The file, links resolved (`.../libnvidia-ml.so.535.261.03`).
+    pub path: PathBuf,
+    /// The driver release in its name (`535.261.03`), if it has one.
+    pub version: Option<String>,
+}
+
+impl std::fmt::Display for DriverLibrary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.version {
+            Some(v) => write!(f, "{v} ({})", self.path.display()),
+            None => write!(f, "{}", self.path.display()),
+        }
+    }
+}
+
+/// NVML could not be used. Each case says what the node lacks and the fix.
 #[derive(Debug, thiserror::Error)]
-#[error("NVML unavailable ({}); GPU figures are off, host tracing works", .lib.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "libnvidia-ml.so.1".into()))]
-pub struct NvmlUnavailable {
-    /// The library asked for, if not the default.
-    pub lib: Option<PathBuf>,
-    /// nvml-wrapper's error.
-    #[source]
-    pub source: NvmlError,
+pub enum NvmlUnavailable {
+    /// No driver library at all: a node without the NVIDIA driver.
+    #[error(
+        "no NVIDIA driver libraries ({LIBRARY} not found by the dynamic loader); GPU figures are off, host tracing works"
+    )]
+    NotInstalled,
+    /// The libraries are there, the kernel module is not (a GPU node whose
+    /// driver did not load, or libraries without a GPU).
+    #[error(
+        "the NVIDIA driver libraries {library} are installed but the NVIDIA kernel module is not loaded (no {MODULE_VERSION}); GPU figures are off, host tracing works. Fix: load it (`modprobe nvidia`; `dmesg | grep -i nvrm` says why it did not load), or install the kernel driver of the same release{}",
+        .library.version.as_deref().map(|v| format!(" ({v})")).unwrap_or_default()
+    )]
+    ModuleNotLoaded {
+        /// The library found.
+        library: DriverLibrary,
+    },
+    /// The kernel module and the libraries are of different releases
+    /// (the driver was upgraded and the node not rebooted).
+    #[error(
+        "the NVIDIA kernel module {module} does not match the driver libraries {library}; GPU figures are off, host tracing works. Fix: reboot the node, or unload and reload the nvidia modules, so that the module matches the libraries"
+    )]
+    VersionMismatch {
+        /// The kernel module's release.
+        module: String,
+        /// The library found.
+        library: DriverLibrary,
+    },
+    /// NVML failed otherwise.
+    #[error("NVML unavailable ({}); GPU figures are off, host tracing works", .library.as_ref().map(ToString::to_string).unwrap_or_else(|| LIBRARY.into()))]
+    Failed {
+        /// The library, if known.
+        library: Option<DriverLibrary>,
+        /// nvml-wrapper's error.
+        #[source]
+        source: NvmlError,
+    },
+}
+
+impl NvmlUnavailable {
+    /// Whether the node has a broken driver (libraries without their kernel
+    /// module, or of another release), not simply no GPU.
+    pub fn is_broken_driver(&self) -> bool {
+        matches!(
+            self,
+            NvmlUnavailable::ModuleNotLoaded { .. } | NvmlUnavailable::VersionMismatch { .. }
+        )
+    }
+}
+
+/// The release of the loaded NVIDIA kernel module, from the first line of
+/// /proc/driver/nvidia/version (`NVRM version: NVIDIA UNIX x86_64 Kernel
+/// Module  535.261.03  ...`, also `... Open Kernel Module for x86_64 ...`);
+/// `None` when the module is not loaded.
+pub fn module_release(text: &str) -> Option<String> {
+    let line = text.lines().next()?;
+    let after = &line[line.find("Module")? + "Module".len()..];
+    after
+        .split_whitespace()
+        .find(|w| w.contains('.') && w.split('.').all(|p| p.parse::<u32>().is_ok()))
+        .map(String::from)
+}
+
+/// Finds the library `name` the way the dynamic loader does, by one of
+/// its symbols (it is loaded and unloaded again; loading runs no code of
+/// the driver's that touches the node).
+pub fn locate(name: &str, symbol: &str) -> Option<DriverLibrary> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let cname = std::ffi::CString::new(name).ok()?;
+    let csym = std::ffi::CString::new(symbol).ok()?;
+    // SAFETY: a NUL-terminated name; the handle is closed below.
+    let handle = unsafe { libc::dlopen(cname.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+    if handle.is_null() {
+        return None;
+    }
+    // SAFETY: a live handle and a NUL-terminated symbol name.
+    let addr = unsafe { libc::dlsym(handle, csym.as_ptr()) };
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr fills `info`; its file name is the loader's, valid
+    // while the library stays loaded, and copied out before dlclose.
+    let path = (!addr.is_null()
+        && unsafe { libc::dladdr(addr, &mut info) } != 0
+        && !info.dli_fname.is_null())
+    .then(|| {
+        // SAFETY: checked non-null above; NUL-terminated.
+        let bytes = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_bytes();
+        PathBuf::from(OsStr::from_bytes(bytes))
+    });
+    // SAFETY: the handle dlopen returned, closed once.
+    unsafe { libc::dlclose(handle) };
+    let path = std::fs::canonicalize(path?).ok()?;
+    Some(DriverLibrary {
+        version: release_in_name(&path),
+        path,
+    })
 }
 
 /// Opens NVML from `lib` (default: the driver's `libnvidia-ml.so.1`).
+///
+/// With the default library, a node whose kernel module is not loaded is
+/// told so without initializing NVML: the library would create
+/// /dev/nvidiactl on a node that has no use for it. A library named with
+/// `lib` is always initialized.
 pub fn open(lib: Option<&Path>) -> Result<Nvml, NvmlUnavailable> {
+    let module = std::fs::read_to_string(MODULE_VERSION).ok();
+    let module_loaded = module.is_some() || Path::new("/sys/module/nvidia").exists();
+    let library = match lib {
+        Some(p) => {
+            let path = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+            Some(DriverLibrary {
+                version: release_in_name(&path),
+                path,
+            })
+        }
+        None => {
+            let Some(found) = locate(LIBRARY, "nvmlInit_v2") else {
+                return Err(NvmlUnavailable::NotInstalled);
+            };
+            if !module_loaded {
+                return Err(NvmlUnavailable::ModuleNotLoaded { library: found });
+            }
+            Some(found)
+        }
+    };
     let mut b = Nvml::builder();
     if let Some(p) = lib {
         b.lib_path(OsStr::new(p));
     }
-    b.init().map_err(|source| NvmlUnavailable {
-        lib: lib.map(Path::to_path_buf),
-        source,
+    b.init().map_err(|source| match (source, library) {
+        (NvmlError::DriverNotLoaded, Some(library)) if !module_loaded => {
+            NvmlUnavailable::ModuleNotLoaded { library }
+        }
+        (NvmlError::LibRmVersionMismatch, Some(library)) => NvmlUnavailable::VersionMismatch {
+            module: module
+                .as_deref()
+                .and_then(module_release)
+                .unwrap_or_else(|| "(release unknown)".into()),
+            library,
+        },
+        (source, library) => NvmlUnavailable::Failed { library, source },
     })
 }
 
@@ -220,4 +366,45 @@ pub fn describe(nvml: &Nvml) -> String {
         .map(|c| c.to_string())
         .unwrap_or_else(|e| format!("? ({e})"));
     format!("driver {driver}, {count} GPU(s)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_release_is_read_from_the_module_version() {
+        let proprietary = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.261.03  Wed Jun 11 10:43:08 UTC 2025\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n";
+        assert_eq!(module_release(proprietary).as_deref(), Some("535.261.03"));
+        let open = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  (dvs-builder@U16-I3-B03-4-3)  Tue Mar  5 22:15:33 UTC 2024\n";
+        assert_eq!(module_release(open).as_deref(), Some("550.54.15"));
+        assert_eq!(module_release(""), None);
+        assert_eq!(module_release("garbage\n"), None);
+    }
+
+    #[test]
+    fn a_broken_driver_says_what_is_missing_and_the_fix() {
+        let library = DriverLibrary {
+            path: "/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.535.261.03".into(),
+            version: Some("535.261.03".into()),
+        };
+        let e = NvmlUnavailable::ModuleNotLoaded {
+            library: library.clone(),
+        };
+        let text = e.to_string();
+        assert!(e.is_broken_driver());
+        assert!(text.contains("535.261.03 (/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.535.261.03) are installed"), "{text}");
+        assert!(text.contains("kernel module is not loaded"), "{text}");
+        assert!(text.contains("modprobe nvidia"), "{text}");
+        let e = NvmlUnavailable::VersionMismatch {
+            module: "535.183.01".into(),
+            library,
+        };
+        assert!(
+            e.to_string()
+                .contains("module 535.183.01 does not match the driver libraries 535.261.03"),
+            "{e}"
+        );
+        assert!(!NvmlUnavailable::NotInstalled.is_broken_driver());
+    }
 }
