@@ -9,6 +9,7 @@
 
 pub mod growth;
 pub mod heap;
+pub mod usdt;
 
 /// The symbol of function `id` in a family's (id, symbol) table, or `?`.
 pub fn name_in(table: &[(u32, &'static str)], id: u32) -> &'static str {
@@ -75,6 +76,8 @@ pub mod maps {
     pub const GROWTH_STATS: &str = "GROWTH_STATS";
     /// The growth programs' configuration (`.rodata`).
     pub const GROWTH_CONFIG: &str = "GROWTH_CONFIG";
+    /// `Array<usdt::UsdtSpec>`: how each attached USDT probe's arguments are read.
+    pub const USDT_SPECS: &str = "USDT_SPECS";
 }
 
 /// Names of the eBPF programs (the function names in `tracer-ebpf`).
@@ -133,6 +136,8 @@ pub mod programs {
     pub const GROWTH_CGROUP_ATTACH: &str = "growth_cgroup_attach";
     /// `vm_unmapped_area` (large reservations of followed processes).
     pub const GROWTH_MMAP: &str = "growth_mmap";
+    /// `uprobe` at every attached USDT probe (the cookie is its spec's index).
+    pub const USDT_PROBE: &str = "usdt_probe";
 }
 
 /// Sizes of the ring buffers, in bytes (powers of two, multiples of the page size).
@@ -196,6 +201,8 @@ pub mod kind {
     /// The stack of the allocation that tipped an OOM kill
     /// ([`crate::growth::GrowthSample`]).
     pub const OOM_TIP: u32 = 13;
+    /// A USDT probe fired ([`crate::usdt::UsdtEvent`]).
+    pub const USDT: u32 = 14;
 }
 
 /// What every event starts with. The task fields describe `current`: the
@@ -785,4 +792,6 @@ mod pod {
     unsafe impl aya::Pod for growth::GrowthProc {}
     // SAFETY: as above.
     unsafe impl aya::Pod for growth::GrowthCpu {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for usdt::UsdtSpec {}
 }

@@ -10,6 +10,7 @@ use tracer_common::{
     growth::{self, GrowthConfig, GrowthCpu, GrowthProc},
     heap::{self, HeapConfig, HeapInflight, HeapKey},
     ring,
+    usdt::{self, UsdtSpec},
 };
 
 /// Kills, OOM events and process exits. Small, low rate, wakes the reader on
@@ -118,3 +119,7 @@ pub static GROWTH_STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(growth
 /// The growth programs' configuration, written by userspace before load.
 #[unsafe(no_mangle)]
 pub static GROWTH_CONFIG: GrowthConfig = GrowthConfig::empty();
+
+/// How each attached USDT probe's arguments are read, by attach cookie.
+#[map(name = "USDT_SPECS")]
+pub static USDT_SPECS: Array<UsdtSpec> = Array::with_max_entries(usdt::MAX_SPECS, 0);

@@ -6,3 +6,4 @@ pub mod memcg;
 pub mod oom;
 pub mod sched;
 pub mod signal;
+pub mod usdt;

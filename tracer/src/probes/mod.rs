@@ -12,6 +12,7 @@ pub mod layout;
 pub mod placement;
 pub mod tracefs;
 pub mod uprobe;
+pub mod usdt;
 pub mod watch;
 
 use std::{collections::HashMap, path::PathBuf};
