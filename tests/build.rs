@@ -93,6 +93,13 @@ fn main() {
         o("grower"),
         grower,
     ]);
+    // A caching allocator with PyTorch's USDT probes (<sys/sdt.h>, Debian's
+    // systemtap-sdt-dev).
+    let torch = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("manifest dir"))
+        .join("c/torchalloc.c")
+        .display()
+        .to_string();
+    run(&["-o".into(), o("torchalloc"), torch, "-ldl".into()]);
     println!("cargo:rustc-env=SIMCUDA_DIR={}", out.display());
     println!("cargo:rerun-if-changed=c");
     println!("cargo:rerun-if-changed=simcuda");

@@ -76,7 +76,8 @@ pub fn run() -> anyhow::Result<()> {
 
 /// Debian packages the end-to-end tests run against: jemalloc and tcmalloc,
 /// preloaded in place of glibc's malloc by the heap and growth tests,
-/// musl-gcc, and Debian's CPython (the growth tests name its frames).
+/// musl-gcc, Debian's CPython (the growth tests name its frames), and
+/// `<sys/sdt.h>` for the test program with PyTorch's USDT probes.
 fn test_packages() -> anyhow::Result<()> {
     let wanted = [
         ("libjemalloc2", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
@@ -86,6 +87,10 @@ fn test_packages() -> anyhow::Result<()> {
         ),
         ("musl-tools", "/usr/bin/musl-gcc"),
         ("python3", "/usr/bin/python3"),
+        (
+            "systemtap-sdt-dev",
+            "/usr/include/x86_64-linux-gnu/sys/sdt.h",
+        ),
     ];
     let missing: Vec<&str> = wanted
         .iter()

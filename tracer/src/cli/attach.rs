@@ -18,7 +18,7 @@ use tokio::{
     sync::mpsc,
     task::JoinSet,
 };
-use tracer_common::{CudaCall, cuda};
+use tracer_common::{CudaCall, cuda, usdt::UsdtEvent};
 
 use crate::{
     collect::{self, ReaderStats, decode::Event},
@@ -223,14 +223,83 @@ struct Session {
     out: std::io::StdoutLock<'static>,
 }
 
+/// An event of the traced process waiting to be put in order: the CUDA
+/// calls and the allocator's probes come through two rings.
+enum Pending {
+    Call(CudaCall),
+    Block(UsdtEvent),
+}
+
+impl Pending {
+    fn ts(&self) -> u64 {
+        match self {
+            Pending::Call(c) => c.header.ts_boot_ns,
+            Pending::Block(b) => b.header.ts_boot_ns,
+        }
+    }
+
+    /// The traced process's CUDA calls and allocator probes.
+    fn of(ev: Event, pid: u32) -> Option<Self> {
+        match ev {
+            Event::Cuda(c) if c.header.pid == pid => Some(Pending::Call(c)),
+            Event::Usdt(u) if u.header.pid == pid => Some(Pending::Block(u)),
+            _ => None,
+        }
+    }
+}
+
 impl Session {
-    /// Applies and shows buffered calls, oldest first.
-    fn calls(&mut self, pending: &mut Vec<CudaCall>) {
-        pending.sort_by_key(|c| c.header.ts_boot_ns);
-        for c in pending.drain(..) {
-            self.call(&c);
+    /// Applies and shows buffered events, oldest first.
+    fn calls(&mut self, pending: &mut Vec<Pending>) {
+        pending.sort_by_key(Pending::ts);
+        for p in pending.drain(..) {
+            match p {
+                Pending::Call(c) => self.call(&c),
+                Pending::Block(b) => self.block(&b),
+            }
         }
         let _ = self.out.flush();
+    }
+
+    /// A caching allocator's block handed out or given back.
+    fn block(&mut self, b: &UsdtEvent) {
+        crate::correlate::cuda::apply_block(&mut self.ledger, b);
+        self.calls_this_second += 1;
+        if self.summary_only {
+            return;
+        }
+        let ts = self.clock.boot_to_wall(b.header.ts_boot_ns);
+        let probe = crate::probes::usdt::probe_name(b.probe);
+        let malloc = b.probe == tracer_common::usdt::TORCH_MALLOC;
+        if self.json {
+            let mut v = json!({ "type": "block", "time": format_wall(ts), "ts_ns": ts, "pid": b.header.pid,
+                "tid": b.header.tid, "probe": probe, "ptr": format!("{:#x}", b.args[0]) });
+            if malloc {
+                v["size"] = b.args[2].into();
+                v["device"] = (b.args[1] as i64).into();
+                v["stream"] = (b.args[3] as i64).into();
+            }
+            let _ = writeln!(self.out, "{v}");
+            return;
+        }
+        let what = if malloc {
+            format!(
+                "{} -> {:#x} dev {} stream {}",
+                bytes(b.args[2]),
+                b.args[0],
+                b.args[1] as i64,
+                b.args[3] as i64
+            )
+        } else {
+            format!("{:#x}", b.args[0])
+        };
+        let _ = writeln!(
+            self.out,
+            "{} {}/{} {probe} {what}",
+            format_wall(ts),
+            b.header.pid,
+            b.header.tid
+        );
     }
 
     fn call(&mut self, c: &CudaCall) {
@@ -239,6 +308,20 @@ impl Session {
         self.calls_this_second += 1;
         if matches!(change, Change::Failed(..)) {
             self.failed_this_second += 1;
+        }
+        if let Change::Failed(_, size, cuda::OUT_OF_MEMORY) = change
+            && let Some(a) = self.ledger.allocator()
+        {
+            // What the allocator's figures say of this process's share;
+            // other processes on the device are not seen from here.
+            let v = crate::explain::gpu::allocator_verdict(&a, size);
+            if self.json {
+                let j = json!({ "type": "gpu_oom", "time": format_wall(ts), "pid": c.header.pid,
+                    "function": name(c.func), "size": size, "allocator": a, "verdict": v });
+                let _ = writeln!(self.out, "{j}");
+            } else {
+                let _ = writeln!(self.out, "-- GPU out of memory in {}: {v}", name(c.func));
+            }
         }
         if self.summary_only {
             return;
@@ -319,6 +402,14 @@ impl Session {
                 self.calls_this_second,
                 self.failed_this_second
             );
+            if let Some(a) = &s.allocator {
+                let _ = writeln!(
+                    self.out,
+                    "-- pid {}: allocator {}",
+                    self.pid,
+                    crate::explain::gpu::allocator_line(a)
+                );
+            }
         }
         self.calls_this_second = 0;
         self.failed_this_second = 0;
@@ -472,6 +563,85 @@ impl Attached {
     }
 }
 
+/// A caching allocator's USDT probes in one process (PyTorch's
+/// `pytorch:malloc` and `pytorch:free`), attached as its files appear,
+/// with their semaphores raised while attached.
+pub(super) struct AllocatorProbes {
+    pid: u32,
+    seen: HashSet<(u64, u64)>,
+    list: Vec<(crate::probes::usdt::UsdtAttachment, Vec<u64>)>,
+}
+
+impl AllocatorProbes {
+    pub(super) fn new(pid: u32) -> Self {
+        Self {
+            pid,
+            seen: HashSet::new(),
+            list: Vec::new(),
+        }
+    }
+
+    /// Attaches to the files with known probes not attached yet, then
+    /// raises their semaphores (so no probe fires before it is attached).
+    pub(super) fn scan(&mut self, probes: &mut Probes) -> anyhow::Result<()> {
+        use crate::probes::usdt;
+        let Ok(files) = usdt::files_of(self.pid) else {
+            return Ok(()); // the process is going away; the pidfd says so
+        };
+        for f in files {
+            if !self.seen.insert(f.file.id) {
+                continue;
+            }
+            let path = term::escape(&f.file.path).into_owned();
+            for (probe, why) in &f.refused {
+                tracing::warn!("{probe} in {path}: not attached: {why}");
+            }
+            let att = probes.attach_usdt(&f, Some(self.pid))?;
+            for (probe, why) in &att.failed {
+                tracing::warn!("{probe} in {path}: {why}");
+            }
+            let semaphores: std::collections::BTreeSet<u64> =
+                f.sites.iter().filter_map(|s| s.semaphore).collect();
+            let mut raised = Vec::new();
+            for off in semaphores {
+                match usdt::address_in(self.pid, &f.file, off)
+                    .and_then(|a| a.ok_or_else(|| std::io::Error::other("not mapped")))
+                    .and_then(|addr| usdt::add_to_semaphore(self.pid, addr, 1).map(|_| addr))
+                {
+                    Ok(addr) => raised.push(addr),
+                    Err(e) => tracing::warn!(
+                        "{path}: cannot raise the semaphore at file offset {off:#x} in pid {}: {e}; its probes stay silent",
+                        self.pid
+                    ),
+                }
+            }
+            let mut names: Vec<String> =
+                f.sites.iter().map(|s| usdt::probe_name(s.probe)).collect();
+            names.dedup();
+            crate::say!(
+                "tracer: attached to {} USDT probes ({}) in {path} in pid {}, {} semaphores raised",
+                att.attached(),
+                names.join(", "),
+                self.pid,
+                raised.len()
+            );
+            self.list.push((att, raised));
+        }
+        Ok(())
+    }
+
+    /// Lowers the semaphores again, then removes the probes.
+    pub(super) fn detach(self, probes: &mut Probes) {
+        for (att, raised) in self.list {
+            for addr in raised {
+                // The process may be gone: nothing to lower then.
+                let _ = crate::probes::usdt::add_to_semaphore(self.pid, addr, -1);
+            }
+            probes.detach_usdt(att);
+        }
+    }
+}
+
 /// The ring readers of a live view (events show within 20 ms), feeding a
 /// queue of `capacity`; and the rings' drop counters.
 pub(super) fn start_readers(
@@ -555,6 +725,15 @@ async fn attach(
     let (mut rx, mut tasks, drops) = start_readers(&mut probes, 65536)?;
     let mut attached = Attached::new(&CUDA, &args);
     attached.scan(&mut probes)?;
+    // The caching allocator's USDT probes (PyTorch's), where the process has them.
+    let mut allocator = if args.floor {
+        None
+    } else {
+        probes.load_usdt()?;
+        let mut a = AllocatorProbes::new(args.pid);
+        a.scan(&mut probes)?;
+        Some(a)
+    };
     match attached.counts() {
         (_, 0) => crate::say!(
             "tracer: pid {} ({comm}) has no CUDA library yet; waiting for one to be loaded",
@@ -584,13 +763,12 @@ async fn attach(
     rescan.reset();
     // The two rings are read separately; a short buffer puts calls back
     // in the order they happened before they are shown.
-    let mut pending: Vec<CudaCall> = Vec::new();
+    let mut pending: Vec<Pending> = Vec::new();
     let mut reorder = tokio::time::interval(Duration::from_millis(20));
     let exited = loop {
         tokio::select! {
             ev = rx.recv() => match ev {
-                Some(Event::Cuda(c)) if c.header.pid == args.pid => pending.push(c),
-                Some(_) => {}
+                Some(ev) => pending.extend(Pending::of(ev, args.pid)),
                 None => return Err(anyhow!("the ring buffer readers stopped")),
             },
             _ = reorder.tick() => session.calls(&mut pending),
@@ -598,7 +776,12 @@ async fn attach(
                 session.calls(&mut pending);
                 session.summary();
             }
-            _ = rescan.tick() => attached.scan(&mut probes)?,
+            _ = rescan.tick() => {
+                attached.scan(&mut probes)?;
+                if let Some(a) = &mut allocator {
+                    a.scan(&mut probes)?;
+                }
+            }
             end = ends.wait() => break end?,
             Some(r) = tasks.join_next() => {
                 r??;
@@ -607,11 +790,7 @@ async fn attach(
         }
     };
     drain(&mut rx, &mut tasks, |ev| {
-        if let Event::Cuda(c) = ev
-            && c.header.pid == args.pid
-        {
-            pending.push(c);
-        }
+        pending.extend(Pending::of(ev, args.pid))
     })
     .await;
     session.calls(&mut pending);
@@ -619,6 +798,9 @@ async fn attach(
     session.summary();
     session.report(exited, lost);
     // Report first: removing a library's worth of probes takes seconds.
+    if let Some(a) = allocator {
+        a.detach(&mut probes);
+    }
     attached.detach(&mut probes);
     Ok(ExitCode::SUCCESS)
 }

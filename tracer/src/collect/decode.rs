@@ -7,7 +7,9 @@ use tracer_common::{
     ProcFork, Reap, SignalKill,
     growth::GrowthSample,
     heap::{HeapAlloc, HeapFree},
-    kind, victim_field,
+    kind,
+    usdt::UsdtEvent,
+    victim_field,
 };
 
 /// A record that is not a valid event.
@@ -63,6 +65,8 @@ pub enum EventKind {
     GrowthFault,
     /// The stack of the allocation that tipped an OOM kill.
     OomTip,
+    /// A USDT probe fired.
+    Usdt,
 }
 
 impl TryFrom<u32> for EventKind {
@@ -82,6 +86,7 @@ impl TryFrom<u32> for EventKind {
             kind::HEAP_FREE => Self::HeapFree,
             kind::GROWTH_FAULT => Self::GrowthFault,
             kind::OOM_TIP => Self::OomTip,
+            kind::USDT => Self::Usdt,
             other => return Err(DecodeError::UnknownKind(other)),
         })
     }
@@ -104,6 +109,7 @@ impl EventKind {
             Self::HeapFree => "heap_free",
             Self::GrowthFault => "growth_fault",
             Self::OomTip => "oom_tip",
+            Self::Usdt => "usdt",
         }
     }
 }
@@ -135,6 +141,8 @@ pub enum Event {
     GrowthFault(Box<GrowthSample>),
     /// The stack of the task whose allocation tipped an OOM kill.
     OomTip(Box<GrowthSample>),
+    /// A USDT probe fired.
+    Usdt(UsdtEvent),
 }
 
 /// Reads a `T` from the start of `bytes`; the caller checked the length.
@@ -213,6 +221,10 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             expect(size_of::<GrowthSample>())?;
             Event::OomTip(Box::new(read(bytes)))
         }
+        EventKind::Usdt => {
+            expect(size_of::<UsdtEvent>())?;
+            Event::Usdt(read(bytes))
+        }
     })
 }
 
@@ -237,6 +249,7 @@ impl Event {
             Event::HeapAlloc(e) => &e.header,
             Event::HeapFree(e) => &e.header,
             Event::GrowthFault(e) | Event::OomTip(e) => &e.header,
+            Event::Usdt(e) => &e.header,
         }
     }
 
@@ -260,6 +273,7 @@ impl Event {
             Event::HeapFree(e) => e.header.pid,
             Event::GrowthFault(e) => e.header.pid,
             Event::OomTip(e) => e.addr as u32,
+            Event::Usdt(e) => e.header.pid,
         }
     }
 
@@ -323,6 +337,13 @@ impl Event {
                 "kernel_mode": e.func == tracer_common::growth::FAULT_KERNEL,
             }),
             Event::OomTip(e) => json!({ "victim_pid": e.addr }),
+            Event::Usdt(e) => json!({
+                "probe": tracer_common::usdt::PROBES
+                    .iter()
+                    .find(|(id, ..)| *id == e.probe)
+                    .map(|(_, p, n)| format!("{p}:{n}")),
+                "args": &e.args[..(e.nargs as usize).min(e.args.len())],
+            }),
             Event::SignalKill(e) => json!({
                 "target_pid": e.target_pid,
                 "target_comm": c_str(&e.target_comm),

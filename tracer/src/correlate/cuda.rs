@@ -5,7 +5,10 @@
 
 use std::collections::HashMap;
 
-use tracer_common::{CudaCall, cuda};
+use tracer_common::{
+    CudaCall, cuda,
+    usdt::{self, UsdtEvent},
+};
 
 use super::proc_ref;
 use crate::{
@@ -131,6 +134,21 @@ impl CudaLedgers {
         })
     }
 
+    /// A caching allocator's USDT probe (PyTorch's `malloc` / `free` of a
+    /// block inside its segments), counted in its process's ledger.
+    pub fn on_block(&mut self, e: &UsdtEvent, ts_ns: i64) {
+        let pid = e.header.pid;
+        let t = self.ledgers.entry(pid).or_insert_with(|| Tracked {
+            ledger: Ledger::default(),
+            comm: c_str(&e.header.comm),
+            dirty: true,
+            stored_ns: ts_ns,
+            exited_ns: None,
+        });
+        apply_block(&mut t.ledger, e);
+        t.dirty = true;
+    }
+
     /// A process ended: its final ledger (what it never freed), to store.
     pub fn on_exit(&mut self, pid: u32, now_ns: i64) -> Option<LedgerSnapshot> {
         let t = self.ledgers.get_mut(&pid)?;
@@ -173,6 +191,18 @@ impl super::gpuview::TracedMemory for CudaLedgers {
                 .map(|t| t.outstanding)
                 .unwrap_or(0),
         )
+    }
+}
+
+/// Applies one caching allocator probe to a ledger:
+/// `malloc(ptr, int8 device, size, stream)`, `free(ptr)`.
+pub fn apply_block(ledger: &mut Ledger, e: &UsdtEvent) {
+    match e.probe {
+        usdt::TORCH_MALLOC if e.nargs >= 3 => {
+            ledger.block_malloc(e.args[0], e.args[2], e.args[1] as i64 as i32)
+        }
+        usdt::TORCH_FREE if e.nargs >= 1 => ledger.block_free(e.args[0]),
+        _ => {}
     }
 }
 

@@ -37,12 +37,22 @@ pub fn held_by_kind(l: &LedgerSummary) -> String {
         .join(", ")
 }
 
-/// Decides who filled the device: from NVML's picture when there is one
-/// (every process, traced or not), else from the traced ledgers.
+/// Decides who filled the device, in the three answers a GPU team asks
+/// for: the device is full of other processes; this process holds it in
+/// live tensors; or this process reserved it but its caching allocator has
+/// it free, in pieces too small for the request (fragmentation). Who holds
+/// what comes from NVML's picture when there is one (every process, traced
+/// or not), else from the traced ledgers; live tensors against reserved
+/// memory from the allocator's probes.
 pub fn verdict(r: &GpuOomRecord) -> String {
     if let Some(n) = &r.nvml
         && let Some(top) = n.processes.first()
     {
+        if top.pid == r.process.pid
+            && let Some(v) = own_verdict(r)
+        {
+            return v;
+        }
         let traced = |v: Option<u64>| v.map(bytes).unwrap_or_else(|| "not traced".into());
         let container = n.containers.first().map(|c| {
             format!(
@@ -54,12 +64,12 @@ pub fn verdict(r: &GpuOomRecord) -> String {
             )
         });
         let who = if top.pid == r.process.pid {
-            "the process itself"
+            "the process itself holds the most"
         } else {
-            "another process"
+            "the device is full of other processes: another process holds the most"
         };
         return format!(
-            "{who} holds the most on device {}: {} (pid {}) with {} per NVML, {} by its traced calls{}; the request for {} did not fit in {} free",
+            "{who} on device {}: {} (pid {}) with {} per NVML, {} by its traced calls{}; the request for {} did not fit in {} free",
             n.device,
             top.comm,
             top.pid,
@@ -73,6 +83,37 @@ pub fn verdict(r: &GpuOomRecord) -> String {
     traced_verdict(r)
 }
 
+/// The answer when the process itself holds the most and its caching
+/// allocator's probes were seen: live tensors, or fragmentation.
+fn own_verdict(r: &GpuOomRecord) -> Option<String> {
+    Some(allocator_verdict(r.held.allocator.as_ref()?, r.size))
+}
+
+/// Live tensors or fragmentation, from a caching allocator's figures at a
+/// failed request for `size` bytes.
+pub fn allocator_verdict(a: &crate::model::ledger::AllocatorSummary, size: u64) -> String {
+    if a.free_in_cache >= size {
+        let largest = a
+            .largest_free_block
+            .map(|b| format!(", the largest free block {}", bytes(b)))
+            .unwrap_or_default();
+        return format!(
+            "this process reserved it but has not allocated it: fragmentation ({} reserved and free inside the allocator, {} of {} reserved in live tensors{largest}; no free block fits the request for {}); try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True or a smaller max_split_size_mb",
+            bytes(a.free_in_cache),
+            bytes(a.allocated),
+            bytes(a.reserved),
+            bytes(size)
+        );
+    }
+    format!(
+        "this process holds it in live tensors: {} allocated of {} reserved ({} free in its allocator's cache); the request for {} did not fit",
+        bytes(a.allocated),
+        bytes(a.reserved),
+        bytes(a.free_in_cache),
+        bytes(size)
+    )
+}
+
 fn traced_verdict(r: &GpuOomRecord) -> String {
     let own = r.held.by_device.get(&r.device).copied().unwrap_or(0);
     let dev = if r.device >= 0 {
@@ -82,7 +123,7 @@ fn traced_verdict(r: &GpuOomRecord) -> String {
     };
     match r.others.first() {
         Some(o) if o.device_bytes > own => format!(
-            "another process holds the most on {dev}: {} (pid {}) with {}, this one {}; the request for {} did not fit",
+            "the device is full of other processes: another process holds the most on {dev}: {} (pid {}) with {}, this one {}; the request for {} did not fit",
             o.process.comm,
             o.process.pid,
             bytes(o.device_bytes),
@@ -90,6 +131,9 @@ fn traced_verdict(r: &GpuOomRecord) -> String {
             bytes(r.size)
         ),
         _ => {
+            if let Some(v) = own_verdict(r) {
+                return v;
+            }
             let rest: u64 = r.others.iter().map(|o| o.device_bytes).sum();
             format!(
                 "the process's own allocations filled {dev}: it held {} (traced), other traced processes {}; the request for {} did not fit",
@@ -99,6 +143,28 @@ fn traced_verdict(r: &GpuOomRecord) -> String {
             )
         }
     }
+}
+
+/// `allocated 1.0 GiB of 3.0 GiB reserved (peak ...), ...` for a caching
+/// allocator's figures.
+pub fn allocator_line(a: &crate::model::ledger::AllocatorSummary) -> String {
+    let ratio = a
+        .fragmentation
+        .map(|f| format!(", reserved/allocated {f:.2}"))
+        .unwrap_or_default();
+    let largest = a
+        .largest_free_block
+        .map(|b| format!(", largest free block {}", bytes(b)))
+        .unwrap_or_default();
+    format!(
+        "{} allocated in {} blocks of {} reserved (peaks {} and {}); {} free in its cache{ratio}{largest}",
+        bytes(a.allocated),
+        a.blocks,
+        bytes(a.reserved),
+        bytes(a.peak_allocated),
+        bytes(a.peak_reserved),
+        bytes(a.free_in_cache)
+    )
 }
 
 /// Renders one GPU OOM as text.
@@ -146,6 +212,9 @@ pub fn render(e: &GpuOomExplanation) -> String {
         h.live_allocations,
         bytes(h.peak_total_bytes)
     );
+    if let Some(a) = &h.allocator {
+        let _ = writeln!(o, "  allocator  {}", allocator_line(a));
+    }
     for a in &h.largest {
         let _ = writeln!(
             o,
@@ -278,5 +347,110 @@ pub fn short(s: &str, max: usize) -> String {
         s.to_string()
     } else {
         format!("...{}", s.chars().skip(n - max + 3).collect::<String>())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        model::ledger::Ledger,
+        record::{GpuHolder, ProcRef},
+    };
+    use tracer_common::{CudaCall, cuda};
+
+    const MIB: u64 = 1 << 20;
+
+    fn malloc(l: &mut Ledger, size: u64, ptr: u64) {
+        l.apply(
+            &CudaCall {
+                func: cuda::MALLOC,
+                size,
+                ptr,
+                device: 0,
+                ..Default::default()
+            },
+            1,
+        );
+    }
+
+    fn oom(held: &Ledger, size: u64, others: Vec<GpuHolder>) -> GpuOomRecord {
+        GpuOomRecord {
+            process: ProcRef {
+                pid: 7,
+                comm: "python3".into(),
+                ..Default::default()
+            },
+            function: "cudaMalloc".into(),
+            size,
+            device: 0,
+            ret: 2,
+            held: held.summary(),
+            others,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_gpu_oom_is_other_processes_live_tensors_or_fragmentation() {
+        // Two 20 MiB segments, each with a 2 MiB block at every other 2 MiB
+        // (2..4, 6..8, ..., 18..20): 20 MiB of 40 MiB in live tensors, 20 MiB
+        // free in ten 2 MiB pieces.
+        let mut frag = Ledger::default();
+        malloc(&mut frag, 20 * MIB, 0x1000_0000);
+        malloc(&mut frag, 20 * MIB, 0x2000_0000);
+        for seg in [0x1000_0000u64, 0x2000_0000] {
+            for i in 0..5 {
+                frag.block_malloc(seg + i * 4 * MIB + 2 * MIB, 2 * MIB, 0);
+            }
+        }
+        let v = verdict(&oom(&frag, 8 * MIB, vec![]));
+        assert!(
+            v.starts_with("this process reserved it but has not allocated it: fragmentation (20.0 MiB reserved and free inside the allocator, 20.0 MiB of 40.0 MiB reserved in live tensors, the largest free block 2.0 MiB"),
+            "{v}"
+        );
+        assert!(
+            v.contains("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
+            "{v}"
+        );
+
+        let mut full = Ledger::default();
+        malloc(&mut full, 20 * MIB, 0x1000_0000);
+        full.block_malloc(0x1000_0000, 19 * MIB, 0);
+        let v = verdict(&oom(&full, 8 * MIB, vec![]));
+        assert!(
+            v.starts_with("this process holds it in live tensors: 19.0 MiB allocated of 20.0 MiB reserved (1.0 MiB free"),
+            "{v}"
+        );
+
+        let mut big = Ledger::default();
+        malloc(&mut big, 60 * MIB, 0x3000_0000);
+        let other = GpuHolder {
+            process: ProcRef {
+                pid: 9,
+                comm: "trainer".into(),
+                ..Default::default()
+            },
+            device_bytes: 60 * MIB,
+            ledger: big.summary(),
+        };
+        let v = verdict(&oom(&frag, 8 * MIB, vec![other]));
+        assert!(
+            v.starts_with("the device is full of other processes: another process holds the most on device 0: trainer (pid 9) with 60.0 MiB, this one 40.0 MiB"),
+            "{v}"
+        );
+        // Without the allocator's probes: what the ledgers say, as before.
+        let mut plain = Ledger::default();
+        malloc(&mut plain, 20 * MIB, 0x1000_0000);
+        let v = verdict(&oom(&plain, 8 * MIB, vec![]));
+        assert!(
+            v.starts_with("the process's own allocations filled device 0"),
+            "{v}"
+        );
+        let text = allocator_line(&frag.allocator().unwrap());
+        assert_eq!(
+            text,
+            "20.0 MiB allocated in 10 blocks of 40.0 MiB reserved (peaks 20.0 MiB and 40.0 MiB); 20.0 MiB free in its cache, reserved/allocated 2.00, largest free block 2.0 MiB"
+        );
     }
 }

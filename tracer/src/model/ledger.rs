@@ -176,6 +176,28 @@ pub struct Ledger {
     calls: u64,
     untracked_frees: u64,
     vmm_mapped: u64,
+    peak_reserved: u64,
+    blocks: Option<Blocks>,
+}
+
+/// What a caching allocator (PyTorch's) handed out inside its segments,
+/// from its USDT probes: `malloc(ptr, device, size, stream)` and
+/// `free(ptr)`.
+#[derive(Clone, Debug, Default)]
+struct Blocks {
+    live: HashMap<u64, (u64, i32)>,
+    allocated: u64,
+    peak: u64,
+    untracked_frees: u64,
+}
+
+/// The allocator's block granularity: PyTorch rounds every block up to a
+/// multiple of 512 bytes, and counts the rounded size as allocated.
+pub const BLOCK_ROUND: u64 = 512;
+
+/// A block's size as the caching allocator counts it.
+pub fn block_size(requested: u64) -> u64 {
+    requested.max(1).div_ceil(BLOCK_ROUND) * BLOCK_ROUND
 }
 
 /// Calls kept in the recent history.
@@ -237,6 +259,7 @@ impl Ledger {
                 *self.by_device.entry(c.device).or_default() += c.size;
             }
             self.peak_total = self.peak_total.max(self.total());
+            self.peak_reserved = self.peak_reserved.max(self.reserved());
             return Change::Allocated(kind, c.size);
         }
         if let Some(space) = free_space(c.func) {
@@ -292,6 +315,95 @@ impl Ledger {
         Change::Reset(gone.len(), bytes)
     }
 
+    /// A block handed out by the process's caching allocator.
+    pub fn block_malloc(&mut self, ptr: u64, requested: u64, device: i32) {
+        let b = self.blocks.get_or_insert_with(Blocks::default);
+        let size = block_size(requested);
+        if let Some((old, _)) = b.live.insert(ptr, (size, device)) {
+            // Handed out again without a free we saw.
+            b.allocated = b.allocated.saturating_sub(old);
+        }
+        b.allocated += size;
+        b.peak = b.peak.max(b.allocated);
+    }
+
+    /// A block given back to the caching allocator (not to CUDA).
+    pub fn block_free(&mut self, ptr: u64) {
+        let b = self.blocks.get_or_insert_with(Blocks::default);
+        match b.live.remove(&ptr) {
+            Some((size, _)) => b.allocated = b.allocated.saturating_sub(size),
+            None => b.untracked_frees += 1,
+        }
+    }
+
+    /// Device memory the process reserved from CUDA: its cudaMalloc-family
+    /// segments and its cuMemCreate handles (what a caching allocator
+    /// holds, whether or not it handed it out).
+    pub fn reserved(&self) -> u64 {
+        self.outstanding(AllocKind::Device) + self.outstanding(AllocKind::VmmPhysical)
+    }
+
+    /// The caching allocator's figures, once its probes were seen.
+    pub fn allocator(&self) -> Option<AllocatorSummary> {
+        let b = self.blocks.as_ref()?;
+        let reserved = self.reserved();
+        Some(AllocatorSummary {
+            allocated: b.allocated,
+            peak_allocated: b.peak,
+            reserved,
+            peak_reserved: self.peak_reserved,
+            free_in_cache: reserved.saturating_sub(b.allocated),
+            fragmentation: (b.allocated > 0)
+                .then(|| (reserved as f64 / b.allocated as f64 * 100.0).round() / 100.0),
+            largest_free_block: self.largest_free_block(),
+            blocks: b.live.len() as u64,
+            untracked_frees: b.untracked_frees,
+        })
+    }
+
+    /// The largest free range inside one cudaMalloc segment, between the
+    /// blocks handed out in it (the caching allocator merges free
+    /// neighbours, so such a range is one of its free blocks). `None`
+    /// without segments, or when the process maps memory through the VMM
+    /// API (expandable segments), whose ranges the ledger does not place.
+    fn largest_free_block(&self) -> Option<u64> {
+        let b = self.blocks.as_ref()?;
+        if self.outstanding(AllocKind::VmmPhysical) > 0 {
+            return None;
+        }
+        let mut segments: Vec<(u64, u64)> = self
+            .live
+            .iter()
+            .filter(|((space, _), a)| *space == Space::Device && a.kind == AllocKind::Device)
+            .map(|((_, ptr), a)| (*ptr, ptr.saturating_add(a.size)))
+            .collect();
+        if segments.is_empty() {
+            return None;
+        }
+        segments.sort_unstable();
+        let mut blocks: Vec<(u64, u64)> = b
+            .live
+            .iter()
+            .map(|(ptr, (size, _))| (*ptr, ptr.saturating_add(*size)))
+            .collect();
+        blocks.sort_unstable();
+        let mut largest = 0;
+        let mut i = 0;
+        for (start, end) in segments {
+            while i < blocks.len() && blocks[i].0 < start {
+                i += 1;
+            }
+            let mut at = start;
+            while i < blocks.len() && blocks[i].0 < end {
+                largest = largest.max(blocks[i].0.saturating_sub(at));
+                at = at.max(blocks[i].1);
+                i += 1;
+            }
+            largest = largest.max(end.saturating_sub(at));
+        }
+        Some(largest)
+    }
+
     /// Bytes held now, all kinds.
     pub fn total(&self) -> u64 {
         self.totals.values().map(|t| t.outstanding).sum()
@@ -329,12 +441,38 @@ impl Ledger {
             vmm_mapped_bytes: self.vmm_mapped,
             failures: self.failures.iter().cloned().collect(),
             recent: self.recent.iter().rev().take(16).rev().cloned().collect(),
+            allocator: self.allocator(),
         }
     }
 }
 
+/// A caching allocator's figures (PyTorch's, through its USDT probes):
+/// what it handed out to tensors against what it reserved from CUDA.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AllocatorSummary {
+    /// Bytes in live blocks (each rounded up to 512 bytes, as PyTorch's
+    /// `memory_allocated` counts them).
+    pub allocated: u64,
+    /// Most bytes in live blocks at once.
+    pub peak_allocated: u64,
+    /// Device memory reserved from CUDA (segments and VMM handles).
+    pub reserved: u64,
+    /// Most reserved at once.
+    pub peak_reserved: u64,
+    /// Reserved and not handed out: free inside the allocator's cache.
+    pub free_in_cache: u64,
+    /// reserved / allocated (1.0: every reserved byte is in a live block).
+    pub fragmentation: Option<f64>,
+    /// The largest free range inside one segment, where it can be derived.
+    pub largest_free_block: Option<u64>,
+    /// Live blocks.
+    pub blocks: u64,
+    /// Frees of blocks handed out before tracing started.
+    pub untracked_frees: u64,
+}
+
 /// A ledger snapshot, as stored and printed.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LedgerSummary {
     /// Bytes held now, all kinds.
     pub total_bytes: u64,
@@ -358,6 +496,9 @@ pub struct LedgerSummary {
     pub failures: Vec<CallRecord>,
     /// The latest allocation and free calls.
     pub recent: Vec<CallRecord>,
+    /// The process's caching allocator, when its probes were seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocator: Option<AllocatorSummary>,
 }
 
 #[cfg(test)]
@@ -449,5 +590,59 @@ mod tests {
         assert_eq!(l.summary().vmm_mapped_bytes, 4096);
         l.apply(&call(cuda::MEM_UNMAP, 0, 4096, 0x7e00, 0), 11);
         assert_eq!(l.summary().vmm_mapped_bytes, 0);
+    }
+
+    #[test]
+    fn caching_allocator_blocks_against_reserved_segments() {
+        const MIB: u64 = 1 << 20;
+        let mut l = Ledger::default();
+        assert!(
+            l.allocator().is_none(),
+            "no probe seen: no allocator figures"
+        );
+        l.apply(&call(cuda::MALLOC, 0, 20 * MIB, 0x1000_0000, 0), 1);
+        l.apply(&call(cuda::MALLOC, 0, 2 * MIB, 0x2000_0000, 0), 2);
+        // Blocks: 4 MiB, 1000 B (counted as 1024, as PyTorch rounds), 8 MiB.
+        l.block_malloc(0x1000_0000, 4 * MIB, 0);
+        l.block_malloc(0x1040_0000, 1000, 0);
+        l.block_malloc(0x1080_0000, 8 * MIB, 0);
+        let a = l.allocator().unwrap();
+        assert_eq!(a.allocated, 12 * MIB + 1024);
+        assert_eq!(a.reserved, 22 * MIB);
+        assert_eq!(a.free_in_cache, 22 * MIB - 12 * MIB - 1024);
+        assert_eq!(a.blocks, 3);
+        // Gaps: 0x1040_0400..0x1080_0000 (4 MiB - 1 KiB), after the 8 MiB
+        // block 4 MiB to the segment's end, and the whole 2 MiB segment.
+        assert_eq!(a.largest_free_block, Some(4 * MIB));
+        l.block_free(0x1000_0000);
+        l.block_free(0xdead);
+        let a = l.allocator().unwrap();
+        assert_eq!(a.allocated, 8 * MIB + 1024);
+        assert_eq!(a.peak_allocated, 12 * MIB + 1024);
+        assert_eq!(a.untracked_frees, 1);
+        assert_eq!(
+            a.largest_free_block,
+            Some(4 * MIB),
+            "the freed 4 MiB block and its neighbour gap are not adjacent"
+        );
+        assert_eq!(
+            a.fragmentation,
+            Some(2.75),
+            "22 MiB over 8 MiB + 1 KiB, rounded"
+        );
+        // A segment given back to CUDA leaves reserved; the peak stays.
+        l.apply(&call(cuda::FREE, 0, 0, 0x2000_0000, 0), 3);
+        let a = l.allocator().unwrap();
+        assert_eq!((a.reserved, a.peak_reserved), (20 * MIB, 22 * MIB));
+        assert_eq!(block_size(0), 512);
+        assert_eq!(block_size(512), 512);
+        assert_eq!(block_size(513), 1024);
+        // The snapshot carries it; an older stored snapshot without it reads.
+        let s = l.summary();
+        assert_eq!(s.allocator.as_ref().unwrap().allocated, 8 * MIB + 1024);
+        let mut v = serde_json::to_value(&s).unwrap();
+        v.as_object_mut().unwrap().remove("allocator");
+        let old: LedgerSummary = serde_json::from_value(v).unwrap();
+        assert!(old.allocator.is_none());
     }
 }

@@ -237,6 +237,8 @@ pub struct Probes {
     pub config: ProbeConfig,
     /// Why growth attribution cannot see memory cgroup limits, if it cannot.
     pub growth_note: Option<String>,
+    /// `USDT_SPECS` slots handed out.
+    usdt_slots: u32,
 }
 
 impl Probes {
@@ -294,6 +296,7 @@ impl Probes {
             tracefs,
             config,
             growth_note,
+            usdt_slots: 0,
         })
     }
 

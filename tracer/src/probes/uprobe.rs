@@ -264,16 +264,21 @@ fn candidate(pid: u32, path: &str, executable: bool) -> Option<Candidate> {
 /// its matcher accepts, and the executable (the code can be linked in).
 /// One `stat` each; distinct files only.
 pub fn candidates_of(family: &UprobeFamily, pid: u32) -> io::Result<Vec<Candidate>> {
+    candidates(pid, family.library)
+}
+
+/// The files of `pid` whose names `library` accepts, and its executable.
+pub fn candidates(pid: u32, library: fn(&str) -> bool) -> io::Result<Vec<Candidate>> {
     let files = mapped_files(pid)?;
     let mut out: Vec<Candidate> = files
         .iter()
-        .filter(|p| (family.library)(p))
+        .filter(|p| library(p))
         .filter_map(|p| candidate(pid, p, false))
         .collect();
     if let Ok(exe) = fs::read_link(format!("/proc/{pid}/exe")) {
         let exe = exe.display().to_string();
         let exe = exe.trim_end_matches(" (deleted)");
-        if !(family.library)(exe)
+        if !library(exe)
             && let Some(c) = candidate(pid, exe, true)
         {
             out.push(c);

@@ -13,8 +13,24 @@
 //! signed, and LOCATION one of `%reg`, `OFFSET(%reg)` and `$CONSTANT`
 //! (GNU as operands).
 
+use std::{
+    fs,
+    io::{self, Read as _, Seek as _, SeekFrom, Write as _},
+    num::NonZeroU32,
+    os::unix::fs::MetadataExt as _,
+};
+
+use aya::programs::{
+    UProbe,
+    uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
+};
 use object::{Object as _, ObjectSection as _, ObjectSegment as _};
-use tracer_common::usdt::{ArgKind, UsdtArg};
+use tracer_common::{
+    maps, programs,
+    usdt::{self, ArgKind, UsdtArg, UsdtSpec},
+};
+
+use super::{ProbeError, Probes, uprobe::Candidate};
 
 /// A note or argument spec that cannot be used.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
@@ -249,6 +265,237 @@ pub fn probes_in(data: &[u8]) -> Result<Vec<Probe>, UsdtError> {
             })
         })
         .collect())
+}
+
+/// The id of a probe tracer knows ([`usdt::PROBES`]).
+pub fn known(provider: &str, name: &str) -> Option<u32> {
+    usdt::PROBES
+        .iter()
+        .find(|(_, p, n)| *p == provider && *n == name)
+        .map(|(id, ..)| *id)
+}
+
+/// `provider:name` of a known probe id.
+pub fn probe_name(id: u32) -> String {
+    usdt::PROBES
+        .iter()
+        .find(|(i, ..)| *i == id)
+        .map(|(_, p, n)| format!("{p}:{n}"))
+        .unwrap_or_else(|| format!("probe {id}"))
+}
+
+/// Files (besides the executable) that may carry probes tracer knows:
+/// PyTorch's CUDA library, `libc10_cuda.so` (torch/lib in the wheel).
+pub fn is_usdt_library_name(path: &str) -> bool {
+    path.rsplit('/')
+        .next()
+        .unwrap_or(path)
+        .starts_with("libc10_cuda")
+}
+
+/// One probe site of a file, ready to attach.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Site {
+    /// Known probe id.
+    pub probe: u32,
+    /// File offset of the probe's instruction.
+    pub offset: u64,
+    /// File offset of its semaphore.
+    pub semaphore: Option<u64>,
+    /// How its arguments are read.
+    pub spec: UsdtSpec,
+}
+
+/// A file of a process that has probes tracer knows.
+#[derive(Clone, Debug)]
+pub struct UsdtFile {
+    /// The file.
+    pub file: Candidate,
+    /// Its sites.
+    pub sites: Vec<Site>,
+    /// Known probes whose argument specs cannot be read (not attached).
+    pub refused: Vec<(String, UsdtError)>,
+}
+
+/// The known probes of one file (`None`: it has none).
+pub fn inspect(c: &Candidate) -> Option<UsdtFile> {
+    let meta = fs::metadata(&c.host_path).ok()?;
+    if (meta.dev(), meta.ino()) != c.id {
+        return None;
+    }
+    let data = fs::read(&c.host_path).ok()?;
+    let mut out = UsdtFile {
+        file: c.clone(),
+        sites: Vec::new(),
+        refused: Vec::new(),
+    };
+    for p in probes_in(&data).ok()? {
+        let Some(id) = known(&p.note.provider, &p.note.name) else {
+            continue;
+        };
+        match p.args {
+            Ok(args) => {
+                let mut spec = UsdtSpec {
+                    probe: id,
+                    nargs: args.len() as u32,
+                    ..Default::default()
+                };
+                spec.args[..args.len()].copy_from_slice(&args);
+                out.sites.push(Site {
+                    probe: id,
+                    offset: p.offset,
+                    semaphore: p.semaphore_offset,
+                    spec,
+                });
+            }
+            Err(e) => out.refused.push((probe_name(id), e)),
+        }
+    }
+    (!out.sites.is_empty() || !out.refused.is_empty()).then_some(out)
+}
+
+/// The files of `pid` with known probes (its executable and the files
+/// [`is_usdt_library_name`] accepts).
+pub fn files_of(pid: u32) -> io::Result<Vec<UsdtFile>> {
+    Ok(super::uprobe::candidates(pid, is_usdt_library_name)?
+        .iter()
+        .filter_map(inspect)
+        .collect())
+}
+
+/// The address in `pid` of byte `offset` of `file`, from its memory maps
+/// (the mapping of that file, by path and inode, that covers the offset).
+pub fn address_in(pid: u32, file: &Candidate, offset: u64) -> io::Result<Option<u64>> {
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    Ok(maps.lines().find_map(|line| {
+        let mut f = line.split_whitespace();
+        let (range, _perms, off, _dev, inode) =
+            (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
+        if inode.parse::<u64>().ok()? != file.id.1
+            || super::uprobe::map_path(line)?.trim_end_matches(" (deleted)") != file.path
+        {
+            return None;
+        }
+        let (start, end) = range.split_once('-')?;
+        let (start, end) = (
+            u64::from_str_radix(start, 16).ok()?,
+            u64::from_str_radix(end, 16).ok()?,
+        );
+        let off = u64::from_str_radix(off, 16).ok()?;
+        (offset >= off && offset - off < end - start).then(|| start + (offset - off))
+    }))
+}
+
+/// Adds `delta` to the `u16` semaphore at `addr` in `pid` (through
+/// /proc/PID/mem, as `<sys/sdt.h>` expects of a tracer); returns the new
+/// value. It never goes below zero.
+pub fn add_to_semaphore(pid: u32, addr: u64, delta: i32) -> io::Result<u16> {
+    let mut mem = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/mem"))?;
+    let mut v = [0u8; 2];
+    mem.seek(SeekFrom::Start(addr))?;
+    mem.read_exact(&mut v)?;
+    let new = (i32::from(u16::from_ne_bytes(v)) + delta).clamp(0, i32::from(u16::MAX)) as u16;
+    mem.seek(SeekFrom::Start(addr))?;
+    mem.write_all(&new.to_ne_bytes())?;
+    Ok(new)
+}
+
+/// The probes of one file attached.
+#[derive(Debug)]
+pub struct UsdtAttachment {
+    /// The file.
+    pub file: UsdtFile,
+    links: Vec<UProbeLinkId>,
+    /// Sites that failed to attach, with why.
+    pub failed: Vec<(String, String)>,
+}
+
+impl UsdtAttachment {
+    /// Sites attached.
+    pub fn attached(&self) -> usize {
+        self.links.len()
+    }
+}
+
+impl Probes {
+    /// Loads the USDT program (once).
+    pub fn load_usdt(&mut self) -> Result<(), ProbeError> {
+        let name = programs::USDT_PROBE;
+        let prog: &mut UProbe = self.program(name).map_err(|e| e.into_probe_error(name))?;
+        if prog.fd().is_err() {
+            prog.load().map_err(|source| ProbeError::Program {
+                program: name,
+                hook: "uprobe".into(),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Attaches the USDT program at every site of `file`, for process
+    /// `pid` only or, with `None`, every process. Each site's spec goes to
+    /// a slot of `USDT_SPECS` first; the slot is the attach cookie.
+    pub fn attach_usdt(
+        &mut self,
+        file: &UsdtFile,
+        pid: Option<u32>,
+    ) -> Result<UsdtAttachment, ProbeError> {
+        let scope = match pid.and_then(NonZeroU32::new) {
+            Some(p) => UProbeScope::OneProcess(p),
+            None => UProbeScope::AllProcesses,
+        };
+        let mut att = UsdtAttachment {
+            file: file.clone(),
+            links: Vec::new(),
+            failed: Vec::new(),
+        };
+        for site in &file.sites {
+            if self.usdt_slots >= usdt::MAX_SPECS {
+                att.failed
+                    .push((probe_name(site.probe), "no free USDT spec slot".into()));
+                continue;
+            }
+            let slot = self.usdt_slots;
+            let name = maps::USDT_SPECS;
+            let map = self
+                .ebpf
+                .map_mut(name)
+                .ok_or(ProbeError::Missing { what: "map", name })?;
+            let mut specs: aya::maps::Array<_, UsdtSpec> = aya::maps::Array::try_from(map)
+                .map_err(|source| ProbeError::Map { name, source })?;
+            specs
+                .set(slot, site.spec, 0)
+                .map_err(|source| ProbeError::Map { name, source })?;
+            self.usdt_slots += 1;
+            let prog: &mut UProbe = self
+                .program(programs::USDT_PROBE)
+                .map_err(|e| e.into_probe_error(programs::USDT_PROBE))?;
+            let point = UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(site.offset),
+                cookie: Some(u64::from(slot)),
+            };
+            match prog.attach(point, &file.file.host_path, scope) {
+                Ok(l) => att.links.push(l),
+                Err(e) => att.failed.push((probe_name(site.probe), e.to_string())),
+            }
+        }
+        Ok(att)
+    }
+
+    /// Removes an attachment's probes.
+    pub fn detach_usdt(&mut self, att: UsdtAttachment) {
+        if let Ok(prog) = self.program::<UProbe>(programs::USDT_PROBE) {
+            let links: Vec<_> = att
+                .links
+                .into_iter()
+                .filter_map(|id| prog.take_link(id).ok())
+                .collect();
+            drop(links);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -117,7 +117,7 @@ impl GpuView {
 }
 
 /// GPU memory of one process at a moment (from its traced CUDA calls).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct GpuHolder {
     /// Process.
     pub process: ProcRef,

@@ -487,6 +487,13 @@ impl Engine {
         if let Event::Cuda(c) = &ev {
             return self.on_cuda(c, &ev);
         }
+        if let Event::Usdt(u) = &ev {
+            if let Some(gpu) = &mut self.gpu {
+                gpu.ledgers
+                    .on_block(u, self.clock.boot_to_wall(u.header.ts_boot_ns));
+            }
+            return Ok(());
+        }
         // Heap samples go to the heap worker's thread, not the store: no
         // row is made for them.
         let ev = match ev {
@@ -627,8 +634,9 @@ impl Engine {
             | Event::HeapAlloc(_)
             | Event::HeapFree(_)
             | Event::GrowthFault(_)
-            | Event::OomTip(_) => {
-                unreachable!("CUDA calls and heap samples are handled above")
+            | Event::OomTip(_)
+            | Event::Usdt(_) => {
+                unreachable!("CUDA calls, allocator probes and heap samples are handled above")
             }
             Event::MemcgOom(m) => {
                 let path = self.model.memcg_by_id(m.memcg_id, false);

@@ -1,0 +1,162 @@
+//! End-to-end tests of PyTorch's caching allocator seen from outside: a C
+//! program (tests/c/torchalloc.c) built with `<sys/sdt.h>` that declares
+//! the same USDT provider, probe names, argument layout and semaphores as
+//! PyTorch's CUDA caching allocator, and hands out blocks inside segments
+//! it gets from the simulated CUDA runtime, as PyTorch does.
+
+use std::{process::Command, time::Duration};
+
+use serde_json::Value;
+use tracer_e2e::{Attach, CudaLoad, privileged, simcuda_dir, wait_for};
+
+const MIB: u64 = 1 << 20;
+
+fn torchalloc(env: &[(&str, String)]) -> CudaLoad {
+    let d = simcuda_dir();
+    let mut cmd = Command::new(d.join("torchalloc"));
+    cmd.arg(d.join("libcudart.so.12"))
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+    CudaLoad::spawn(cmd)
+}
+
+/// The program's own figures: (reserved, allocated, largest free block).
+fn stats(t: &mut CudaLoad) -> (u64, u64, u64) {
+    let w = t.ok("stats");
+    let n = |i: usize| w[i].parse::<u64>().unwrap();
+    (n(0), n(1), n(2))
+}
+
+fn semaphores(t: &mut CudaLoad) -> Vec<String> {
+    t.ok("sem")
+}
+
+#[test]
+fn a_caching_allocator_attached_live_matches_its_own_figures() {
+    if !privileged() {
+        return;
+    }
+    let mut t = torchalloc(&[]);
+    assert_eq!(semaphores(&mut t), ["0", "0"], "no tracer yet");
+    let attach = Attach::start(t.pid(), &[]);
+    let log = attach.stderr();
+    assert!(
+        log.contains("attached to 2 USDT probes (pytorch:malloc, pytorch:free)"),
+        "{log}"
+    );
+    assert!(log.contains("2 semaphores raised"), "{log}");
+    assert_eq!(semaphores(&mut t), ["1", "1"], "raised while traced");
+    // Small blocks in 2 MiB segments, mid-sized ones in 20 MiB segments,
+    // a large one in its own; frees return blocks to the cache only.
+    let mut live = Vec::new();
+    for (i, size) in [
+        1000u64,
+        4096,
+        700 * 1024,
+        3 * MIB,
+        5 * MIB + 17,
+        12 * MIB,
+        512,
+        9 * MIB,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let p = t.ok(&format!("alloc {size}"))[0].clone();
+        if i % 3 == 1 {
+            t.ok(&format!("free {p}"));
+        } else {
+            live.push(p);
+        }
+    }
+    t.ok(&format!("free {}", live[1]));
+    let (reserved, allocated, largest) = stats(&mut t);
+    assert!(
+        reserved > allocated && allocated > 10 * MIB,
+        "{reserved} {allocated}"
+    );
+    let summary = wait_for(Duration::from_secs(10), || {
+        attach.of_type("summary").into_iter().rev().find(|s| {
+            s["ledger"]["allocator"]["allocated"] == allocated
+                && s["ledger"]["allocator"]["reserved"] == reserved
+        })
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no summary with allocated {allocated} and reserved {reserved}: {:?}",
+            attach.of_type("summary").last()
+        )
+    });
+    let a = &summary["ledger"]["allocator"];
+    assert_eq!(a["free_in_cache"], reserved - allocated);
+    assert_eq!(a["largest_free_block"], largest);
+    assert_eq!(a["blocks"], 4);
+    assert!(a["peak_allocated"].as_u64().unwrap() >= allocated);
+    let blocks = attach.of_type("block");
+    let mallocs: Vec<&Value> = blocks
+        .iter()
+        .filter(|b| b["probe"] == "pytorch:malloc")
+        .collect();
+    assert_eq!(mallocs.len(), 8);
+    assert_eq!(mallocs[0]["size"], 1000);
+    assert_eq!(mallocs[0]["device"], 0);
+    assert_eq!(mallocs[7]["size"], 9 * MIB);
+    let report = attach.stop();
+    assert_eq!(report["ledger"]["allocator"]["allocated"], allocated);
+    assert_eq!(
+        semaphores(&mut t),
+        ["0", "0"],
+        "lowered again once detached"
+    );
+    // Untraced, the program runs on and its figures are its own.
+    t.ok("alloc 4096");
+}
+
+#[test]
+fn a_gpu_oom_with_plenty_reserved_but_free_in_the_cache_is_fragmentation() {
+    if !privileged() {
+        return;
+    }
+    // A 64 MiB device: three 20 MiB segments fit, a fourth does not.
+    let mut t = torchalloc(&[("SIMCUDA_DEVICE_MEM", (64 * MIB).to_string())]);
+    let attach = Attach::start(t.pid(), &["--summary-only"]);
+    let mut blocks = Vec::new();
+    for _ in 0..18 {
+        blocks.push(t.ok(&format!("alloc {}", 3 * MIB))[0].clone());
+    }
+    // Every other block back to the cache (the first, third and fifth of
+    // each segment): 27 MiB in blocks and 33 MiB free, in pieces of 3 MiB
+    // and the segments' 2 MiB tails, none of them 8 MiB.
+    for p in blocks.iter().step_by(2) {
+        t.ok(&format!("free {p}"));
+    }
+    let (reserved, allocated, largest) = stats(&mut t);
+    assert_eq!(
+        (reserved, allocated, largest),
+        (60 * MIB, 27 * MIB, 3 * MIB)
+    );
+    assert_eq!(t.cmd(&format!("alloc {}", 8 * MIB)), "err 2");
+    let oom = wait_for(Duration::from_secs(10), || {
+        attach.of_type("gpu_oom").into_iter().next()
+    })
+    .expect("a gpu_oom line");
+    let verdict = oom["verdict"].as_str().unwrap();
+    assert!(
+        verdict.starts_with("this process reserved it but has not allocated it: fragmentation (33.0 MiB reserved and free inside the allocator, 27.0 MiB of 60.0 MiB reserved in live tensors, the largest free block 3.0 MiB"),
+        "{verdict}"
+    );
+    assert!(
+        verdict.contains("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
+        "{verdict}"
+    );
+    assert_eq!(
+        oom["size"],
+        20 * MIB,
+        "the segment the allocator asked CUDA for"
+    );
+    // With the blocks given back, the same request fits again.
+    for p in blocks.iter().skip(1).step_by(2) {
+        t.ok(&format!("free {p}"));
+    }
+    assert!(t.cmd(&format!("alloc {}", 8 * MIB)).starts_with("ok "));
+    drop(attach);
+}
