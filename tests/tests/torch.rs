@@ -7,7 +7,9 @@
 use std::{process::Command, time::Duration};
 
 use serde_json::Value;
-use tracer_e2e::{Attach, CudaLoad, privileged, simcuda_dir, wait_for};
+use tracer_e2e::{
+    Attach, CudaLoad, Recorder, explain_json, privileged, simcuda_dir, tracer, wait_for,
+};
 
 const MIB: u64 = 1 << 20;
 
@@ -119,16 +121,10 @@ fn a_gpu_oom_with_plenty_reserved_but_free_in_the_cache_is_fragmentation() {
     // A 64 MiB device: three 20 MiB segments fit, a fourth does not.
     let mut t = torchalloc(&[("SIMCUDA_DEVICE_MEM", (64 * MIB).to_string())]);
     let attach = Attach::start(t.pid(), &["--summary-only"]);
-    let mut blocks = Vec::new();
-    for _ in 0..18 {
-        blocks.push(t.ok(&format!("alloc {}", 3 * MIB))[0].clone());
-    }
     // Every other block back to the cache (the first, third and fifth of
     // each segment): 27 MiB in blocks and 33 MiB free, in pieces of 3 MiB
     // and the segments' 2 MiB tails, none of them 8 MiB.
-    for p in blocks.iter().step_by(2) {
-        t.ok(&format!("free {p}"));
-    }
+    let blocks = fragment(&mut t);
     let (reserved, allocated, largest) = stats(&mut t);
     assert_eq!(
         (reserved, allocated, largest),
@@ -159,4 +155,68 @@ fn a_gpu_oom_with_plenty_reserved_but_free_in_the_cache_is_fragmentation() {
     }
     assert!(t.cmd(&format!("alloc {}", 8 * MIB)).starts_with("ok "));
     drop(attach);
+}
+
+/// Fills a 64 MiB device with three 20 MiB segments of 3 MiB blocks and
+/// gives every other block back: 27 MiB in live blocks, 33 MiB free in
+/// pieces of at most 3 MiB. Returns the blocks.
+fn fragment(t: &mut CudaLoad) -> Vec<String> {
+    let blocks: Vec<String> = (0..18)
+        .map(|_| t.ok(&format!("alloc {}", 3 * MIB))[0].clone())
+        .collect();
+    for p in blocks.iter().step_by(2) {
+        t.ok(&format!("free {p}"));
+    }
+    blocks
+}
+
+#[test]
+fn record_cuda_raises_the_semaphores_of_a_new_process_and_explains_its_fragmentation() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let rec = Recorder::start_with(&store, &["--cuda"]);
+    // Started after the recorder: found at its exec's rescans.
+    let mut t = torchalloc(&[("SIMCUDA_DEVICE_MEM", (64 * MIB).to_string())]);
+    wait_for(Duration::from_secs(15), || {
+        (semaphores(&mut t) == ["1", "1"]).then_some(())
+    })
+    .unwrap_or_else(|| panic!("semaphores never raised: {}", rec.log()));
+    assert!(
+        rec.log()
+            .contains("caching allocator: attached to 2 USDT probes"),
+        "{}",
+        rec.log()
+    );
+    fragment(&mut t);
+    assert_eq!(stats(&mut t), (60 * MIB, 27 * MIB, 3 * MIB));
+    assert_eq!(t.cmd(&format!("alloc {}", 8 * MIB)), "err 2");
+    let store_s = store.to_str().unwrap();
+    let v = explain_json(&["--gpu-oom", "--store", store_s], |_| true);
+    let r = &v["gpu_oom"];
+    assert_eq!(r["process"]["pid"], t.pid());
+    assert_eq!(r["size"], 20 * MIB);
+    let a = &r["held"]["allocator"];
+    assert_eq!(a["allocated"], 27 * MIB);
+    assert_eq!(a["reserved"], 60 * MIB);
+    assert_eq!(a["free_in_cache"], 33 * MIB);
+    assert_eq!(a["largest_free_block"], 3 * MIB);
+    assert_eq!(a["peak_allocated"], 54 * MIB);
+    let verdict = v["verdict"].as_str().unwrap();
+    assert!(
+        verdict.starts_with("this process reserved it but has not allocated it: fragmentation (33.0 MiB reserved and free inside the allocator"),
+        "{verdict}"
+    );
+    let text =
+        String::from_utf8_lossy(&tracer(&["explain", "--gpu-oom", "--store", store_s]).stdout)
+            .to_string();
+    assert!(
+        text.contains("  allocator  27.0 MiB allocated in 9 blocks of 60.0 MiB reserved (peaks 54.0 MiB and 60.0 MiB); 33.0 MiB free in its cache, reserved/allocated 2.22, largest free block 3.0 MiB"),
+        "{text}"
+    );
+    // The recorder stops: the semaphores go back to zero.
+    rec.stop();
+    assert_eq!(semaphores(&mut t), ["0", "0"]);
 }

@@ -202,6 +202,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         Probes::load_with(ring, &heap_config, &growth_opts).context("cannot record")?;
     if args.cuda {
         probes.load_family(&uprobe::CUDA, false)?;
+        probes.load_usdt()?;
     }
     if heap {
         probes.load_family(&uprobe::HEAP, false)?;

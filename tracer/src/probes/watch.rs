@@ -15,7 +15,7 @@
 //! per candidate file.
 
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -27,7 +27,8 @@ use std::{
 
 use super::{
     Probes,
-    uprobe::{Attachment, UprobeFamily, candidates_of, inspect},
+    uprobe::{Attachment, UprobeFamily, candidates, candidates_of, inspect},
+    usdt::{self, UsdtAttachment, UsdtFile},
 };
 use crate::util::{sys::all_pids, term::escape};
 
@@ -121,6 +122,124 @@ struct Watch {
     stats: Arc<WatchStats>,
     /// Whether some family is attached per process.
     per_process: bool,
+    /// Caching allocator probes (PyTorch's USDT), with the CUDA family.
+    allocator: Option<AllocatorWatch>,
+}
+
+/// The caching allocator's USDT probes, node-wide: each file with probes
+/// attached once for all processes, and the semaphores of each process
+/// that maps one raised (a probe stays silent in a process whose semaphore
+/// is zero).
+#[derive(Default)]
+struct AllocatorWatch {
+    /// Files looked at: their probes, if they have any.
+    files: HashMap<(u64, u64), Option<UsdtFile>>,
+    attached: Vec<UsdtAttachment>,
+    /// (pid, its start time, file) whose semaphores are raised, and where.
+    raised: HashMap<(u32, u64, (u64, u64)), Vec<u64>>,
+}
+
+/// The start time of `pid` (clock ticks since boot, /proc/PID/stat field
+/// 22): with the pid, it names one process even when pids are reused.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 2..]
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+impl AllocatorWatch {
+    fn scan(&mut self, probes: &mut Probes, pid: u32, stats: &WatchStats) {
+        let Ok(files) = candidates(pid, usdt::is_usdt_library_name) else {
+            return;
+        };
+        for c in files {
+            let found = self.files.entry(c.id).or_insert_with(|| {
+                stats.files_parsed.fetch_add(1, Ordering::Relaxed);
+                let f = usdt::inspect(&c)?;
+                for (probe, why) in &f.refused {
+                    tracing::warn!("{probe} in {}: not attached: {why}", escape(&c.path));
+                }
+                match probes.attach_usdt(&f, None) {
+                    Ok(att) => {
+                        stats.files_attached.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(
+                            "caching allocator: attached to {} USDT probes in {} (found in pid {pid})",
+                            att.attached(),
+                            escape(&c.path)
+                        );
+                        for (probe, why) in &att.failed {
+                            tracing::warn!("{probe} in {}: {why}", escape(&c.path));
+                        }
+                        self.attached.push(att);
+                    }
+                    Err(e) => tracing::warn!("attaching to {}: {e}", escape(&c.path)),
+                }
+                Some(f)
+            });
+            let Some(f) = found else { continue };
+            let Some(started) = start_time(pid) else {
+                continue;
+            };
+            let key = (pid, started, c.id);
+            if self.raised.contains_key(&key) {
+                continue;
+            }
+            let offsets: std::collections::BTreeSet<u64> =
+                f.sites.iter().filter_map(|s| s.semaphore).collect();
+            let mut raised = Vec::new();
+            for off in offsets {
+                let addr = match usdt::address_in(pid, &c, off) {
+                    Ok(Some(a)) => a,
+                    _ => continue,
+                };
+                match usdt::add_to_semaphore(pid, addr, 1) {
+                    Ok(_) => raised.push(addr),
+                    Err(e) => tracing::warn!(
+                        "pid {pid}: cannot raise the semaphore of {}: {e}",
+                        escape(&c.path)
+                    ),
+                }
+            }
+            if !raised.is_empty() {
+                tracing::info!(
+                    "caching allocator: {} semaphores raised in pid {pid} ({})",
+                    raised.len(),
+                    escape(&c.path)
+                );
+            }
+            self.raised.insert(key, raised);
+        }
+    }
+
+    fn exited(&mut self, pid: u32) {
+        self.raised.retain(|(p, ..), _| *p != pid);
+    }
+
+    /// Forgets the processes that ended (exits reach the watcher only when
+    /// a family is attached per process).
+    fn prune(&mut self) {
+        self.raised
+            .retain(|(pid, started, _), _| start_time(*pid) == Some(*started));
+    }
+
+    /// Lowers the semaphores of the processes still running, then removes
+    /// the probes.
+    fn detach(self, probes: &mut Probes) {
+        for ((pid, started, _), addrs) in self.raised {
+            if start_time(pid) != Some(started) {
+                continue;
+            }
+            for addr in addrs {
+                let _ = usdt::add_to_semaphore(pid, addr, -1);
+            }
+        }
+        for att in self.attached {
+            probes.detach_usdt(att);
+        }
+    }
 }
 
 impl Watch {
@@ -136,6 +255,9 @@ impl Watch {
                 },
             };
             self.scan_family(i, pid, target);
+        }
+        if let Some(a) = &mut self.allocator {
+            a.scan(&mut self.probes, pid, &self.stats);
         }
     }
 
@@ -190,6 +312,9 @@ impl Watch {
     /// A traced process is gone: its own attachments are removed.
     fn exited(&mut self, pid: u32) {
         self.rescans.retain(|(p, _)| *p != pid);
+        if let Some(a) = &mut self.allocator {
+            a.exited(pid);
+        }
         self.detach_pid(pid);
     }
 
@@ -255,6 +380,9 @@ impl Watch {
 
     fn full_scan(&mut self) {
         self.last_full = Instant::now();
+        if let Some(a) = &mut self.allocator {
+            a.prune();
+        }
         for pid in all_pids() {
             self.scan(pid);
         }
@@ -311,6 +439,9 @@ impl Watch {
         for (_, att) in std::mem::take(&mut self.attached) {
             self.probes.detach_family(att);
         }
+        if let Some(a) = self.allocator.take() {
+            a.detach(&mut self.probes);
+        }
     }
 }
 
@@ -330,6 +461,11 @@ impl LibraryWatcher {
     pub fn spawn(probes: Probes, watched: Vec<Watched>) -> std::io::Result<Self> {
         let stats = Arc::new(WatchStats::default());
         let per_process = watched.iter().any(|w| matches!(w.scope, Scope::Cgroups(_)));
+        // With CUDA node-wide, the caching allocator's probes too.
+        let allocator = watched
+            .iter()
+            .any(|w| w.family.name == super::uprobe::CUDA.name && matches!(w.scope, Scope::Node))
+            .then(AllocatorWatch::default);
         let mut w = Watch {
             probes,
             watched,
@@ -339,6 +475,7 @@ impl LibraryWatcher {
             last_full: Instant::now(),
             stats: stats.clone(),
             per_process,
+            allocator,
         };
         w.full_scan();
         // Bounded: a fork storm drops messages (the full scan catches up)
