@@ -20,6 +20,7 @@
  *   stats       -> "ok RESERVED ALLOCATED LARGEST_FREE SEGMENTS"
  *   sem         -> "ok MALLOC_SEMAPHORE FREE_SEMAPHORE"
  *   empty       -> "ok N" (segments released)
+ *   device D    -> "ok" (cudaSetDevice; new blocks are on device D)
  *   exit */
 #define _SDT_HAS_SEMAPHORES 1
 #include <sys/sdt.h>
@@ -34,6 +35,7 @@ __extension__ volatile unsigned short pytorch_free_semaphore __attribute__((sect
 
 static int (*p_cudaMalloc)(void **, size_t);
 static int (*p_cudaFree)(void *);
+static int (*p_cudaSetDevice)(int);
 
 struct block {
     uintptr_t ptr;
@@ -51,7 +53,7 @@ struct segment {
 
 static struct segment *segments;
 static size_t reserved, allocated;
-static const int8_t device = 0;
+static int8_t current_device;
 static const int64_t stream = 0;
 
 static size_t round_size(size_t n) { return n < 512 ? 512 : (n + 511) / 512 * 512; }
@@ -135,6 +137,7 @@ static int alloc(size_t request, void **out) {
     *out = (void *)b->ptr;
     if (pytorch_malloc_semaphore) {
         void *ptr = *out;
+        int8_t device = current_device;
         STAP_PROBE4(pytorch, malloc, ptr, device, request, stream);
     }
     return 0;
@@ -187,6 +190,7 @@ int main(int argc, char **argv) {
     if (!h) { fprintf(stderr, "torchalloc: %s\n", dlerror()); return 1; }
     *(void **)&p_cudaMalloc = dlsym(h, "cudaMalloc");
     *(void **)&p_cudaFree = dlsym(h, "cudaFree");
+    *(void **)&p_cudaSetDevice = dlsym(h, "cudaSetDevice");
     if (!p_cudaMalloc || !p_cudaFree) { fprintf(stderr, "torchalloc: no cudaMalloc/cudaFree\n"); return 1; }
     setvbuf(stdout, NULL, _IOLBF, 0);
     printf("ready\n");
@@ -208,6 +212,11 @@ int main(int argc, char **argv) {
             printf("ok %u %u\n", pytorch_malloc_semaphore, pytorch_free_semaphore);
         } else if (!strcmp(cmd, "empty")) {
             printf("ok %d\n", release_free_segments());
+        } else if (!strcmp(cmd, "device")) {
+            int d = atoi(a);
+            int r = p_cudaSetDevice ? p_cudaSetDevice(d) : -1;
+            if (!r) current_device = (int8_t)d;
+            if (r) printf("err %d\n", r); else printf("ok\n");
         } else if (!strcmp(cmd, "exit")) {
             return 0;
         } else {

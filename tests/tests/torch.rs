@@ -37,7 +37,7 @@ fn a_caching_allocator_attached_live_matches_its_own_figures() {
     if !privileged() {
         return;
     }
-    let mut t = torchalloc(&[]);
+    let mut t = torchalloc(&[("SIMCUDA_DEVICES", "2".into())]);
     assert_eq!(semaphores(&mut t), ["0", "0"], "no tracer yet");
     let attach = Attach::start(t.pid(), &[]);
     let log = attach.stderr();
@@ -47,6 +47,8 @@ fn a_caching_allocator_attached_live_matches_its_own_figures() {
     );
     assert!(log.contains("2 semaphores raised"), "{log}");
     assert_eq!(semaphores(&mut t), ["1", "1"], "raised while traced");
+    // The device argument is a global the compiler reads rip-relative.
+    t.ok("device 1");
     // Small blocks in 2 MiB segments, mid-sized ones in 20 MiB segments,
     // a large one in its own; frees return blocks to the cache only.
     let mut live = Vec::new();
@@ -100,7 +102,7 @@ fn a_caching_allocator_attached_live_matches_its_own_figures() {
         .collect();
     assert_eq!(mallocs.len(), 8);
     assert_eq!(mallocs[0]["size"], 1000);
-    assert_eq!(mallocs[0]["device"], 0);
+    assert_eq!(mallocs[0]["device"], 1);
     assert_eq!(mallocs[7]["size"], 9 * MIB);
     let report = attach.stop();
     assert_eq!(report["ledger"]["allocator"]["allocated"], allocated);

@@ -78,6 +78,9 @@ pub struct Row {
     pub gpu_traced: Option<u64>,
     /// Pinned host memory (traced), bytes.
     pub pinned_host: Option<u64>,
+    /// GPU memory in live blocks of its caching allocator (PyTorch's,
+    /// through its probes), bytes; what it reserved is in `gpu_traced`.
+    pub gpu_allocated: Option<u64>,
     /// How close to its tightest limit, percent (memcg or GPU).
     pub pressure_pct: f64,
 }
@@ -182,6 +185,11 @@ pub fn snapshot(
             gpu_nvml,
             gpu_traced: traced,
             pinned_host: ledgers.pinned(p.info.pid),
+            gpu_allocated: ledgers
+                .0
+                .get(&p.info.pid)
+                .and_then(|l| l.allocator.as_ref())
+                .map(|a| a.allocated),
             pressure_pct: pct(usage.unwrap_or(0), limit).max(gpu_pct),
         });
     }
@@ -198,6 +206,10 @@ pub fn snapshot(
         g.host_rss += r.host_rss;
         g.gpu_nvml += r.gpu_nvml;
         g.gpu_traced = match (g.gpu_traced, r.gpu_traced) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        g.gpu_allocated = match (g.gpu_allocated, r.gpu_allocated) {
             (Some(a), Some(b)) => Some(a + b),
             (a, b) => a.or(b),
         };
@@ -266,13 +278,22 @@ fn render(rows: &[Row], view: &GpuView, nvml_note: &Option<String>) -> String {
     let opt = |v: Option<u64>| v.map(bytes).unwrap_or_else(|| "-".into());
     let _ = writeln!(
         o,
-        "{:<9} {:>8}  {:<24} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6}  CONTAINER",
-        "TYPE", "PID", "NAME", "HOST RSS", "MEMCG", "LIMIT", "GPU NVML", "GPU TRACED", "PRESS%"
+        "{:<9} {:>8}  {:<24} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6}  CONTAINER",
+        "TYPE",
+        "PID",
+        "NAME",
+        "HOST RSS",
+        "MEMCG",
+        "LIMIT",
+        "GPU NVML",
+        "GPU TRACED",
+        "GPU ALLOC",
+        "PRESS%"
     );
     for r in rows {
         let _ = writeln!(
             o,
-            "{:<9} {:>8}  {:<24} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5.0}%  {}",
+            "{:<9} {:>8}  {:<24} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5.0}%  {}",
             r.kind,
             r.pid.map(|p| p.to_string()).unwrap_or_default(),
             short(&term::escape(&r.name), 24),
@@ -281,6 +302,7 @@ fn render(rows: &[Row], view: &GpuView, nvml_note: &Option<String>) -> String {
             opt(r.memcg_limit),
             bytes(r.gpu_nvml),
             opt(r.gpu_traced),
+            opt(r.gpu_allocated),
             r.pressure_pct,
             if r.kind == "process" {
                 term::escape(r.container.as_deref().unwrap_or_default()).into_owned()

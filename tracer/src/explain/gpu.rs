@@ -98,7 +98,7 @@ pub fn allocator_verdict(a: &crate::model::ledger::AllocatorSummary, size: u64) 
             .map(|b| format!(", the largest free block {}", bytes(b)))
             .unwrap_or_default();
         return format!(
-            "this process reserved it but has not allocated it: fragmentation ({} reserved and free inside the allocator, {} of {} reserved in live tensors{largest}; no free block fits the request for {}); try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True or a smaller max_split_size_mb",
+            "this process reserved it but has not allocated it: fragmentation ({} reserved and free inside the allocator, {} of {} reserved in live tensors{largest}; with no free block to fit, it asked CUDA for {} more); try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True or a smaller max_split_size_mb",
             bytes(a.free_in_cache),
             bytes(a.allocated),
             bytes(a.reserved),

@@ -153,8 +153,19 @@ pub fn pt_regs_offset(reg: &str) -> Option<u32> {
         .map(|(.., off)| *off)
 }
 
+/// Resolves a symbol of the file a probe is in to its address.
+pub type Symbols<'a> = &'a dyn Fn(&str) -> Option<u64>;
+
 /// Parses one argument spec (`-8@%rdi`, `8@-56(%rbp)`, `-4@$5`).
 pub fn parse_arg(spec: &str) -> Result<UsdtArg, UsdtError> {
+    parse_arg_at(spec, None)
+}
+
+/// As [`parse_arg`]; with the probe's address and the file's symbols, a
+/// global read rip-relative (`-1@current_device(%rip)`, `8@table+16(%rip)`,
+/// as gcc writes a global operand) is read at the probe's saved `rip`
+/// (the probe's own address when it fires) plus the symbol's distance.
+pub fn parse_arg_at(spec: &str, at: Option<(u64, Symbols)>) -> Result<UsdtArg, UsdtError> {
     let unsupported = || UsdtError::Unsupported(spec.to_string());
     let (size, loc) = spec.split_once('@').ok_or_else(unsupported)?;
     let size: i32 = size.parse().map_err(|_| unsupported())?;
@@ -174,9 +185,27 @@ pub fn parse_arg(spec: &str) -> Result<UsdtArg, UsdtError> {
         arg.reg_off = pt_regs_offset(loc).ok_or_else(unsupported)?;
     } else if let Some((off, rest)) = loc.split_once('(') {
         let reg = rest.strip_suffix(')').ok_or_else(unsupported)?;
-        // `sym(%rip)` and `(%base,%index,scale)` are not read.
-        if reg.contains(',') || reg == "%rip" {
+        // `(%base,%index,scale)` is not read.
+        if reg.contains(',') {
             return Err(unsupported());
+        }
+        if reg == "%rip" {
+            let (pc, symbols) = at.ok_or_else(unsupported)?;
+            let (sym, add) = match off.find(['+', '-']) {
+                Some(i) => (
+                    &off[..i],
+                    parse_int(off[i..].trim_start_matches('+')).ok_or_else(unsupported)?,
+                ),
+                None => (off, 0),
+            };
+            if sym.is_empty() || sym.starts_with(|c: char| c.is_ascii_digit() || c == '-') {
+                return Err(unsupported());
+            }
+            let addr = symbols(sym).ok_or_else(unsupported)?;
+            arg.kind = ArgKind::Mem as u8;
+            arg.reg_off = pt_regs_offset("%rip").ok_or_else(unsupported)?;
+            arg.value = (addr.wrapping_add(add as u64)).wrapping_sub(pc) as i64;
+            return Ok(arg);
         }
         arg.kind = ArgKind::Mem as u8;
         arg.reg_off = pt_regs_offset(reg).ok_or_else(unsupported)?;
@@ -205,9 +234,14 @@ fn parse_int(s: &str) -> Option<i64> {
 
 /// Parses a note's argument list.
 pub fn parse_args(args: &str) -> Result<Vec<UsdtArg>, UsdtError> {
+    parse_args_at(args, None)
+}
+
+/// As [`parse_args`], with the probe's address and the file's symbols.
+pub fn parse_args_at(args: &str, at: Option<(u64, Symbols)>) -> Result<Vec<UsdtArg>, UsdtError> {
     let out: Vec<UsdtArg> = args
         .split_whitespace()
-        .map(parse_arg)
+        .map(|a| parse_arg_at(a, at))
         .collect::<Result<_, _>>()?;
     if out.len() > tracer_common::usdt::MAX_ARGS {
         return Err(UsdtError::TooManyArgs(out.len()));
@@ -239,6 +273,13 @@ pub fn probes_in(data: &[u8]) -> Result<Vec<Probe>, UsdtError> {
     };
     let notes = parse_notes(section.data().map_err(elf)?)?;
     let base = obj.section_by_name(".stapsdt.base").map(|s| s.address());
+    let symbols = |name: &str| {
+        use object::ObjectSymbol as _;
+        obj.symbols()
+            .chain(obj.dynamic_symbols())
+            .find(|s| s.name() == Ok(name) && s.address() != 0)
+            .map(|s| s.address())
+    };
     let to_offset = |vaddr: u64| {
         obj.segments().find_map(|s| {
             let (off, size) = s.file_range();
@@ -254,13 +295,14 @@ pub fn probes_in(data: &[u8]) -> Result<Vec<Probe>, UsdtError> {
                 Some(actual) if note.base != 0 => actual.wrapping_sub(note.base),
                 _ => 0,
             };
-            let offset = to_offset(note.pc.wrapping_add(shift))?;
+            let pc = note.pc.wrapping_add(shift);
+            let offset = to_offset(pc)?;
             let semaphore_offset =
                 (note.semaphore != 0).then(|| to_offset(note.semaphore.wrapping_add(shift)));
             Some(Probe {
                 offset,
                 semaphore_offset: semaphore_offset.flatten(),
-                args: parse_args(&note.args),
+                args: parse_args_at(&note.args, Some((pc, &symbols))),
                 note,
             })
         })
@@ -674,6 +716,18 @@ mod tests {
                 Err(UsdtError::Unsupported(bad.into())),
                 "{bad}"
             );
+        }
+        // A global, rip-relative: read at the probe's rip plus the distance.
+        let syms = |n: &str| (n == "current_device").then_some(0x4010u64);
+        let a = parse_arg_at("-1@current_device(%rip)", Some((0x1365, &syms))).unwrap();
+        assert_eq!(
+            (a.kind, a.size, a.signed, a.reg_off, a.value),
+            (ArgKind::Mem as u8, 1, 1, 128, 0x4010 - 0x1365)
+        );
+        let a = parse_arg_at("8@current_device+8(%rip)", Some((0x1365, &syms))).unwrap();
+        assert_eq!(a.value, 0x4018 - 0x1365);
+        for bad in ["8@missing(%rip)", "8@16(%rip)"] {
+            assert!(parse_arg_at(bad, Some((0x1365, &syms))).is_err(), "{bad}");
         }
         let seven = "8@%rax ".repeat(7);
         assert_eq!(parse_args(&seven), Err(UsdtError::TooManyArgs(7)));
