@@ -21,6 +21,7 @@
  *   sem         -> "ok MALLOC_SEMAPHORE FREE_SEMAPHORE"
  *   empty       -> "ok N" (segments released)
  *   device D    -> "ok" (cudaSetDevice; new blocks are on device D)
+ *   bench N SIZE -> "ok NS" (N x alloc + free of SIZE from the cache, ns per pair)
  *   exit */
 #define _SDT_HAS_SEMAPHORES 1
 #include <sys/sdt.h>
@@ -29,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 __extension__ volatile unsigned short pytorch_malloc_semaphore __attribute__((section(".probes"))) = 0;
 __extension__ volatile unsigned short pytorch_free_semaphore __attribute__((section(".probes"))) = 0;
@@ -212,6 +214,21 @@ int main(int argc, char **argv) {
             printf("ok %u %u\n", pytorch_malloc_semaphore, pytorch_free_semaphore);
         } else if (!strcmp(cmd, "empty")) {
             printf("ok %d\n", release_free_segments());
+        } else if (!strcmp(cmd, "bench")) {
+            char b[64] = "";
+            sscanf(line, "%*s %*s %63s", b);
+            size_t n = strtoull(a, NULL, 0), size = strtoull(b, NULL, 0);
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            int r = 0;
+            for (size_t i = 0; i < n && !r; i++) {
+                void *p = NULL;
+                r = alloc(size, &p);
+                if (!r) r = release((uintptr_t)p);
+            }
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
+            if (r) printf("err %d\n", r); else printf("ok %.1f\n", n ? ns / n : 0.0);
         } else if (!strcmp(cmd, "device")) {
             int d = atoi(a);
             int r = p_cudaSetDevice ? p_cudaSetDevice(d) : -1;

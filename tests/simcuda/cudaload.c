@@ -15,6 +15,8 @@
  *                                    one VMM call each, with these arguments
  *   vmm N -> "ok VA HANDLE"; vmmfree VA HANDLE N -> "ok"
  *   loop N BYTES                     N x (cudaMalloc + cudaFree), replies "ok NS" (ns per pair)
+ *   loopany N BYTES [drv]            the same whatever the calls return (cuMemAlloc_v2 +
+ *                                    cuMemFree_v2 with "drv"): "ok NS CODE" (the last code)
  *   rate CALLS_PER_S SECONDS BYTES [drv]
  *                                    paced cudaMalloc + cudaFree pairs (cuMemAlloc_v2 +
  *                                    cuMemFree_v2 with "drv"); replies "ok CALLS PER_S"
@@ -176,6 +178,27 @@ int main(int argc, char **argv) {
             clock_gettime(CLOCK_MONOTONIC, &t1);
             double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
             if (r) printf("err %d\n", r); else printf("ok %.1f\n", n ? ns / n : 0.0);
+        }
+        else if (!strcmp(cmd, "loopany")) {
+            int drv = !strcmp(c, "drv");
+            if (drv) { NEED(cuMemAlloc_v2); NEED(cuMemFree_v2); } else { NEED(cudaMalloc); NEED(cudaFree); }
+            size_t bytes = strtoull(b, NULL, 0);
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            int r = 0;
+            for (size_t i = 0; i < n; i++) {
+                if (drv) {
+                    CUdeviceptr d = 0;
+                    r = p_cuMemAlloc_v2(&d, bytes);
+                    r |= p_cuMemFree_v2(d);
+                } else {
+                    r = p_cudaMalloc(&p, bytes);
+                    r |= p_cudaFree(p);
+                }
+            }
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
+            printf("ok %.1f %d\n", n ? ns / n : 0.0, r);
         }
         else if (!strcmp(cmd, "addr")) {
             void *s = dlsym(RTLD_DEFAULT, a);

@@ -33,7 +33,7 @@ pub struct Options {
     #[arg(long, default_value_t = 1000)]
     pub churn_rate: u64,
     /// Run only one benchmark.
-    #[arg(long, value_parser = ["latency", "load", "cuda-scan", "idle", "churn", "nvml", "cuda", "heap", "growth"])]
+    #[arg(long, value_parser = ["latency", "load", "cuda-scan", "idle", "churn", "nvml", "cuda", "cuda-real", "usdt", "heap", "growth"])]
     pub only: Option<String>,
     /// cudaMalloc/cudaFree pairs per measured loop of the CUDA benchmark.
     #[arg(long, default_value_t = 100_000)]
@@ -79,6 +79,12 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
     if want("cuda") {
         println!("{}", cuda_cost(&bins, opts.cuda_pairs)?);
         println!("{}", cuda_sustained(&bins)?);
+    }
+    if want("cuda-real") {
+        println!("{}", cuda_real_cost(&bins, opts.cuda_pairs)?);
+    }
+    if want("usdt") {
+        println!("{}", usdt_cost(&bins, opts.cuda_pairs)?);
     }
     if want("heap") {
         println!("{}", heap_cost(&bins, opts.heap_secs)?);
@@ -669,6 +675,133 @@ fn cuda_cost(bins: &crate::Bins, pairs: u64) -> anyhow::Result<String> {
         o / f,
         (o - p) / 1000.0,
         if exact { "yes" } else { "NO" },
+    ))
+}
+
+/// One loop of `pairs` call pairs, whatever they return: ns per pair.
+fn loop_any(target: &mut CudaLoad, pairs: u64, drv: bool) -> anyhow::Result<f64> {
+    let r = target.ok(&format!(
+        "loopany {pairs} 256{}",
+        if drv { " drv" } else { "" }
+    ));
+    Ok(r.first().context("loopany reply")?.parse()?)
+}
+
+/// Per pair, median of three interleaved rounds: untraced, empty programs
+/// at the functions' entries, empty programs at the placed sites, tracer.
+fn attach_rounds(
+    bins: &crate::Bins,
+    target: &mut CudaLoad,
+    mut measure: impl FnMut(&mut CudaLoad) -> anyhow::Result<f64>,
+) -> anyhow::Result<[Vec<f64>; 4]> {
+    let pid = target.pid();
+    let mut out: [Vec<f64>; 4] = Default::default();
+    for _ in 0..3 {
+        out[0].push(measure(target)?);
+        for (i, args) in [
+            &["--summary-only", "--floor", "--entry-sites"][..],
+            &["--summary-only", "--floor"][..],
+            &["--summary-only"][..],
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let a = Attach::start_bin(&bins.tracer, pid, args);
+            out[i + 1].push(measure(target)?);
+            a.stop();
+        }
+    }
+    Ok(out)
+}
+
+/// Cost per call pair on the real driver library (Debian's libcuda1:
+/// `cuMemAlloc_v2` + `cuMemFree_v2`, each answering 3, not initialized,
+/// without a device) and on the real runtime (PyPI's libcudart:
+/// `cudaMalloc` + `cudaFree`, answering 35 without a driver): untraced,
+/// empty programs at the entries and at the placed sites, and tracer.
+fn cuda_real_cost(bins: &crate::Bins, pairs: u64) -> anyhow::Result<String> {
+    let libs =
+        tracer_e2e::driver_libs().context("cargo xtask setup fetches the driver libraries")?;
+    let cudart = tracer_e2e::real_cudart();
+    let mut rows = String::new();
+    for (label, runtime, driver, drv) in [
+        (
+            "libcuda.so.535.261.03 (Debian libcuda1): cuMemAlloc_v2 + cuMemFree_v2 -> 3",
+            std::path::PathBuf::from("-"),
+            libs.join("libcuda.so.1"),
+            true,
+        ),
+        (
+            "libcudart.so.12 12.9.79 (PyPI), no driver: cudaMalloc + cudaFree -> 35",
+            cudart.clone(),
+            std::path::PathBuf::from("-"),
+            false,
+        ),
+    ] {
+        let mut cmd = Command::new(tracer_e2e::simcuda_dir().join("cudaload"));
+        cmd.arg(&runtime).arg(&driver);
+        if drv {
+            cmd.env("LD_LIBRARY_PATH", &libs);
+        }
+        tracer_e2e::without_mknod(&mut cmd);
+        let mut target = CudaLoad::spawn(cmd);
+        let [plain, entry, floor, ours] =
+            attach_rounds(bins, &mut target, |t| loop_any(t, pairs, drv))?;
+        let (p, e, f, o) = (
+            median(plain.clone()),
+            median(entry.clone()),
+            median(floor.clone()),
+            median(ours.clone()),
+        );
+        rows.push_str(&format!(
+            "| {label} | {p:.0} | {e:.0} | {f:.0} | {o:.0} | {:.2} | {:.1}x |\n",
+            o / f,
+            e / f
+        ));
+        rows.push_str(&format!(
+            "|  rounds | {plain:.0?} | {entry:.0?} | {floor:.0?} | {ours:.0?} | | |\n"
+        ));
+    }
+    Ok(format!(
+        "### CUDA call cost on the real libraries ({pairs} pairs per loop, ns per pair, median of 3 interleaved rounds)\n\n\
+         | library and calls | untraced | floor at the entries | floor at the placed sites | tracer | tracer / floor | placement's gain (entry floor / placed floor) |\n\
+         |---|---|---|---|---|---|---|\n{rows}\n\
+         Target: tracer within 1.3x of the floor (empty programs at the same sites).\n"
+    ))
+}
+
+/// What a traced caching allocator's block costs: tests/c/torchalloc.c
+/// handing out and taking back a 4 KiB block (`pytorch:malloc` and
+/// `pytorch:free` USDT probes, semaphores raised while traced), untraced
+/// against attached, three interleaved rounds.
+fn usdt_cost(bins: &crate::Bins, pairs: u64) -> anyhow::Result<String> {
+    let d = tracer_e2e::simcuda_dir();
+    let mut cmd = Command::new(d.join("torchalloc"));
+    cmd.arg(d.join("libcudart.so.12"));
+    let mut target = CudaLoad::spawn(cmd);
+    let bench = |t: &mut CudaLoad| -> anyhow::Result<f64> {
+        let r = t.ok(&format!("bench {pairs} 4096"));
+        Ok(r.first().context("bench reply")?.parse()?)
+    };
+    let (mut plain, mut ours) = (Vec::new(), Vec::new());
+    let mut exact = true;
+    for _ in 0..3 {
+        plain.push(bench(&mut target)?);
+        let a = Attach::start_bin(&bins.tracer, target.pid(), &["--summary-only"]);
+        ours.push(bench(&mut target)?);
+        let report = a.stop();
+        let alloc = &report["ledger"]["allocator"];
+        exact &=
+            alloc["blocks"] == 0 && alloc["untracked_frees"] == 0 && report["events_lost"] == 0;
+    }
+    let (p, o) = (median(plain.clone()), median(ours.clone()));
+    Ok(format!(
+        "### PyTorch allocator probes (USDT): {pairs} block malloc + free pairs per loop, median of 3 interleaved rounds\n\n\
+         | untraced (semaphores at 0) | traced | added per pair | every block seen, none lost |\n|---|---|---|---|\n\
+         | {p:.0} ns/pair | {o:.0} ns/pair | {:.2} us | {} |\n\n\
+         Rounds (ns/pair): untraced {plain:.0?}, traced {ours:.0?}.\n",
+        (o - p) / 1000.0,
+        if exact { "yes" } else { "NO" }
     ))
 }
 

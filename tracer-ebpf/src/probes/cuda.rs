@@ -42,11 +42,12 @@ fn try_entry(ctx: &ProbeContext) -> Option<()> {
     let tid = bpf_get_current_pid_tgid();
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_boot_ns() };
-    if let Some(open) = CUDA_INFLIGHT.get_ptr_mut(&tid) {
+    let slot = CUDA_INFLIGHT.get_ptr_mut(&tid);
+    if let Some(open) = slot {
         // SAFETY: a live map value owned by this thread's key; only this
         // thread's probes touch it.
         unsafe {
-            if now.saturating_sub((*open).ts_ns) < STALE_NS {
+            if (*open).depth > 0 && now.saturating_sub((*open).ts_ns) < STALE_NS {
                 (*open).depth += 1;
                 return Some(());
             }
@@ -90,7 +91,15 @@ fn try_entry(ctx: &ProbeContext) -> Option<()> {
             }
         }
     }
-    CUDA_INFLIGHT.insert(&tid, &f, 0).ok()
+    match slot {
+        // The thread's entry stays between calls (depth 0 when idle) and is
+        // written in place: an LRU insert and delete per call were about 40%
+        // of what these programs add to a call (BENCHMARKS.md).
+        // SAFETY: as above.
+        Some(open) => unsafe { *open = f },
+        None => CUDA_INFLIGHT.insert(&tid, &f, 0).ok()?,
+    }
+    Some(())
 }
 
 /// `uretprobe` at the return of every probed CUDA function. Sends one
@@ -109,13 +118,19 @@ fn try_return(ctx: &RetProbeContext) -> Option<()> {
     let open = CUDA_INFLIGHT.get_ptr_mut(&tid)?;
     // SAFETY: a live map value owned by this thread's key.
     let f = unsafe {
-        if (*open).depth > 1 {
-            (*open).depth -= 1;
-            return Some(());
+        match (*open).depth {
+            // No call open on this thread (a return whose entry came
+            // before the probe was attached).
+            0 => return Some(()),
+            1 => {}
+            _ => {
+                (*open).depth -= 1;
+                return Some(());
+            }
         }
+        (*open).depth = 0;
         *open
     };
-    let _ = CUDA_INFLIGHT.remove(&tid);
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_boot_ns() };
     let ret: i64 = ctx.ret();
