@@ -585,13 +585,19 @@ impl AllocatorProbes {
     /// raises their semaphores (so no probe fires before it is attached).
     pub(super) fn scan(&mut self, probes: &mut Probes) -> anyhow::Result<()> {
         use crate::probes::usdt;
-        let Ok(files) = usdt::files_of(self.pid) else {
+        let Ok(candidates) =
+            crate::probes::uprobe::candidates(self.pid, usdt::is_usdt_library_name)
+        else {
             return Ok(()); // the process is going away; the pidfd says so
         };
-        for f in files {
-            if !self.seen.insert(f.file.id) {
+        // Each file is read once, probes or not.
+        for c in candidates {
+            if !self.seen.insert(c.id) {
                 continue;
             }
+            let Some(f) = usdt::inspect(&c) else {
+                continue;
+            };
             let path = term::escape(&f.file.path).into_owned();
             for (probe, why) in &f.refused {
                 tracing::warn!("{probe} in {path}: not attached: {why}");
@@ -615,9 +621,10 @@ impl AllocatorProbes {
                     ),
                 }
             }
-            let mut names: Vec<String> =
-                f.sites.iter().map(|s| usdt::probe_name(s.probe)).collect();
-            names.dedup();
+            let mut ids: Vec<u32> = f.sites.iter().map(|s| s.probe).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            let names: Vec<String> = ids.into_iter().map(usdt::probe_name).collect();
             crate::say!(
                 "tracer: attached to {} USDT probes ({}) in {path} in pid {}, {} semaphores raised",
                 att.attached(),

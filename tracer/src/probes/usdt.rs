@@ -396,15 +396,6 @@ pub fn inspect(c: &Candidate) -> Option<UsdtFile> {
     (!out.sites.is_empty() || !out.refused.is_empty()).then_some(out)
 }
 
-/// The files of `pid` with known probes (its executable and the files
-/// [`is_usdt_library_name`] accepts).
-pub fn files_of(pid: u32) -> io::Result<Vec<UsdtFile>> {
-    Ok(super::uprobe::candidates(pid, is_usdt_library_name)?
-        .iter()
-        .filter_map(inspect)
-        .collect())
-}
-
 /// The address in `pid` of byte `offset` of `file`, from its memory maps
 /// (the mapping of that file, by path and inode, that covers the offset).
 pub fn address_in(pid: u32, file: &Candidate, offset: u64) -> io::Result<Option<u64>> {
