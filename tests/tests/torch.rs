@@ -39,6 +39,25 @@ fn a_caching_allocator_attached_live_matches_its_own_figures() {
     }
     let mut t = torchalloc(&[("SIMCUDA_DEVICES", "2".into())]);
     assert_eq!(semaphores(&mut t), ["0", "0"], "no tracer yet");
+    let doctor = |pid: u32| {
+        let out = tracer(&[
+            "doctor",
+            "--pid",
+            &pid.to_string(),
+            "--store",
+            "/nonexistent/x.db",
+        ]);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find(|l| l.starts_with(&format!("allocator probes in pid {pid}")))
+            .unwrap_or_else(|| panic!("{}", String::from_utf8_lossy(&out.stdout)))
+            .to_string()
+    };
+    let line = doctor(t.pid());
+    assert!(
+        line.contains("torchalloc: 2 sites (pytorch:malloc, pytorch:free), semaphores now [0, 0]"),
+        "{line}"
+    );
     let attach = Attach::start(t.pid(), &[]);
     let log = attach.stderr();
     assert!(
@@ -47,6 +66,7 @@ fn a_caching_allocator_attached_live_matches_its_own_figures() {
     );
     assert!(log.contains("2 semaphores raised"), "{log}");
     assert_eq!(semaphores(&mut t), ["1", "1"], "raised while traced");
+    assert!(doctor(t.pid()).contains("semaphores now [1, 1]"));
     // The device argument is a global the compiler reads rip-relative.
     t.ok("device 1");
     // Small blocks in 2 MiB segments, mid-sized ones in 20 MiB segments,

@@ -390,6 +390,67 @@ fn cuda_checks(pid: u32) -> Vec<Check> {
     }
 }
 
+/// The caching allocator probes (PyTorch's USDT) in the files of `pid`,
+/// with their semaphores as they are now (non-zero: a tracer has them on).
+fn allocator_checks(pid: u32) -> Vec<Check> {
+    use crate::probes::{uprobe::candidates, usdt};
+    let name = format!("allocator probes in pid {pid}");
+    let Ok(files) = candidates(pid, usdt::is_usdt_library_name) else {
+        return Vec::new(); // cuda_checks says why the process cannot be read
+    };
+    let mut rows = Vec::new();
+    for f in files.iter().filter_map(usdt::inspect) {
+        let mut ids: Vec<u32> = f.sites.iter().map(|s| s.probe).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let names: Vec<String> = ids.into_iter().map(usdt::probe_name).collect();
+        let offsets: std::collections::BTreeSet<u64> =
+            f.sites.iter().filter_map(|s| s.semaphore).collect();
+        let semaphores: Vec<String> = offsets
+            .iter()
+            .map(|off| {
+                usdt::address_in(pid, &f.file, *off)
+                    .ok()
+                    .flatten()
+                    .and_then(|addr| read_u16(pid, addr))
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "?".into())
+            })
+            .collect();
+        let refused = f
+            .refused
+            .iter()
+            .map(|(p, why)| format!("; {p} not attachable: {why}"))
+            .collect::<String>();
+        rows.push(check(
+            name.clone(),
+            if f.sites.is_empty() {
+                Status::Warn
+            } else {
+                Status::Ok
+            },
+            format!(
+                "{}: {} sites ({}), semaphores now [{}]{refused}",
+                crate::util::term::escape(&f.file.path),
+                f.sites.len(),
+                names.join(", "),
+                semaphores.join(", ")
+            ),
+            None,
+        ));
+    }
+    rows
+}
+
+/// A `u16` of process `pid`'s memory.
+fn read_u16(pid: u32, addr: u64) -> Option<u16> {
+    use std::os::unix::fs::FileExt as _;
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ok()?;
+    let mut b = [0u8; 2];
+    mem.read_exact_at(&mut b, addr).ok()?;
+    Some(u16::from_ne_bytes(b))
+}
+
 /// The driver and runtime releases `pid` loaded, beside the node's kernel
 /// module: a process that loaded a driver library of another release than
 /// the module (a container image that ships its own libcuda) fails in
@@ -496,6 +557,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let mut all = checks(&args.store.path, args.nvml_lib.as_deref());
     if let Some(pid) = args.pid {
         all.extend(cuda_checks(pid));
+        all.extend(allocator_checks(pid));
     }
     let failed = all.iter().any(|c| c.status == Status::Fail);
     use std::fmt::Write as _;

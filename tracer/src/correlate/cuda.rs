@@ -76,13 +76,7 @@ impl CudaLedgers {
         session: i64,
     ) -> Option<GpuOomRecord> {
         let pid = c.header.pid;
-        let t = self.ledgers.entry(pid).or_insert_with(|| Tracked {
-            ledger: Ledger::default(),
-            comm: c_str(&c.header.comm),
-            dirty: true,
-            stored_ns: ts_ns,
-            exited_ns: None,
-        });
+        let t = tracked(&mut self.ledgers, &c.header, ts_ns);
         let change = t.ledger.apply(c, ts_ns);
         t.dirty = true;
         let Change::Failed(kind, size, ret) = change else {
@@ -137,14 +131,7 @@ impl CudaLedgers {
     /// A caching allocator's USDT probe (PyTorch's `malloc` / `free` of a
     /// block inside its segments), counted in its process's ledger.
     pub fn on_block(&mut self, e: &UsdtEvent, ts_ns: i64) {
-        let pid = e.header.pid;
-        let t = self.ledgers.entry(pid).or_insert_with(|| Tracked {
-            ledger: Ledger::default(),
-            comm: c_str(&e.header.comm),
-            dirty: true,
-            stored_ns: ts_ns,
-            exited_ns: None,
-        });
+        let t = tracked(&mut self.ledgers, &e.header, ts_ns);
         apply_block(&mut t.ledger, e);
         t.dirty = true;
     }
@@ -192,6 +179,21 @@ impl super::gpuview::TracedMemory for CudaLedgers {
                 .unwrap_or(0),
         )
     }
+}
+
+/// The ledger of the process an event is from (a new one at its first).
+fn tracked<'a>(
+    ledgers: &'a mut HashMap<u32, Tracked>,
+    h: &tracer_common::EventHeader,
+    ts_ns: i64,
+) -> &'a mut Tracked {
+    ledgers.entry(h.pid).or_insert_with(|| Tracked {
+        ledger: Ledger::default(),
+        comm: c_str(&h.comm),
+        dirty: true,
+        stored_ns: ts_ns,
+        exited_ns: None,
+    })
 }
 
 /// Applies one caching allocator probe to a ledger:

@@ -381,14 +381,20 @@ impl Probes {
     /// the empty twins instead.
     pub fn load_family(&mut self, family: &UprobeFamily, floor: bool) -> Result<(), ProbeError> {
         for name in family.programs(floor) {
-            let prog: &mut UProbe = self.program(name).map_err(|e| e.into_probe_error(name))?;
-            if prog.fd().is_err() {
-                prog.load().map_err(|source| ProbeError::Program {
-                    program: name,
-                    hook: "uprobe".into(),
-                    source,
-                })?;
-            }
+            self.load_uprobe(name)?;
+        }
+        Ok(())
+    }
+
+    /// Loads the uprobe program `name` into the kernel (once).
+    pub(super) fn load_uprobe(&mut self, name: &'static str) -> Result<(), ProbeError> {
+        let prog: &mut UProbe = self.program(name).map_err(|e| e.into_probe_error(name))?;
+        if prog.fd().is_err() {
+            prog.load().map_err(|source| ProbeError::Program {
+                program: name,
+                hook: "uprobe".into(),
+                source,
+            })?;
         }
         Ok(())
     }

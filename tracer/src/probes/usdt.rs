@@ -456,16 +456,7 @@ impl UsdtAttachment {
 impl Probes {
     /// Loads the USDT program (once).
     pub fn load_usdt(&mut self) -> Result<(), ProbeError> {
-        let name = programs::USDT_PROBE;
-        let prog: &mut UProbe = self.program(name).map_err(|e| e.into_probe_error(name))?;
-        if prog.fd().is_err() {
-            prog.load().map_err(|source| ProbeError::Program {
-                program: name,
-                hook: "uprobe".into(),
-                source,
-            })?;
-        }
-        Ok(())
+        self.load_uprobe(programs::USDT_PROBE)
     }
 
     /// Attaches the USDT program at every site of `file`, for process
