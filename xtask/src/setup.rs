@@ -20,6 +20,8 @@ const CUDA_WHEEL: &str = "nvidia-cuda-runtime-cu12==12.9.79";
 const DRIVER_PACKAGES: [&str; 2] = ["libcuda1", "libnvidia-ml1"];
 /// Debian's archive and the suite the driver packages come from.
 const DRIVER_SOURCE: &str = "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm non-free";
+/// Where Debian's `prometheus` (promtool and the server) comes from.
+const PROMETHEUS_SOURCE: &str = "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm main";
 
 fn output(cmd: &str, args: &[&str]) -> Option<String> {
     let out = Command::new(cmd).args(args).output().ok()?;
@@ -66,9 +68,10 @@ pub fn run() -> anyhow::Result<()> {
     check_toolchain()?;
     cuda_wheel()?;
     driver_libraries()?;
+    prometheus()?;
     test_packages()?;
     eprintln!(
-        "xtask: setup done (nightly + rust-src, bpf-linker {BPF_LINKER}, {CUDA_WHEEL}, {})",
+        "xtask: setup done (nightly + rust-src, bpf-linker {BPF_LINKER}, {CUDA_WHEEL}, {}, prometheus)",
         DRIVER_PACKAGES.join(" + ")
     );
     Ok(())
@@ -148,22 +151,60 @@ pub fn driver_dir() -> std::path::PathBuf {
     crate::root().join("target/nvidia-driver")
 }
 
-/// Downloads Debian's `libcuda1` and `libnvidia-ml1` and unpacks them with
-/// `dpkg-deb -x` (once). apt-get runs with a sources list, package lists and
-/// cache of its own under target/nvidia-driver/apt: the machine's apt
-/// configuration and package database are left as they are, and nothing is
-/// installed.
+/// Downloads Debian's `libcuda1` and `libnvidia-ml1` and unpacks them
+/// (once): the driver's real user-space libraries, in
+/// target/nvidia-driver/root/usr/lib/x86_64-linux-gnu/nvidia/current/.
 fn driver_libraries() -> anyhow::Result<()> {
     let dir = driver_dir();
     let libs = dir.join("root/usr/lib/x86_64-linux-gnu/nvidia/current");
     if libs.join("libcuda.so.1").exists() && libs.join("libnvidia-ml.so.1").exists() {
         return Ok(());
     }
+    private_debs(&dir, DRIVER_SOURCE, &DRIVER_PACKAGES)?;
+    if !libs.join("libcuda.so.1").exists() || !libs.join("libnvidia-ml.so.1").exists() {
+        bail!(
+            "{} unpacked without libcuda.so.1 and libnvidia-ml.so.1 in {}",
+            DRIVER_PACKAGES.join(" and "),
+            libs.display()
+        );
+    }
+    Ok(())
+}
+
+/// Where Debian's `prometheus` package is unpacked: promtool is
+/// target/prometheus/root/usr/bin/promtool.
+pub fn prometheus_dir() -> std::path::PathBuf {
+    crate::root().join("target/prometheus")
+}
+
+/// Downloads Debian's `prometheus` and unpacks it (once), for `promtool`
+/// and the server the metrics tests scrape with; nothing is installed and
+/// no service is started.
+fn prometheus() -> anyhow::Result<()> {
+    let dir = prometheus_dir();
+    if dir.join("root/usr/bin/promtool").exists() {
+        return Ok(());
+    }
+    private_debs(&dir, PROMETHEUS_SOURCE, &["prometheus"])?;
+    if !dir.join("root/usr/bin/promtool").exists() {
+        bail!(
+            "prometheus unpacked without usr/bin/promtool in {}",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// Downloads `packages` from `source` and unpacks them with `dpkg-deb -x`
+/// into `dir`/root. apt-get runs with a sources list, package lists and
+/// cache of its own under `dir`/apt: the machine's apt configuration and
+/// package database are left as they are, and nothing is installed.
+fn private_debs(dir: &std::path::Path, source: &str, packages: &[&str]) -> anyhow::Result<()> {
     let apt = dir.join("apt");
     for d in ["lists/partial", "cache/archives/partial", "debs"] {
         std::fs::create_dir_all(apt.join(d))?;
     }
-    std::fs::write(apt.join("sources.list"), format!("{DRIVER_SOURCE}\n"))?;
+    std::fs::write(apt.join("sources.list"), format!("{source}\n"))?;
     let opt = |k: &str, v: &std::path::Path| format!("-o{k}={}", v.display());
     let private = [
         opt("Dir::Etc::SourceList", &apt.join("sources.list")),
@@ -179,7 +220,7 @@ fn driver_libraries() -> anyhow::Result<()> {
     sh(Command::new("apt-get")
         .args(&private)
         .args(["download", "-qq"])
-        .args(DRIVER_PACKAGES)
+        .args(packages)
         .current_dir(apt.join("debs")))?;
     for entry in std::fs::read_dir(apt.join("debs"))? {
         let deb = entry?.path();
@@ -189,13 +230,6 @@ fn driver_libraries() -> anyhow::Result<()> {
                 .arg(&deb)
                 .arg(dir.join("root")))?;
         }
-    }
-    if !libs.join("libcuda.so.1").exists() || !libs.join("libnvidia-ml.so.1").exists() {
-        bail!(
-            "{} unpacked without libcuda.so.1 and libnvidia-ml.so.1 in {}",
-            DRIVER_PACKAGES.join(" and "),
-            libs.display()
-        );
     }
     Ok(())
 }

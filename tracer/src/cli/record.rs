@@ -59,6 +59,13 @@ pub struct RecordArgs {
     /// never a late kill).
     #[arg(long, value_name = "PATH")]
     pub export_jsonl: Option<std::path::PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Let --metrics listen on an address other than loopback (the
+    /// endpoint has no authentication).
+    #[arg(long)]
+    pub metrics_allow_remote: bool,
     /// NVML sampling period (at least 100ms).
     #[arg(long, default_value = "1s", value_parser = super::parse_duration)]
     pub gpu_interval: Duration,
@@ -384,8 +391,40 @@ async fn record(
             .add(Box::new(j))
             .context("starting the JSON-lines exporter")?;
     }
+    // Kill counters start from the kills the store holds: a restart
+    // does not reset them.
+    let kill_counts = match args.metrics {
+        Some(_) => {
+            let counts = Arc::new(crate::export::prometheus::KillCounts::default());
+            let (kills, _damaged) = store.kills_lenient(i64::MIN, None, usize::MAX)?;
+            for (_, k) in &kills {
+                counts.count(k);
+            }
+            exporters
+                .add(Box::new(crate::export::prometheus::KillCounter(
+                    counts.clone(),
+                )))
+                .context("starting the metrics")?;
+            Some(counts)
+        }
+        None => None,
+    };
     let mut engine = Engine::new(store, model, session, opts, Some(drops), Some(memcg), gpu);
     engine.set_exporters(exporters);
+    let _metrics_server = match (args.metrics, kill_counts) {
+        (Some(addr), Some(counts)) => {
+            let server = crate::export::prometheus::MetricsServer::start(
+                addr,
+                args.metrics_allow_remote,
+                engine.metrics(),
+                counts,
+                args.store.path.clone(),
+            )?;
+            tracing::info!("metrics at http://{}/metrics", server.addr);
+            Some(server)
+        }
+        _ => None,
+    };
     if let Some(w) = watcher {
         engine.set_watcher(w);
     }

@@ -4,6 +4,7 @@
 //! never a late kill. JSON lines (`jsonl`) is the first exporter.
 
 pub mod jsonl;
+pub mod prometheus;
 
 use std::{
     sync::{
@@ -32,6 +33,14 @@ pub enum Exported {
         /// Its row id in the store.
         id: i64,
         /// The record.
+        record: Box<KillRecord>,
+    },
+    /// A kill's record completed after it was first stored (the kernel's
+    /// report joined: constraint, cgroup paths, task table), once durable.
+    KillUpdated {
+        /// Its row id in the store.
+        id: i64,
+        /// The record as it is now.
         record: Box<KillRecord>,
     },
     /// A CUDA out-of-memory failure, once durable.

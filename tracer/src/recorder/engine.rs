@@ -1039,6 +1039,12 @@ impl Engine {
             && let Some(rec) = self.kills.get(id)
         {
             self.store.update_kill(id, rec)?;
+            if !self.exporters.is_empty() {
+                self.exporters.publish(Exported::KillUpdated {
+                    id,
+                    record: Box::new(rec.clone()),
+                });
+            }
         }
         Ok(())
     }

@@ -1,0 +1,207 @@
+//! End-to-end tests of the metrics endpoint (`record --metrics`): a real
+//! memcg OOM kill counted once it is durable, the count surviving a
+//! recorder restart, the exposition checked by Debian's `promtool`, and
+//! bad addresses refused clearly.
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{TcpListener, TcpStream},
+    path::PathBuf,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use tracer_e2e::{Proc, Recorder, TestCgroup, privileged, tracer_bin, wait_for};
+
+const MIB: u64 = 1 << 20;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The body of `GET /metrics` (OpenMetrics when `openmetrics`, as
+/// Prometheus asks; the Prometheus text format otherwise), or None when
+/// nothing answers.
+fn get(port: u16, openmetrics: bool) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let accept = if openmetrics {
+        "Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n"
+    } else {
+        ""
+    };
+    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: localhost\r\n{accept}\r\n").as_bytes())
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let (head, body) = out.split_once("\r\n\r\n")?;
+    assert!(
+        head.starts_with("HTTP/1.") && head.contains(" 200 "),
+        "{head}"
+    );
+    let want = if openmetrics {
+        "content-type: application/openmetrics-text"
+    } else {
+        "content-type: text/plain; version=0.0.4"
+    };
+    assert!(head.to_ascii_lowercase().contains(want), "{head}");
+    if openmetrics {
+        assert!(body.ends_with("# EOF\n"), "{body}");
+    }
+    Some(body.to_string())
+}
+
+fn scrape(port: u16) -> Option<String> {
+    get(port, true)
+}
+
+/// Debian's promtool, unpacked by `cargo xtask setup`.
+fn promtool() -> Option<PathBuf> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/prometheus/root/usr/bin/promtool");
+    if p.exists() {
+        return Some(p);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{} missing: cargo xtask setup unpacks it",
+        p.display()
+    );
+    eprintln!("skipped: no promtool (run cargo xtask setup)");
+    None
+}
+
+fn kill_line(body: &str, cgroup: &str) -> Option<String> {
+    body.lines()
+        .find(|l| {
+            l.starts_with("tracer_kills_total{")
+                && l.contains(&format!("cgroup=\"{cgroup}\""))
+                && l.contains("killer=\"kernel_oom\"")
+        })
+        .map(String::from)
+}
+
+#[test]
+fn a_kill_is_counted_once_durable_checked_by_promtool_and_kept_across_a_restart() {
+    if !privileged() {
+        return;
+    }
+    let Some(promtool) = promtool() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let rec = Recorder::start_with(&store, &["--metrics", &addr]);
+    assert!(
+        rec.log()
+            .contains(&format!("metrics at http://{addr}/metrics")),
+        "{}",
+        rec.log()
+    );
+    let before = scrape(port).expect("the endpoint answers");
+    assert!(before.contains("tracer_build_info{version="), "{before}");
+    let cg = TestCgroup::new("metrics", 48 * MIB);
+    assert!(kill_line(&before, &cg.path).is_none());
+    let mut cmd = cg.command(env!("CARGO_BIN_EXE_memhog"));
+    cmd.args(["--step-mib", "8", "--interval-ms", "20"]);
+    let mut hog = Proc::spawn(cmd);
+    assert_eq!(
+        hog.wait_signal(Duration::from_secs(30)),
+        Some(libc::SIGKILL)
+    );
+    let line = wait_for(Duration::from_secs(10), || {
+        kill_line(&scrape(port)?, &cg.path)
+    })
+    .unwrap_or_else(|| panic!("no kill series for {}: {:?}", cg.path, scrape(port)));
+    assert!(line.contains("constraint=\"memcg\""), "{line}");
+    assert!(line.ends_with(" 1"), "{line}");
+    let body = get(port, false).unwrap();
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("tracer_last_oom_kill_timestamp_seconds{")
+                && l.contains(&cg.path)),
+        "{body}"
+    );
+    assert!(body.contains("tracer_events_total "), "{body}");
+    // promtool's own parser and lint rules on a live scrape.
+    let mut check = Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run promtool");
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = check.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{body}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    rec.stop();
+    // A new recorder on the same store starts from the kills it holds.
+    let port2 = free_port();
+    let addr2 = format!("127.0.0.1:{port2}");
+    let rec = Recorder::start_with(&store, &["--metrics", &addr2]);
+    let again = scrape(port2).expect("the endpoint answers");
+    let line2 = kill_line(&again, &cg.path).unwrap_or_else(|| panic!("{again}"));
+    assert!(line2.ends_with(" 1"), "{line2}");
+    rec.stop();
+}
+
+/// Runs `tracer record` with `extra`; it must fail within 60 s.
+fn record_fails(extra: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let mut child = Command::new(tracer_bin())
+        .arg("record")
+        .arg("--store")
+        .arg(&store)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tracer record");
+    let status = wait_for(Duration::from_secs(60), || child.try_wait().ok().flatten());
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("tracer record {extra:?} did not fail");
+    }
+    assert!(!status.unwrap().success());
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    err
+}
+
+#[test]
+fn bad_metrics_addresses_are_refused_clearly() {
+    if !privileged() {
+        return;
+    }
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let err = record_fails(&["--metrics", &addr]);
+    assert!(
+        err.contains(&format!("--metrics {addr}: cannot listen there")),
+        "{err}"
+    );
+    let err = record_fails(&["--metrics", "0.0.0.0:9464"]);
+    assert!(err.contains("--metrics-allow-remote"), "{err}");
+    drop(taken);
+}

@@ -1,0 +1,569 @@
+//! The metrics endpoint (`record --metrics 127.0.0.1:9464`): the
+//! recorder's shared counters and the kills it stored, in the exposition
+//! format, served on a thread of its own by a small blocking HTTP server.
+//! A scrape reads atomics and a small map; it never touches the store
+//! (the store file's size is one `stat`) or the engine.
+//!
+//! Kill counters are fed as an [`Exporter`]: each durable kill increments
+//! its series, so a scrape sees a kill only once it is in the store.
+//! They start from the kills the store still holds, so a restarted
+//! recorder does not reset them.
+//!
+//! Names are under `tracer_`, in base units, counters end in `_total`.
+//! Label names reuse cAdvisor's and kube-state-metrics' where they exist
+//! (`namespace`, `pod`, `container`; empty until Kubernetes names are
+//! known).
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::SocketAddr,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeMetric as _},
+    metrics::{counter::ConstCounter, gauge::ConstGauge},
+    registry::Registry,
+};
+
+use super::{Exported, Exporter};
+use crate::{record::KillRecord, recorder::metrics::Metrics};
+
+/// The endpoint could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// A non-loopback address without the flag that allows it.
+    #[error(
+        "--metrics {0}: not a loopback address; the endpoint has no authentication, so it listens on 127.0.0.1 or ::1 unless --metrics-allow-remote is given"
+    )]
+    Remote(SocketAddr),
+    /// The address cannot be bound (in use, not local, no permission).
+    #[error("--metrics {addr}: cannot listen there: {why}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The server's error.
+        why: String,
+    },
+}
+
+/// One kill series: who killed, under which constraint, in which cgroup.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct KillKey {
+    /// `kernel_oom` or `process` (a SIGKILL sent from userspace).
+    pub killer: String,
+    /// The kernel's OOM constraint (`memcg`, `global`, `cpuset`,
+    /// `mempolicy`); empty for userspace kills.
+    pub constraint: String,
+    /// The victim's memory cgroup path.
+    pub cgroup: String,
+}
+
+impl KillKey {
+    /// The series a stored kill counts in.
+    pub fn of(k: &KillRecord) -> Self {
+        KillKey {
+            killer: match k.killer.kind {
+                crate::record::KillerKind::KernelOom => "kernel_oom",
+                crate::record::KillerKind::Userspace => "process",
+            }
+            .into(),
+            constraint: k.killer.constraint.clone().unwrap_or_default(),
+            cgroup: k
+                .memcg
+                .as_ref()
+                .map(|m| m.path.clone())
+                .or_else(|| k.victim.memcg.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    fn labels(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("namespace", String::new()),
+            ("pod", String::new()),
+            ("container", String::new()),
+            ("cgroup", self.cgroup.clone()),
+            ("constraint", self.constraint.clone()),
+            ("killer", self.killer.clone()),
+        ]
+    }
+}
+
+/// How long a kernel OOM kill waits for the kernel's report (which names
+/// its constraint) before it is counted with what its tracepoint gave.
+pub const REPORT_WAIT: Duration = Duration::from_secs(3);
+
+/// Per series: kills (aggregated SIGKILL storms count each victim) and
+/// the latest one's wall time, seconds. A kernel OOM kill stored before
+/// the kernel's report joined it waits for the report (at most
+/// [`REPORT_WAIT`]), so its series has the kernel's constraint and cgroup:
+/// a counter never moves from one series to another.
+#[derive(Debug, Default)]
+pub struct KillCounts {
+    series: Mutex<BTreeMap<KillKey, (u64, f64)>>,
+    pending: Mutex<HashMap<i64, (Instant, KillKey, u64, f64)>>,
+}
+
+fn weight(k: &KillRecord) -> (KillKey, u64, f64) {
+    let n = k.aggregate.as_ref().map(|a| a.count.max(1)).unwrap_or(1);
+    (KillKey::of(k), n, k.ts_ns as f64 / 1e9)
+}
+
+impl KillCounts {
+    /// Counts one kill as it is (a record read back from the store).
+    pub fn count(&self, k: &KillRecord) {
+        let (key, n, at) = weight(k);
+        self.add(key, n, at);
+    }
+
+    fn add(&self, key: KillKey, n: u64, at: f64) {
+        let mut s = self.series.lock().unwrap_or_else(|e| e.into_inner());
+        let e = s.entry(key).or_default();
+        e.0 += n;
+        e.1 = e.1.max(at);
+    }
+
+    /// A kill just stored: counted now, or once its report joins.
+    pub fn stored(&self, id: i64, k: &KillRecord, now: Instant) {
+        let awaiting = k.killer.kind == crate::record::KillerKind::KernelOom
+            && k.gaps
+                .iter()
+                .any(|g| matches!(g, crate::record::Gap::AwaitingReport));
+        if awaiting {
+            let (key, n, at) = weight(k);
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            p.insert(id, (now, key, n, at));
+        } else {
+            self.count(k);
+        }
+    }
+
+    /// A stored kill completed: counted with its final series if it waited.
+    pub fn updated(&self, id: i64, k: &KillRecord) {
+        let waited = {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            p.remove(&id).is_some()
+        };
+        if waited {
+            self.count(k);
+        }
+    }
+
+    /// Counts the kills that waited longer than [`REPORT_WAIT`].
+    pub fn settle(&self, now: Instant) {
+        let due: Vec<(KillKey, u64, f64)> = {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let ids: Vec<i64> = p
+                .iter()
+                .filter(|(_, (t, ..))| now.duration_since(*t) >= REPORT_WAIT)
+                .map(|(id, _)| *id)
+                .collect();
+            ids.iter()
+                .filter_map(|id| p.remove(id))
+                .map(|(_, k, n, at)| (k, n, at))
+                .collect()
+        };
+        for (k, n, at) in due {
+            self.add(k, n, at);
+        }
+    }
+
+    fn snapshot(&self) -> Vec<(KillKey, (u64, f64))> {
+        self.settle(Instant::now());
+        let s = self.series.lock().unwrap_or_else(|e| e.into_inner());
+        s.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+}
+
+/// Counts the stored kills into [`KillCounts`] (an exporter lane: it sees
+/// a kill once it is durable).
+pub struct KillCounter(pub Arc<KillCounts>);
+
+impl Exporter for KillCounter {
+    fn name(&self) -> &str {
+        "metrics"
+    }
+
+    fn export(&mut self, item: &Exported) -> std::io::Result<()> {
+        match item {
+            Exported::Kill { id, record } => self.0.stored(*id, record, Instant::now()),
+            Exported::KillUpdated { id, record } => self.0.updated(*id, record),
+            Exported::GpuOom { .. } => {}
+        }
+        Ok(())
+    }
+}
+
+/// What a scrape reads.
+#[derive(Debug)]
+struct Source {
+    metrics: Arc<Metrics>,
+    kills: Arc<KillCounts>,
+    store: PathBuf,
+}
+
+fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
+    let c = ConstCounter::new(v);
+    let m = e.encode_descriptor(name, help, None, c.metric_type())?;
+    c.encode(m)
+}
+
+fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> std::fmt::Result {
+    let g = ConstGauge::new(v);
+    let m = e.encode_descriptor(name, help, None, g.metric_type())?;
+    g.encode(m)
+}
+
+impl Collector for Source {
+    fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
+        let m = self.metrics.snapshot();
+        let kills = self.kills.snapshot();
+        {
+            let c = ConstCounter::new(0u64);
+            let mut f = e.encode_descriptor(
+                "tracer_kills",
+                "Processes killed for memory, by killer, constraint and memory cgroup (from the kills the recorder stored).",
+                None,
+                c.metric_type(),
+            )?;
+            for (k, (n, _)) in &kills {
+                ConstCounter::new(*n).encode(f.encode_family(&k.labels())?)?;
+            }
+        }
+        {
+            let g = ConstGauge::new(0.0f64);
+            let mut f = e.encode_descriptor(
+                "tracer_last_oom_kill_timestamp_seconds",
+                "Wall time of the latest kill of each series, seconds since the epoch.",
+                None,
+                g.metric_type(),
+            )?;
+            for (k, (_, at)) in &kills {
+                ConstGauge::new(*at).encode(f.encode_family(&k.labels())?)?;
+            }
+        }
+        counter(
+            &mut e,
+            "tracer_events",
+            "Kernel events the recorder handled.",
+            m.events,
+        )?;
+        {
+            let c = ConstCounter::new(0u64);
+            let mut f = e.encode_descriptor(
+                "tracer_events_dropped",
+                "Kernel events lost because a ring buffer was full, by ring.",
+                None,
+                c.metric_type(),
+            )?;
+            for (ring, n) in [
+                ("oom", m.drops_oom),
+                ("critical", m.drops_critical),
+                ("data", m.drops_data),
+            ] {
+                ConstCounter::new(n).encode(f.encode_family(&[("ring", ring)])?)?;
+            }
+        }
+        counter(
+            &mut e,
+            "tracer_kill_records",
+            "Kill records stored (a folded SIGKILL storm is one).",
+            m.kills,
+        )?;
+        counter(
+            &mut e,
+            "tracer_gpu_oom_errors",
+            "CUDA out-of-memory errors stored.",
+            m.gpu_ooms,
+        )?;
+        counter(
+            &mut e,
+            "tracer_nvml_samples",
+            "NVML samples taken.",
+            m.nvml_samples,
+        )?;
+        gauge(
+            &mut e,
+            "tracer_nvml_last_sample_duration_seconds",
+            "How long the latest NVML sample took.",
+            m.nvml_last_us as f64 / 1e6,
+        )?;
+        gauge(
+            &mut e,
+            "tracer_last_kill_commit_latency_seconds",
+            "From the kernel's stamp of the latest kill to its durable commit.",
+            m.last_kill_commit_us as f64 / 1e6,
+        )?;
+        gauge(
+            &mut e,
+            "tracer_store_size_bytes",
+            "Size of the store's database file.",
+            std::fs::metadata(&self.store)
+                .map(|m| m.len() as f64)
+                .unwrap_or(0.0),
+        )?;
+        {
+            let g = ConstGauge::new(1i64);
+            let mut f = e.encode_descriptor(
+                "tracer_build_info",
+                "The recorder's version (always 1).",
+                None,
+                g.metric_type(),
+            )?;
+            g.encode(f.encode_family(&[("version", env!("CARGO_PKG_VERSION"))])?)?;
+        }
+        Ok(())
+    }
+}
+
+/// The running endpoint.
+pub struct MetricsServer {
+    server: Arc<tiny_http::Server>,
+    thread: Option<JoinHandle<()>>,
+    /// Where it listens.
+    pub addr: SocketAddr,
+}
+
+impl MetricsServer {
+    /// Listens on `addr` (loopback only unless `allow_remote`) and serves
+    /// `/metrics` on a thread of its own.
+    pub fn start(
+        addr: SocketAddr,
+        allow_remote: bool,
+        metrics: Arc<Metrics>,
+        kills: Arc<KillCounts>,
+        store: PathBuf,
+    ) -> Result<Self, MetricsError> {
+        if !addr.ip().is_loopback() && !allow_remote {
+            return Err(MetricsError::Remote(addr));
+        }
+        let server = tiny_http::Server::http(addr).map_err(|e| MetricsError::Bind {
+            addr,
+            why: e.to_string(),
+        })?;
+        let server = Arc::new(server);
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Source {
+            metrics,
+            kills,
+            store,
+        }));
+        let s = server.clone();
+        let thread = std::thread::Builder::new()
+            .name("tracer-metrics".into())
+            .spawn(move || serve(&s, &registry))
+            .map_err(|e| MetricsError::Bind {
+                addr,
+                why: e.to_string(),
+            })?;
+        Ok(Self {
+            server,
+            thread: Some(thread),
+            addr,
+        })
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The OpenMetrics text of `registry`.
+pub fn render(registry: &Registry) -> String {
+    let mut body = String::new();
+    if prometheus_client::encoding::text::encode(&mut body, registry).is_err() {
+        body.clear();
+    }
+    body
+}
+
+/// The Prometheus text format (0.0.4) of an OpenMetrics text: a counter's
+/// HELP and TYPE name its samples' `_total` name, and there is no `# EOF`.
+pub fn to_prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        match renamed {
+            Some(l) => out.push_str(&l),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn serve(server: &tiny_http::Server, registry: &Registry) {
+    const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    const PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
+    for req in server.incoming_requests() {
+        let path = req.url().split('?').next().unwrap_or("");
+        let resp = if req.method() != &tiny_http::Method::Get {
+            tiny_http::Response::from_string("only GET\n").with_status_code(405)
+        } else if path == "/metrics" {
+            // OpenMetrics when the scraper asks for it (Prometheus does),
+            // the Prometheus text format otherwise.
+            let openmetrics = req.headers().iter().any(|h| {
+                h.field.equiv("Accept") && h.value.as_str().contains("application/openmetrics-text")
+            });
+            let body = render(registry);
+            let (ct, body) = if openmetrics {
+                (OPENMETRICS, body)
+            } else {
+                (PROMETHEUS, to_prometheus_text(&body))
+            };
+            let ct = tiny_http::Header::from_bytes("Content-Type", ct).expect("a valid header");
+            tiny_http::Response::from_string(body).with_header(ct)
+        } else if path == "/" || path == "/healthz" {
+            tiny_http::Response::from_string("tracer: metrics at /metrics\n")
+        } else {
+            tiny_http::Response::from_string("not found\n").with_status_code(404)
+        };
+        let _ = req.respond(resp);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Killer, KillerKind, MemcgAtKill};
+
+    fn kill(kind: KillerKind, constraint: Option<&str>, cgroup: &str, ts_s: i64) -> KillRecord {
+        KillRecord {
+            ts_ns: ts_s * 1_000_000_000,
+            killer: Killer {
+                kind,
+                constraint: constraint.map(String::from),
+                ..Default::default()
+            },
+            memcg: Some(MemcgAtKill {
+                path: cgroup.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn kills_and_self_metrics_are_exposed_with_their_labels() {
+        let metrics = Arc::new(Metrics::default());
+        Metrics::add(&metrics.events, 42);
+        Metrics::add(&metrics.drops_data, 3);
+        let kills = Arc::new(KillCounts::default());
+        kills.count(&kill(
+            KillerKind::KernelOom,
+            Some("memcg"),
+            "/kubepods/pod1/ctr",
+            100,
+        ));
+        kills.count(&kill(
+            KillerKind::KernelOom,
+            Some("memcg"),
+            "/kubepods/pod1/ctr",
+            160,
+        ));
+        kills.count(&kill(KillerKind::Userspace, None, "/system.slice/x", 50));
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Source {
+            metrics,
+            kills,
+            store: "/nonexistent/tracer.db".into(),
+        }));
+        let text = render(&registry);
+        for want in [
+            "# TYPE tracer_kills counter",
+            "tracer_kills_total{namespace=\"\",pod=\"\",container=\"\",cgroup=\"/kubepods/pod1/ctr\",constraint=\"memcg\",killer=\"kernel_oom\"} 2",
+            "tracer_kills_total{namespace=\"\",pod=\"\",container=\"\",cgroup=\"/system.slice/x\",constraint=\"\",killer=\"process\"} 1",
+            "tracer_last_oom_kill_timestamp_seconds{namespace=\"\",pod=\"\",container=\"\",cgroup=\"/kubepods/pod1/ctr\",constraint=\"memcg\",killer=\"kernel_oom\"} 160.0",
+            "tracer_events_total 42",
+            "tracer_events_dropped_total{ring=\"data\"} 3",
+            "tracer_store_size_bytes 0.0",
+            "tracer_build_info{version=\"",
+            "# EOF",
+        ] {
+            assert!(text.contains(want), "{want} not in\n{text}");
+        }
+        let prom = to_prometheus_text(&text);
+        assert!(
+            prom.contains("# TYPE tracer_kills_total counter\n"),
+            "{prom}"
+        );
+        assert!(
+            prom.contains("# HELP tracer_events_total Kernel events"),
+            "{prom}"
+        );
+        assert!(
+            prom.contains("# TYPE tracer_store_size_bytes gauge\n"),
+            "{prom}"
+        );
+        assert!(!prom.contains("# EOF"), "{prom}");
+    }
+
+    #[test]
+    fn a_kernel_kill_waits_for_its_report_so_its_series_never_moves() {
+        let counts = KillCounts::default();
+        let t0 = Instant::now();
+        let mut first = kill(KillerKind::KernelOom, Some("global"), "/a", 10);
+        first.gaps.push(crate::record::Gap::AwaitingReport);
+        counts.stored(1, &first, t0);
+        assert!(
+            counts.series.lock().unwrap().is_empty(),
+            "waits for the report"
+        );
+        let joined = kill(KillerKind::KernelOom, Some("memcg"), "/a", 10);
+        counts.updated(1, &joined);
+        counts.updated(1, &joined);
+        let s = counts.series.lock().unwrap().clone();
+        assert_eq!(s.len(), 1);
+        let (k, (n, _)) = s.iter().next().unwrap();
+        assert_eq!(
+            (k.constraint.as_str(), *n),
+            ("memcg", 1),
+            "counted once, as the report says"
+        );
+        // No report: counted as it was once the wait is over.
+        counts.stored(2, &first, t0);
+        counts.settle(t0 + REPORT_WAIT / 2);
+        assert_eq!(counts.series.lock().unwrap().len(), 1);
+        counts.settle(t0 + REPORT_WAIT);
+        let s = counts.series.lock().unwrap().clone();
+        assert_eq!(s.len(), 2);
+        // Userspace kills have no report to wait for.
+        counts.stored(3, &kill(KillerKind::Userspace, None, "/b", 11), t0);
+        assert_eq!(counts.series.lock().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn a_remote_address_needs_the_flag() {
+        let m = Arc::new(Metrics::default());
+        let k = Arc::new(KillCounts::default());
+        let addr: SocketAddr = "0.0.0.0:0".parse().unwrap();
+        let e = MetricsServer::start(addr, false, m, k, "/x".into())
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("--metrics-allow-remote"), "{e}");
+    }
+}
