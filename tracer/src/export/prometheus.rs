@@ -31,7 +31,7 @@ use prometheus_client::{
 };
 
 use super::{Exported, Exporter};
-use crate::{record::KillRecord, recorder::metrics::Metrics};
+use crate::record::{KillRecord, MetricsSnapshot};
 
 /// The endpoint could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -199,10 +199,16 @@ impl Exporter for KillCounter {
     }
 }
 
+/// The recorder's shared counters, as a scrape reads them.
+pub trait CounterSource: std::fmt::Debug + Send + Sync + 'static {
+    /// Every counter now.
+    fn counters(&self) -> MetricsSnapshot;
+}
+
 /// What a scrape reads.
 #[derive(Debug)]
 struct Source {
-    metrics: Arc<Metrics>,
+    metrics: Arc<dyn CounterSource>,
     kills: Arc<KillCounts>,
     store: PathBuf,
 }
@@ -221,7 +227,7 @@ fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> std::fmt:
 
 impl Collector for Source {
     fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
-        let m = self.metrics.snapshot();
+        let m = self.metrics.counters();
         let kills = self.kills.snapshot();
         {
             let c = ConstCounter::new(0u64);
@@ -335,7 +341,7 @@ impl MetricsServer {
     pub fn start(
         addr: SocketAddr,
         allow_remote: bool,
-        metrics: Arc<Metrics>,
+        metrics: Arc<dyn CounterSource>,
         kills: Arc<KillCounts>,
         store: PathBuf,
     ) -> Result<Self, MetricsError> {
@@ -451,6 +457,15 @@ mod tests {
     use super::*;
     use crate::record::{Killer, KillerKind, MemcgAtKill};
 
+    #[derive(Debug)]
+    struct Fixed(MetricsSnapshot);
+
+    impl CounterSource for Fixed {
+        fn counters(&self) -> MetricsSnapshot {
+            self.0
+        }
+    }
+
     fn kill(kind: KillerKind, constraint: Option<&str>, cgroup: &str, ts_s: i64) -> KillRecord {
         KillRecord {
             ts_ns: ts_s * 1_000_000_000,
@@ -469,9 +484,11 @@ mod tests {
 
     #[test]
     fn kills_and_self_metrics_are_exposed_with_their_labels() {
-        let metrics = Arc::new(Metrics::default());
-        Metrics::add(&metrics.events, 42);
-        Metrics::add(&metrics.drops_data, 3);
+        let metrics = Arc::new(Fixed(MetricsSnapshot {
+            events: 42,
+            drops_data: 3,
+            ..Default::default()
+        }));
         let kills = Arc::new(KillCounts::default());
         kills.count(&kill(
             KillerKind::KernelOom,
@@ -558,7 +575,7 @@ mod tests {
 
     #[test]
     fn a_remote_address_needs_the_flag() {
-        let m = Arc::new(Metrics::default());
+        let m = Arc::new(Fixed(MetricsSnapshot::default()));
         let k = Arc::new(KillCounts::default());
         let addr: SocketAddr = "0.0.0.0:0".parse().unwrap();
         let e = MetricsServer::start(addr, false, m, k, "/x".into())

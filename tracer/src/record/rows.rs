@@ -62,3 +62,28 @@ pub struct LedgerSnapshot {
     /// The ledger.
     pub ledger: crate::model::ledger::LedgerSummary,
 }
+
+/// A reading of the recorder's shared counters (`recorder::metrics::Metrics`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct MetricsSnapshot {
+    /// Events handled.
+    pub events: u64,
+    /// Kill records committed.
+    pub kills: u64,
+    /// Userspace kills folded into aggregates.
+    pub folded_kills: u64,
+    /// GPU out-of-memory records committed.
+    pub gpu_ooms: u64,
+    /// Events lost on the critical ring.
+    pub drops_critical: u64,
+    /// Events lost on the data ring.
+    pub drops_data: u64,
+    /// Events lost on the OOM ring.
+    pub drops_oom: u64,
+    /// NVML samples taken.
+    pub nvml_samples: u64,
+    /// How long the last NVML sample took, µs.
+    pub nvml_last_us: u64,
+    /// Kernel stamp to commit of the last kill, µs.
+    pub last_kill_commit_us: u64,
+}

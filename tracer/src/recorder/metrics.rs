@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::Serialize;
+pub use crate::record::MetricsSnapshot;
 
 /// Counters the engine keeps current (relaxed atomics: each is exact, a
 /// reading of several is not one instant).
@@ -29,31 +29,6 @@ pub struct Metrics {
     pub nvml_last_us: AtomicU64,
     /// Microseconds from the kernel's stamp of the last kill to its commit.
     pub last_kill_commit_us: AtomicU64,
-}
-
-/// A reading of [`Metrics`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct MetricsSnapshot {
-    /// Events handled.
-    pub events: u64,
-    /// Kill records committed.
-    pub kills: u64,
-    /// Userspace kills folded into aggregates.
-    pub folded_kills: u64,
-    /// GPU out-of-memory records committed.
-    pub gpu_ooms: u64,
-    /// Events lost on the critical ring.
-    pub drops_critical: u64,
-    /// Events lost on the data ring.
-    pub drops_data: u64,
-    /// Events lost on the OOM ring.
-    pub drops_oom: u64,
-    /// NVML samples taken.
-    pub nvml_samples: u64,
-    /// How long the last NVML sample took, µs.
-    pub nvml_last_us: u64,
-    /// Kernel stamp to commit of the last kill, µs.
-    pub last_kill_commit_us: u64,
 }
 
 impl Metrics {
@@ -82,5 +57,11 @@ impl Metrics {
             nvml_last_us: r(&self.nvml_last_us),
             last_kill_commit_us: r(&self.last_kill_commit_us),
         }
+    }
+}
+
+impl crate::export::prometheus::CounterSource for Metrics {
+    fn counters(&self) -> MetricsSnapshot {
+        self.snapshot()
     }
 }
