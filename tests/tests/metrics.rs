@@ -205,3 +205,79 @@ fn bad_metrics_addresses_are_refused_clearly() {
     assert!(err.contains("--metrics-allow-remote"), "{err}");
     drop(taken);
 }
+
+#[test]
+fn gpu_memory_per_device_and_container_with_the_simulated_nvml() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let env = vec![
+        (
+            "SIMCUDA_STATE",
+            dir.path().join("gpu.state").display().to_string(),
+        ),
+        ("SIMCUDA_DEVICE_MEM", (4096 * MIB).to_string()),
+        ("SIMNVML_CONTEXT_BYTES", (300 * MIB).to_string()),
+    ];
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let nvml = tracer_e2e::simcuda_dir().join("libnvidia-ml.so.1");
+    let rec = Recorder::start_env(
+        &store,
+        &[
+            "--cuda",
+            "--nvml-lib",
+            nvml.to_str().unwrap(),
+            "--metrics",
+            &addr,
+        ],
+        &env,
+    );
+    let cg = TestCgroup::new("metricsgpu", 1024 * MIB);
+    let d = tracer_e2e::simcuda_dir();
+    let mut cmd = cg.command(d.join("cudaload"));
+    cmd.arg(d.join("libcudart.so.12"))
+        .arg(d.join("libcuda.so.1"))
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+    let mut target = tracer_e2e::CudaLoad::spawn(cmd);
+    wait_for(Duration::from_secs(15), || {
+        let log = rec.log();
+        (log.contains("CUDA: attached to") && log.contains("libcudart.so.12")).then_some(())
+    })
+    .unwrap_or_else(|| panic!("CUDA never attached: {}", rec.log()));
+    target.ok("setdevice 0");
+    target.ok("malloc 268435456");
+    let series = |body: &str, name: &str, extra: &str| -> Option<f64> {
+        body.lines()
+            .find(|l| l.starts_with(&format!("{name}{{gpu=\"0\"")) && l.contains(extra))?
+            .rsplit(' ')
+            .next()?
+            .parse()
+            .ok()
+    };
+    let container = format!("container=\"{}\"", cg.path);
+    let body = wait_for(Duration::from_secs(15), || {
+        let b = scrape(port)?;
+        (series(&b, "tracer_gpu_container_traced_bytes", &container) == Some(268435456.0))
+            .then_some(b)
+    })
+    .unwrap_or_else(|| panic!("no traced bytes for {}: {:?}", cg.path, scrape(port)));
+    assert_eq!(
+        series(&body, "tracer_gpu_container_memory_bytes", &container),
+        Some((256 + 300) as f64 * MIB as f64),
+        "{body}"
+    );
+    assert_eq!(
+        series(&body, "tracer_gpu_memory_total_bytes", ""),
+        Some(4096.0 * MIB as f64)
+    );
+    assert_eq!(
+        series(&body, "tracer_gpu_memory_untraced_bytes", ""),
+        Some(300.0 * MIB as f64),
+        "the context NVML charges and no call accounts for: {body}"
+    );
+    target.exit();
+    rec.stop();
+}

@@ -413,11 +413,14 @@ async fn record(
     engine.set_exporters(exporters);
     let _metrics_server = match (args.metrics, kill_counts) {
         (Some(addr), Some(counts)) => {
+            let gpu = Arc::new(crate::export::prometheus::GpuGauges::default());
+            engine.set_gpu_gauges(gpu.clone());
             let server = crate::export::prometheus::MetricsServer::start(
                 addr,
                 args.metrics_allow_remote,
                 engine.metrics(),
                 counts,
+                gpu,
                 args.store.path.clone(),
             )?;
             tracing::info!("metrics at http://{}/metrics", server.addr);

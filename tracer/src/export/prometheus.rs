@@ -199,6 +199,25 @@ impl Exporter for KillCounter {
     }
 }
 
+/// The latest GPU picture the recorder built (NVML beside the traced
+/// ledgers), for a scrape to read; replaced at every NVML sample.
+#[derive(Debug, Default)]
+pub struct GpuGauges {
+    view: Mutex<Option<crate::record::GpuView>>,
+}
+
+impl GpuGauges {
+    /// Publishes the latest picture.
+    pub fn set(&self, view: &crate::record::GpuView) {
+        let mut v = self.view.lock().unwrap_or_else(|e| e.into_inner());
+        *v = Some(view.clone());
+    }
+
+    fn get(&self) -> Option<crate::record::GpuView> {
+        self.view.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
 /// The recorder's shared counters, as a scrape reads them.
 pub trait CounterSource: std::fmt::Debug + Send + Sync + 'static {
     /// Every counter now.
@@ -210,7 +229,103 @@ pub trait CounterSource: std::fmt::Debug + Send + Sync + 'static {
 struct Source {
     metrics: Arc<dyn CounterSource>,
     kills: Arc<KillCounts>,
+    gpu: Arc<GpuGauges>,
     store: PathBuf,
+}
+
+/// A gauge family: one series per (labels, value).
+fn gauges(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Vec<(&'static str, String)>, f64)],
+) -> std::fmt::Result {
+    if series.is_empty() {
+        return Ok(());
+    }
+    let g = ConstGauge::new(0.0f64);
+    let mut f = e.encode_descriptor(name, help, None, g.metric_type())?;
+    for (labels, v) in series {
+        ConstGauge::new(*v).encode(f.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+impl Source {
+    /// Per device (labels as DCGM's exporter names them: `gpu`, `UUID`,
+    /// `pci_bus_id`) and per container on a device.
+    fn encode_gpu(&self, e: &mut DescriptorEncoder) -> std::fmt::Result {
+        let Some(view) = self.gpu.get() else {
+            return Ok(());
+        };
+        let dev = |d: &crate::record::DevicePicture| {
+            vec![
+                ("gpu", d.device.to_string()),
+                ("UUID", d.uuid.clone()),
+                ("pci_bus_id", d.pci_bus_id.clone()),
+            ]
+        };
+        let per = |f: fn(&crate::record::DevicePicture) -> f64| {
+            view.devices
+                .iter()
+                .map(|d| (dev(d), f(d)))
+                .collect::<Vec<_>>()
+        };
+        gauges(
+            e,
+            "tracer_gpu_memory_used_bytes",
+            "Device memory in use, per NVML.",
+            &per(|d| d.used as f64),
+        )?;
+        gauges(
+            e,
+            "tracer_gpu_memory_free_bytes",
+            "Device memory free, per NVML.",
+            &per(|d| d.free as f64),
+        )?;
+        gauges(
+            e,
+            "tracer_gpu_memory_total_bytes",
+            "Device memory, per NVML.",
+            &per(|d| d.total as f64),
+        )?;
+        gauges(
+            e,
+            "tracer_gpu_memory_untraced_bytes",
+            "What NVML charges the processes on a device beyond what their traced CUDA calls hold (contexts, other libraries, processes not traced).",
+            &per(|d| {
+                d.processes
+                    .iter()
+                    .filter_map(|p| p.unexplained)
+                    .sum::<u64>() as f64
+            }),
+        )?;
+        let container = |d: &crate::record::DevicePicture, c: &crate::record::ContainerGpu| {
+            let mut l = dev(d);
+            l.push(("container", c.name.clone()));
+            l
+        };
+        let mut nvml = Vec::new();
+        let mut traced = Vec::new();
+        for d in &view.devices {
+            for c in &d.containers {
+                nvml.push((container(d, c), c.nvml_used as f64));
+                traced.push((container(d, c), c.traced_device as f64));
+            }
+        }
+        gauges(
+            e,
+            "tracer_gpu_container_memory_bytes",
+            "Device memory NVML charges the processes of a container (or memory cgroup) on a device.",
+            &nvml,
+        )?;
+        gauges(
+            e,
+            "tracer_gpu_container_traced_bytes",
+            "Device memory the traced CUDA calls of a container's processes hold on a device.",
+            &traced,
+        )
+    }
 }
 
 fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
@@ -253,6 +368,7 @@ impl Collector for Source {
                 ConstGauge::new(*at).encode(f.encode_family(&k.labels())?)?;
             }
         }
+        self.encode_gpu(&mut e)?;
         counter(
             &mut e,
             "tracer_events",
@@ -343,6 +459,7 @@ impl MetricsServer {
         allow_remote: bool,
         metrics: Arc<dyn CounterSource>,
         kills: Arc<KillCounts>,
+        gpu: Arc<GpuGauges>,
         store: PathBuf,
     ) -> Result<Self, MetricsError> {
         if !addr.ip().is_loopback() && !allow_remote {
@@ -357,6 +474,7 @@ impl MetricsServer {
         registry.register_collector(Box::new(Source {
             metrics,
             kills,
+            gpu,
             store,
         }));
         let s = server.clone();
@@ -504,9 +622,29 @@ mod tests {
         ));
         kills.count(&kill(KillerKind::Userspace, None, "/system.slice/x", 50));
         let mut registry = Registry::default();
+        let gpu = Arc::new(GpuGauges::default());
+        gpu.set(&crate::record::GpuView {
+            devices: vec![crate::record::DevicePicture {
+                device: 0,
+                uuid: "GPU-1".into(),
+                pci_bus_id: "00000000:01:00.0".into(),
+                total: 4 << 30,
+                used: 3 << 30,
+                free: 1 << 30,
+                containers: vec![crate::record::ContainerGpu {
+                    name: "docker 8f3c5d9e0b1a".into(),
+                    device: 0,
+                    nvml_used: 2 << 30,
+                    traced_device: 1 << 30,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        });
         registry.register_collector(Box::new(Source {
             metrics,
             kills,
+            gpu,
             store: "/nonexistent/tracer.db".into(),
         }));
         let text = render(&registry);
@@ -518,6 +656,8 @@ mod tests {
             "tracer_events_total 42",
             "tracer_events_dropped_total{ring=\"data\"} 3",
             "tracer_store_size_bytes 0.0",
+            "tracer_gpu_memory_used_bytes{gpu=\"0\",UUID=\"GPU-1\",pci_bus_id=\"00000000:01:00.0\"} 3221225472.0",
+            "tracer_gpu_container_traced_bytes{gpu=\"0\",UUID=\"GPU-1\",pci_bus_id=\"00000000:01:00.0\",container=\"docker 8f3c5d9e0b1a\"} 1073741824.0",
             "tracer_build_info{version=\"",
             "# EOF",
         ] {
@@ -578,7 +718,8 @@ mod tests {
         let m = Arc::new(Fixed(MetricsSnapshot::default()));
         let k = Arc::new(KillCounts::default());
         let addr: SocketAddr = "0.0.0.0:0".parse().unwrap();
-        let e = MetricsServer::start(addr, false, m, k, "/x".into())
+        let g = Arc::new(GpuGauges::default());
+        let e = MetricsServer::start(addr, false, m, k, g, "/x".into())
             .err()
             .expect("refused");
         assert!(e.to_string().contains("--metrics-allow-remote"), "{e}");

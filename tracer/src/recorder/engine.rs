@@ -151,6 +151,7 @@ pub struct Engine {
     gpu_ooms: Vec<CudaCall>,
     /// NVML's latest picture, joined with the model and the ledgers.
     gpu_view: Option<GpuView>,
+    gpu_gauges: Option<Arc<crate::export::prometheus::GpuGauges>>,
     /// Why there is no GPU picture, when there is none.
     nvml_missing: Option<String>,
     /// Recent Xid errors: (PCI address as logged, note).
@@ -233,6 +234,7 @@ impl Engine {
             pressure: None,
             gpu_ooms: Vec::new(),
             gpu_view: None,
+            gpu_gauges: None,
             nvml_missing: None,
             xids: Vec::new(),
             sample_now: None,
@@ -784,8 +786,16 @@ impl Engine {
                 self.store.update_gpu_oom(id, &rec)?;
             }
         }
+        if let Some(g) = &self.gpu_gauges {
+            g.set(&view);
+        }
         self.gpu_view = Some(view);
         Ok(())
+    }
+
+    /// Where each GPU picture is published for the metrics endpoint.
+    pub fn set_gpu_gauges(&mut self, g: Arc<crate::export::prometheus::GpuGauges>) {
+        self.gpu_gauges = Some(g);
     }
 
     /// Kills committed in the last few seconds get their victim's GPU
