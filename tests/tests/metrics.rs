@@ -281,3 +281,25 @@ fn gpu_memory_per_device_and_container_with_the_simulated_nvml() {
     target.exit();
     rec.stop();
 }
+
+#[test]
+fn the_shipped_alert_rules_pass_promtool_check_and_their_unit_tests() {
+    let Some(promtool) = promtool() else { return };
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/prometheus");
+    for args in [
+        &["check", "rules", "tracer-rules.yml"][..],
+        &["test", "rules", "tracer-rules.test.yml"][..],
+    ] {
+        let out = Command::new(&promtool)
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .expect("run promtool");
+        assert!(
+            out.status.success(),
+            "promtool {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
