@@ -75,6 +75,89 @@ fn promtool() -> Option<PathBuf> {
     None
 }
 
+/// A real Prometheus server (Debian's, unpacked by `cargo xtask setup`)
+/// scraping `target` every second, on loopback; stopped when dropped.
+struct PromServer {
+    child: std::process::Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl PromServer {
+    fn start(target: &str) -> Self {
+        let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../target/prometheus/root/usr/bin/prometheus");
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: tracer\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let port = free_port();
+        let child = Command::new(bin)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start prometheus");
+        Self {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+
+    /// The values of an instant PromQL query, as (labels JSON, value).
+    fn query(&self, promql: &str) -> Option<Vec<(serde_json::Value, String)>> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        let q: String = promql
+            .bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'-' | b'.' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        s.write_all(
+            format!("GET /api/v1/query?query={q} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes(),
+        )
+        .ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        let (_, body) = out.split_once("\r\n\r\n")?;
+        let v: serde_json::Value = serde_json::from_str(body).ok()?;
+        Some(
+            v["data"]["result"]
+                .as_array()?
+                .iter()
+                .map(|r| {
+                    (
+                        r["metric"].clone(),
+                        r["value"][1].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for PromServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn kill_line(body: &str, cgroup: &str) -> Option<String> {
     body.lines()
         .find(|l| {
@@ -86,7 +169,7 @@ fn kill_line(body: &str, cgroup: &str) -> Option<String> {
 }
 
 #[test]
-fn a_kill_is_counted_once_durable_checked_by_promtool_and_kept_across_a_restart() {
+fn a_kill_is_counted_once_durable_scraped_by_prometheus_and_kept_across_a_restart() {
     if !privileged() {
         return;
     }
@@ -148,6 +231,22 @@ fn a_kill_is_counted_once_durable_checked_by_promtool_and_kept_across_a_restart(
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    // A real Prometheus server scrapes it, and PromQL finds the kill.
+    let prom = PromServer::start(&addr);
+    let promql = format!(
+        "tracer_kills_total{{killer=\"kernel_oom\",constraint=\"memcg\",cgroup=\"{}\"}}",
+        cg.path
+    );
+    let found = wait_for(Duration::from_secs(30), || {
+        prom.query(&promql).filter(|r| !r.is_empty())
+    })
+    .unwrap_or_else(|| panic!("Prometheus never had {promql}: up = {:?}", prom.query("up")));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].1, "1", "{found:?}");
+    assert_eq!(found[0].0["job"], "tracer");
+    let up = prom.query("up{job=\"tracer\"}").unwrap();
+    assert_eq!(up[0].1, "1", "{up:?}");
+    drop(prom);
     rec.stop();
     // A new recorder on the same store starts from the kills it holds.
     let port2 = free_port();
