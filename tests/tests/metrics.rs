@@ -210,6 +210,12 @@ fn a_kill_is_counted_once_durable_scraped_by_prometheus_and_kept_across_a_restar
         "{body}"
     );
     assert!(body.contains("tracer_events_total "), "{body}");
+    let committed: u64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("tracer_kill_commit_latency_seconds_count "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no commit latency histogram: {body}"));
+    assert!(committed >= 1, "the kill's commit latency is counted: {body}");
     // promtool's own parser and lint rules on a live scrape.
     let mut check = Command::new(&promtool)
         .args(["check", "metrics"])

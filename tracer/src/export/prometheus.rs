@@ -415,6 +415,27 @@ impl Collector for Source {
             "How long the latest NVML sample took.",
             m.nvml_last_us as f64 / 1e6,
         )?;
+        {
+            let mut f = e.encode_descriptor(
+                "tracer_kill_commit_latency_seconds",
+                "From the kernel's stamp of a kill to its durable commit in the store.",
+                None,
+                prometheus_client::metrics::MetricType::Histogram,
+            )?;
+            let buckets: Vec<(f64, u64)> = crate::record::KILL_COMMIT_BUCKETS_US
+                .iter()
+                .map(|b| *b as f64 / 1e6)
+                .chain([f64::MAX]) // the encoder writes it as +Inf
+                .zip(m.kill_commit_buckets)
+                .collect();
+            let count = m.kill_commit_buckets.iter().sum();
+            f.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                m.kill_commit_sum_us as f64 / 1e6,
+                count,
+                &buckets,
+                None,
+            )?;
+        }
         gauge(
             &mut e,
             "tracer_last_kill_commit_latency_seconds",
@@ -602,9 +623,14 @@ mod tests {
 
     #[test]
     fn kills_and_self_metrics_are_exposed_with_their_labels() {
+        let mut buckets = [0; crate::record::KILL_COMMIT_BUCKETS_US.len() + 1];
+        buckets[1] = 2; // two kills of 0.5 to 1 ms
+        buckets[5] = 1; // one of 10 to 20 ms
         let metrics = Arc::new(Fixed(MetricsSnapshot {
             events: 42,
             drops_data: 3,
+            kill_commit_buckets: buckets,
+            kill_commit_sum_us: 13_000,
             ..Default::default()
         }));
         let kills = Arc::new(KillCounts::default());
@@ -654,6 +680,12 @@ mod tests {
             "tracer_kills_total{namespace=\"\",pod=\"\",container=\"\",cgroup=\"/system.slice/x\",constraint=\"\",killer=\"process\"} 1",
             "tracer_last_oom_kill_timestamp_seconds{namespace=\"\",pod=\"\",container=\"\",cgroup=\"/kubepods/pod1/ctr\",constraint=\"memcg\",killer=\"kernel_oom\"} 160.0",
             "tracer_events_total 42",
+            "tracer_kill_commit_latency_seconds_bucket{le=\"0.0005\"} 0",
+            "tracer_kill_commit_latency_seconds_bucket{le=\"0.001\"} 2",
+            "tracer_kill_commit_latency_seconds_bucket{le=\"0.02\"} 3",
+            "tracer_kill_commit_latency_seconds_bucket{le=\"+Inf\"} 3",
+            "tracer_kill_commit_latency_seconds_count 3",
+            "tracer_kill_commit_latency_seconds_sum 0.013",
             "tracer_events_dropped_total{ring=\"data\"} 3",
             "tracer_store_size_bytes 0.0",
             "tracer_gpu_memory_used_bytes{gpu=\"0\",UUID=\"GPU-1\",pci_bus_id=\"00000000:01:00.0\"} 3221225472.0",

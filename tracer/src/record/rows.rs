@@ -86,4 +86,15 @@ pub struct MetricsSnapshot {
     pub nvml_last_us: u64,
     /// Kernel stamp to commit of the last kill, µs.
     pub last_kill_commit_us: u64,
+    /// Kills by commit latency: counts per bucket of
+    /// [`KILL_COMMIT_BUCKETS_US`] (not cumulative), the last for the rest.
+    pub kill_commit_buckets: [u64; KILL_COMMIT_BUCKETS_US.len() + 1],
+    /// Sum of the kill commit latencies, µs.
+    pub kill_commit_sum_us: u64,
 }
+
+/// Upper bounds of the kill commit latency buckets, µs: around the 10 ms
+/// p99 target, and its failures.
+pub const KILL_COMMIT_BUCKETS_US: [u64; 9] = [
+    500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 1_000_000,
+];

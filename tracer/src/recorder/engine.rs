@@ -984,7 +984,7 @@ impl Engine {
                 }
                 let us = (done - t).max(0) as u64 / 1000;
                 self.summary.kill_commit_us.push(us);
-                Metrics::set(&self.metrics.last_kill_commit_us, us);
+                self.metrics.kill_committed(us);
             }
             Metrics::add(&self.metrics.kills, 1);
             tracing::info!(

@@ -29,12 +29,27 @@ pub struct Metrics {
     pub nvml_last_us: AtomicU64,
     /// Microseconds from the kernel's stamp of the last kill to its commit.
     pub last_kill_commit_us: AtomicU64,
+    /// Kills per commit latency bucket (`record::KILL_COMMIT_BUCKETS_US`).
+    pub kill_commit_buckets: [AtomicU64; crate::record::KILL_COMMIT_BUCKETS_US.len() + 1],
+    /// Sum of the kill commit latencies, µs.
+    pub kill_commit_sum_us: AtomicU64,
 }
 
 impl Metrics {
     /// Adds `n` to a counter.
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts one kill's commit latency.
+    pub fn kill_committed(&self, us: u64) {
+        let i = crate::record::KILL_COMMIT_BUCKETS_US
+            .iter()
+            .position(|b| us <= *b)
+            .unwrap_or(crate::record::KILL_COMMIT_BUCKETS_US.len());
+        Self::add(&self.kill_commit_buckets[i], 1);
+        Self::add(&self.kill_commit_sum_us, us);
+        Self::set(&self.last_kill_commit_us, us);
     }
 
     /// Sets a gauge.
@@ -56,6 +71,8 @@ impl Metrics {
             nvml_samples: r(&self.nvml_samples),
             nvml_last_us: r(&self.nvml_last_us),
             last_kill_commit_us: r(&self.last_kill_commit_us),
+            kill_commit_buckets: std::array::from_fn(|i| r(&self.kill_commit_buckets[i])),
+            kill_commit_sum_us: r(&self.kill_commit_sum_us),
         }
     }
 }
