@@ -215,7 +215,10 @@ fn a_kill_is_counted_once_durable_scraped_by_prometheus_and_kept_across_a_restar
         .find_map(|l| l.strip_prefix("tracer_kill_commit_latency_seconds_count "))
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no commit latency histogram: {body}"));
-    assert!(committed >= 1, "the kill's commit latency is counted: {body}");
+    assert!(
+        committed >= 1,
+        "the kill's commit latency is counted: {body}"
+    );
     // promtool's own parser and lint rules on a live scrape.
     let mut check = Command::new(&promtool)
         .args(["check", "metrics"])
@@ -407,4 +410,53 @@ fn the_shipped_alert_rules_pass_promtool_check_and_their_unit_tests() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+#[test]
+fn a_containers_memory_cgroup_is_a_series_and_a_plain_cgroup_is_not() {
+    if !privileged() {
+        return;
+    }
+    const ID: &str = "cccc3333cccc3333cccc3333cccc3333cccc3333cccc3333cccc3333cccc3333";
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let rec = Recorder::start_with(&store, &["--metrics", &addr]);
+    let ctr = TestCgroup::container(ID, 96 * MIB);
+    let plain = TestCgroup::new("metricsplain", 96 * MIB);
+    let mut procs = Vec::new();
+    for cg in [&ctr, &plain] {
+        let mut cmd = cg.command("sleep");
+        cmd.arg("60");
+        procs.push(Proc::spawn(cmd));
+    }
+    let label = format!("cgroup=\"{}\"", ctr.path);
+    let body = wait_for(Duration::from_secs(15), || {
+        let b = scrape(port)?;
+        b.lines()
+            .any(|l| l.starts_with("tracer_memcg_limit_bytes{") && l.contains(&label))
+            .then_some(b)
+    })
+    .unwrap_or_else(|| panic!("no series for {}: {:?}", ctr.path, scrape(port)));
+    let limit = body
+        .lines()
+        .find(|l| l.starts_with("tracer_memcg_limit_bytes{") && l.contains(&label))
+        .unwrap();
+    assert!(
+        limit.contains("container=\"docker cccc3333cccc\""),
+        "{limit}"
+    );
+    assert!(limit.ends_with(&format!(" {}.0", 96 * MIB)), "{limit}");
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("tracer_memcg_usage_bytes{") && l.contains(&label)),
+        "{body}"
+    );
+    assert!(
+        !body.contains(&plain.path),
+        "a cgroup of no container has no series: {body}"
+    );
+    drop(procs);
+    rec.stop();
 }

@@ -415,12 +415,15 @@ async fn record(
         (Some(addr), Some(counts)) => {
             let gpu = Arc::new(crate::export::prometheus::GpuGauges::default());
             engine.set_gpu_gauges(gpu.clone());
+            let memcg = Arc::new(crate::export::prometheus::MemcgGauges::default());
+            engine.set_memcg_gauges(memcg.clone());
             let server = crate::export::prometheus::MetricsServer::start(
                 addr,
                 args.metrics_allow_remote,
                 engine.metrics(),
                 counts,
                 gpu,
+                memcg,
                 args.store.path.clone(),
             )?;
             tracing::info!("metrics at http://{}/metrics", server.addr);

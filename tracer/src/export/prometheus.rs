@@ -218,6 +218,40 @@ impl GpuGauges {
     }
 }
 
+/// One sampled memory cgroup of a container or pod.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemcgGauge {
+    /// The cgroup path.
+    pub cgroup: String,
+    /// The container (`docker 8f3c5d9e0b1a`, `pod …`).
+    pub container: String,
+    /// Usage, bytes.
+    pub usage: u64,
+    /// Limit, bytes (None: unlimited).
+    pub limit: Option<u64>,
+    /// Times the limit was hit (v1 `failcnt`, v2 `memory.events max`).
+    pub failcnt: Option<u64>,
+}
+
+/// The latest samples of the memory cgroups that belong to a container or
+/// a pod (only those: a series per cgroup of every process would not be
+/// bounded), replaced at every sampling tick.
+#[derive(Debug, Default)]
+pub struct MemcgGauges {
+    list: Mutex<Vec<MemcgGauge>>,
+}
+
+impl MemcgGauges {
+    /// Publishes the latest samples.
+    pub fn set(&self, list: Vec<MemcgGauge>) {
+        *self.list.lock().unwrap_or_else(|e| e.into_inner()) = list;
+    }
+
+    fn get(&self) -> Vec<MemcgGauge> {
+        self.list.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
 /// The recorder's shared counters, as a scrape reads them.
 pub trait CounterSource: std::fmt::Debug + Send + Sync + 'static {
     /// Every counter now.
@@ -230,6 +264,7 @@ struct Source {
     metrics: Arc<dyn CounterSource>,
     kills: Arc<KillCounts>,
     gpu: Arc<GpuGauges>,
+    memcg: Arc<MemcgGauges>,
     store: PathBuf,
 }
 
@@ -252,6 +287,54 @@ fn gauges(
 }
 
 impl Source {
+    /// Usage, limit and failures of the memory cgroups of containers.
+    fn encode_memcg(&self, e: &mut DescriptorEncoder) -> std::fmt::Result {
+        let list = self.memcg.get();
+        let labels = |m: &MemcgGauge| {
+            vec![
+                ("namespace", String::new()),
+                ("pod", String::new()),
+                ("container", m.container.clone()),
+                ("cgroup", m.cgroup.clone()),
+            ]
+        };
+        let usage: Vec<_> = list.iter().map(|m| (labels(m), m.usage as f64)).collect();
+        let limit: Vec<_> = list
+            .iter()
+            .filter_map(|m| Some((labels(m), m.limit? as f64)))
+            .collect();
+        gauges(
+            e,
+            "tracer_memcg_usage_bytes",
+            "Memory a container's cgroup uses.",
+            &usage,
+        )?;
+        gauges(
+            e,
+            "tracer_memcg_limit_bytes",
+            "A container's memory cgroup limit.",
+            &limit,
+        )?;
+        let fails: Vec<_> = list
+            .iter()
+            .filter_map(|m| Some((labels(m), m.failcnt?)))
+            .collect();
+        if fails.is_empty() {
+            return Ok(());
+        }
+        let c = ConstCounter::new(0u64);
+        let mut f = e.encode_descriptor(
+            "tracer_memcg_failcnt",
+            "Times a container's memory cgroup hit its limit (each one a reclaim, maybe an OOM kill).",
+            None,
+            c.metric_type(),
+        )?;
+        for (l, n) in &fails {
+            ConstCounter::new(*n).encode(f.encode_family(l)?)?;
+        }
+        Ok(())
+    }
+
     /// Per device (labels as DCGM's exporter names them: `gpu`, `UUID`,
     /// `pci_bus_id`) and per container on a device.
     fn encode_gpu(&self, e: &mut DescriptorEncoder) -> std::fmt::Result {
@@ -368,6 +451,7 @@ impl Collector for Source {
                 ConstGauge::new(*at).encode(f.encode_family(&k.labels())?)?;
             }
         }
+        self.encode_memcg(&mut e)?;
         self.encode_gpu(&mut e)?;
         counter(
             &mut e,
@@ -481,6 +565,7 @@ impl MetricsServer {
         metrics: Arc<dyn CounterSource>,
         kills: Arc<KillCounts>,
         gpu: Arc<GpuGauges>,
+        memcg: Arc<MemcgGauges>,
         store: PathBuf,
     ) -> Result<Self, MetricsError> {
         if !addr.ip().is_loopback() && !allow_remote {
@@ -496,6 +581,7 @@ impl MetricsServer {
             metrics,
             kills,
             gpu,
+            memcg,
             store,
         }));
         let s = server.clone();
@@ -667,10 +753,19 @@ mod tests {
                 ..Default::default()
             }],
         });
+        let memcg = Arc::new(MemcgGauges::default());
+        memcg.set(vec![MemcgGauge {
+            cgroup: "/docker/8f3c".into(),
+            container: "docker 8f3c5d9e0b1a".into(),
+            usage: 1 << 20,
+            limit: Some(1 << 30),
+            failcnt: Some(7),
+        }]);
         registry.register_collector(Box::new(Source {
             metrics,
             kills,
             gpu,
+            memcg,
             store: "/nonexistent/tracer.db".into(),
         }));
         let text = render(&registry);
@@ -680,6 +775,9 @@ mod tests {
             "tracer_kills_total{namespace=\"\",pod=\"\",container=\"\",cgroup=\"/system.slice/x\",constraint=\"\",killer=\"process\"} 1",
             "tracer_last_oom_kill_timestamp_seconds{namespace=\"\",pod=\"\",container=\"\",cgroup=\"/kubepods/pod1/ctr\",constraint=\"memcg\",killer=\"kernel_oom\"} 160.0",
             "tracer_events_total 42",
+            "tracer_memcg_usage_bytes{namespace=\"\",pod=\"\",container=\"docker 8f3c5d9e0b1a\",cgroup=\"/docker/8f3c\"} 1048576.0",
+            "tracer_memcg_limit_bytes{namespace=\"\",pod=\"\",container=\"docker 8f3c5d9e0b1a\",cgroup=\"/docker/8f3c\"} 1073741824.0",
+            "tracer_memcg_failcnt_total{namespace=\"\",pod=\"\",container=\"docker 8f3c5d9e0b1a\",cgroup=\"/docker/8f3c\"} 7",
             "tracer_kill_commit_latency_seconds_bucket{le=\"0.0005\"} 0",
             "tracer_kill_commit_latency_seconds_bucket{le=\"0.001\"} 2",
             "tracer_kill_commit_latency_seconds_bucket{le=\"0.02\"} 3",
@@ -751,7 +849,8 @@ mod tests {
         let k = Arc::new(KillCounts::default());
         let addr: SocketAddr = "0.0.0.0:0".parse().unwrap();
         let g = Arc::new(GpuGauges::default());
-        let e = MetricsServer::start(addr, false, m, k, g, "/x".into())
+        let c = Arc::new(MemcgGauges::default());
+        let e = MetricsServer::start(addr, false, m, k, g, c, "/x".into())
             .err()
             .expect("refused");
         assert!(e.to_string().contains("--metrics-allow-remote"), "{e}");

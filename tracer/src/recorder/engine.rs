@@ -152,6 +152,7 @@ pub struct Engine {
     /// NVML's latest picture, joined with the model and the ledgers.
     gpu_view: Option<GpuView>,
     gpu_gauges: Option<Arc<crate::export::prometheus::GpuGauges>>,
+    memcg_gauges: Option<Arc<crate::export::prometheus::MemcgGauges>>,
     /// Why there is no GPU picture, when there is none.
     nvml_missing: Option<String>,
     /// Recent Xid errors: (PCI address as logged, note).
@@ -235,6 +236,7 @@ impl Engine {
             gpu_ooms: Vec::new(),
             gpu_view: None,
             gpu_gauges: None,
+            memcg_gauges: None,
             nvml_missing: None,
             xids: Vec::new(),
             sample_now: None,
@@ -793,6 +795,38 @@ impl Engine {
         Ok(())
     }
 
+    /// Where each tick's samples of containers' memory cgroups are
+    /// published for the metrics endpoint.
+    pub fn set_memcg_gauges(&mut self, g: Arc<crate::export::prometheus::MemcgGauges>) {
+        self.memcg_gauges = Some(g);
+    }
+
+    /// The latest sample of each of `paths` that belongs to a container or
+    /// a pod.
+    fn container_memcgs(
+        &self,
+        paths: &std::collections::BTreeSet<String>,
+        now: i64,
+    ) -> Vec<crate::export::prometheus::MemcgGauge> {
+        paths
+            .iter()
+            .filter_map(|path| {
+                let owner = crate::model::cgroup::owner_of(path);
+                if owner.container_id.is_none() && owner.pod_uid.is_none() {
+                    return None;
+                }
+                let s = self.sampler.window(path, now - 60_000_000_000).pop()?;
+                Some(crate::export::prometheus::MemcgGauge {
+                    cgroup: path.clone(),
+                    container: owner.short().unwrap_or_default(),
+                    usage: s.usage_bytes,
+                    limit: s.limit_bytes,
+                    failcnt: s.failcnt,
+                })
+            })
+            .collect()
+    }
+
     /// Where each GPU picture is published for the metrics endpoint.
     pub fn set_gpu_gauges(&mut self, g: Arc<crate::export::prometheus::GpuGauges>) {
         self.gpu_gauges = Some(g);
@@ -1134,6 +1168,9 @@ impl Engine {
         paths.extend(self.opts.cgroups.iter().cloned());
         self.sampler
             .sample(paths.iter().map(String::as_str), &counters, now);
+        if let Some(g) = &self.memcg_gauges {
+            g.set(self.container_memcgs(&paths, now));
+        }
         self.heap_on_pressure(&paths, now);
         self.read_drops(now)?;
         self.commit_storms(now, false)?;
