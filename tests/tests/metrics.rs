@@ -210,6 +210,14 @@ fn a_kill_is_counted_once_durable_scraped_by_prometheus_and_kept_across_a_restar
         "{body}"
     );
     assert!(body.contains("tracer_events_total "), "{body}");
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("tracer_oom_kills_total{")
+                && l.contains(&format!("cgroup=\"{}\"", cg.path))
+                && l.contains("constraint=\"memcg\"")
+                && l.ends_with(" 1")),
+        "{body}"
+    );
     let committed: u64 = body
         .lines()
         .find_map(|l| l.strip_prefix("tracer_kill_commit_latency_seconds_count "))

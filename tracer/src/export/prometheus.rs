@@ -54,7 +54,8 @@ pub enum MetricsError {
 /// One kill series: who killed, under which constraint, in which cgroup.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct KillKey {
-    /// `kernel_oom` or `process` (a SIGKILL sent from userspace).
+    /// `kernel_oom`, the userspace OOM killers by name (`systemd_oomd`,
+    /// `kubelet`, `earlyoom`), or `process` (any other SIGKILL sender).
     pub killer: String,
     /// The kernel's OOM constraint (`memcg`, `global`, `cpuset`,
     /// `mempolicy`); empty for userspace kills.
@@ -63,15 +64,27 @@ pub struct KillKey {
     pub cgroup: String,
 }
 
+/// The `killer` label of a kill: the kernel, a userspace OOM killer known
+/// by its name, or another process.
+pub fn killer_name(k: &KillRecord) -> &'static str {
+    match k.killer.kind {
+        crate::record::KillerKind::KernelOom => "kernel_oom",
+        crate::record::KillerKind::Userspace => {
+            match k.killer.sender.as_ref().map(|s| s.comm.as_str()) {
+                Some("systemd-oomd") => "systemd_oomd",
+                Some("kubelet") => "kubelet",
+                Some("earlyoom") => "earlyoom",
+                _ => "process",
+            }
+        }
+    }
+}
+
 impl KillKey {
     /// The series a stored kill counts in.
     pub fn of(k: &KillRecord) -> Self {
         KillKey {
-            killer: match k.killer.kind {
-                crate::record::KillerKind::KernelOom => "kernel_oom",
-                crate::record::KillerKind::Userspace => "process",
-            }
-            .into(),
+            killer: killer_name(k).into(),
             constraint: k.killer.constraint.clone().unwrap_or_default(),
             cgroup: k
                 .memcg
@@ -440,6 +453,23 @@ impl Collector for Source {
             }
         }
         {
+            // The kernel's OOM kills alone, as cAdvisor's
+            // container_oom_events_total counts them, but kept per cgroup
+            // across container restarts and recorder restarts.
+            let c = ConstCounter::new(0u64);
+            let mut f = e.encode_descriptor(
+                "tracer_oom_kills",
+                "Processes the kernel OOM killer killed, by constraint and memory cgroup.",
+                None,
+                c.metric_type(),
+            )?;
+            for (k, (n, _)) in kills.iter().filter(|(k, _)| k.killer == "kernel_oom") {
+                let mut labels = k.labels();
+                labels.retain(|(name, _)| *name != "killer");
+                ConstCounter::new(*n).encode(f.encode_family(&labels)?)?;
+            }
+        }
+        {
             let g = ConstGauge::new(0.0f64);
             let mut f = e.encode_descriptor(
                 "tracer_last_oom_kill_timestamp_seconds",
@@ -775,6 +805,7 @@ mod tests {
             "tracer_kills_total{namespace=\"\",pod=\"\",container=\"\",cgroup=\"/system.slice/x\",constraint=\"\",killer=\"process\"} 1",
             "tracer_last_oom_kill_timestamp_seconds{namespace=\"\",pod=\"\",container=\"\",cgroup=\"/kubepods/pod1/ctr\",constraint=\"memcg\",killer=\"kernel_oom\"} 160.0",
             "tracer_events_total 42",
+            "tracer_oom_kills_total{namespace=\"\",pod=\"\",container=\"\",cgroup=\"/kubepods/pod1/ctr\",constraint=\"memcg\"} 2",
             "tracer_memcg_usage_bytes{namespace=\"\",pod=\"\",container=\"docker 8f3c5d9e0b1a\",cgroup=\"/docker/8f3c\"} 1048576.0",
             "tracer_memcg_limit_bytes{namespace=\"\",pod=\"\",container=\"docker 8f3c5d9e0b1a\",cgroup=\"/docker/8f3c\"} 1073741824.0",
             "tracer_memcg_failcnt_total{namespace=\"\",pod=\"\",container=\"docker 8f3c5d9e0b1a\",cgroup=\"/docker/8f3c\"} 7",
@@ -841,6 +872,26 @@ mod tests {
         // Userspace kills have no report to wait for.
         counts.stored(3, &kill(KillerKind::Userspace, None, "/b", 11), t0);
         assert_eq!(counts.series.lock().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn userspace_oom_killers_are_named() {
+        let by = |comm: &str| {
+            let mut k = kill(KillerKind::Userspace, None, "/x", 1);
+            k.killer.sender = Some(crate::record::ProcRef {
+                comm: comm.into(),
+                ..Default::default()
+            });
+            killer_name(&k)
+        };
+        assert_eq!(by("systemd-oomd"), "systemd_oomd");
+        assert_eq!(by("kubelet"), "kubelet");
+        assert_eq!(by("earlyoom"), "earlyoom");
+        assert_eq!(by("bash"), "process");
+        assert_eq!(
+            killer_name(&kill(KillerKind::KernelOom, Some("memcg"), "/x", 1)),
+            "kernel_oom"
+        );
     }
 
     #[test]
