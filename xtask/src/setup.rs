@@ -79,8 +79,9 @@ pub fn run() -> anyhow::Result<()> {
 
 /// Debian packages the end-to-end tests run against: jemalloc and tcmalloc,
 /// preloaded in place of glibc's malloc by the heap and growth tests,
-/// musl-gcc, Debian's CPython (the growth tests name its frames), and
-/// `<sys/sdt.h>` for the test program with PyTorch's USDT probes.
+/// musl-gcc, Debian's CPython (the growth tests name its frames),
+/// `<sys/sdt.h>` for the test program with PyTorch's USDT probes, and
+/// `systemd-analyze` for the shipped unit.
 fn test_packages() -> anyhow::Result<()> {
     let wanted = [
         ("libjemalloc2", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
@@ -94,6 +95,7 @@ fn test_packages() -> anyhow::Result<()> {
             "systemtap-sdt-dev",
             "/usr/include/x86_64-linux-gnu/sys/sdt.h",
         ),
+        ("systemd", "/usr/bin/systemd-analyze"),
     ];
     let missing: Vec<&str> = wanted
         .iter()
