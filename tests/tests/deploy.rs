@@ -47,3 +47,80 @@ fn the_systemd_unit_passes_systemd_analyze_verify_without_a_warning() {
         String::from_utf8_lossy(&help.stderr)
     );
 }
+
+/// PyPI's kubernetes-validate and its Python, set up by `cargo xtask setup`.
+fn pytools() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/pytools/bin");
+    if dir.join("kubernetes-validate").exists() {
+        return Some(dir);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{} missing: cargo xtask setup installs it",
+        dir.display()
+    );
+    eprintln!("skipped: no kubernetes-validate (run cargo xtask setup)");
+    None
+}
+
+#[test]
+fn the_kubernetes_manifests_validate_and_agree_with_each_other() {
+    let Some(bin) = pytools() else { return };
+    let k8s = deploy().join("kubernetes");
+    let out = Command::new(bin.join("kubernetes-validate"))
+        .arg("--strict")
+        .arg(k8s.join("daemonset.yaml"))
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("passed for resource daemonset/tracer"),
+        "{said}"
+    );
+    // The PodMonitor is a CRD the validator has no schema for: check that it
+    // selects the DaemonSet's pods and names a port they have, and that the
+    // probes and the recorder's arguments agree.
+    let check = r#"
+import sys, yaml
+ds = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d["kind"] == "DaemonSet"][0]
+pm = yaml.safe_load(open(sys.argv[2]))
+pod = ds["spec"]["template"]
+labels = pod["metadata"]["labels"]
+assert all(labels.get(k) == v for k, v in pm["spec"]["selector"]["matchLabels"].items()), "selector"
+c = pod["spec"]["containers"][0]
+ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+for ep in pm["spec"]["podMetricsEndpoints"]:
+    assert ep["port"] in ports, ep
+assert c["livenessProbe"]["httpGet"]["port"] in ports
+metrics = [a for a in c["args"] if a.startswith("--metrics=")][0]
+assert metrics.endswith(":%d" % ports["metrics"]), metrics
+assert "--metrics-allow-remote" in c["args"]
+assert pod["spec"]["hostPID"] is True and c["securityContext"]["privileged"] is True
+print("ok", " ".join(c["args"]))
+"#;
+    let out = Command::new(bin.join("python"))
+        .arg("-c")
+        .arg(check)
+        .arg(k8s.join("daemonset.yaml"))
+        .arg(k8s.join("podmonitor.yaml"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The recorder takes those arguments.
+    let args = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut argv: Vec<&str> = args.trim().split(' ').skip(1).collect();
+    argv.push("--help");
+    let help = Command::new(tracer_bin()).args(&argv).output().unwrap();
+    assert!(
+        help.status.success(),
+        "{}",
+        String::from_utf8_lossy(&help.stderr)
+    );
+}

@@ -20,6 +20,8 @@ const CUDA_WHEEL: &str = "nvidia-cuda-runtime-cu12==12.9.79";
 const DRIVER_PACKAGES: [&str; 2] = ["libcuda1", "libnvidia-ml1"];
 /// Debian's archive and the suite the driver packages come from.
 const DRIVER_SOURCE: &str = "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm non-free";
+/// The manifests' validator from PyPI.
+const KUBERNETES_VALIDATE: &str = "1.37.0";
 /// Where Debian's `prometheus` (promtool and the server) comes from.
 const PROMETHEUS_SOURCE: &str = "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm main";
 
@@ -69,6 +71,7 @@ pub fn run() -> anyhow::Result<()> {
     cuda_wheel()?;
     driver_libraries()?;
     prometheus()?;
+    python_tools()?;
     test_packages()?;
     eprintln!(
         "xtask: setup done (nightly + rust-src, bpf-linker {BPF_LINKER}, {CUDA_WHEEL}, {}, prometheus)",
@@ -195,6 +198,22 @@ fn prometheus() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The Kubernetes manifests' offline schema validator (PyPI's
+/// kubernetes-validate) in a virtual environment of its own:
+/// target/pytools/bin/kubernetes-validate.
+fn python_tools() -> anyhow::Result<()> {
+    let dir = crate::root().join("target/pytools");
+    if dir.join("bin/kubernetes-validate").exists() {
+        return Ok(());
+    }
+    sh(Command::new("python3").args(["-m", "venv"]).arg(&dir))?;
+    sh(Command::new(dir.join("bin/pip")).args([
+        "install",
+        "--quiet",
+        &format!("kubernetes-validate=={KUBERNETES_VALIDATE}"),
+    ]))
 }
 
 /// Downloads `packages` from `source` and unpacks them with `dpkg-deb -x`
