@@ -394,6 +394,20 @@ fn gpu_memory_per_device_and_container_with_the_simulated_nvml() {
         Some(300.0 * MIB as f64),
         "the context NVML charges and no call accounts for: {body}"
     );
+    // A failed allocation is counted by function and error.
+    assert_eq!(target.cmd("malloc 17179869184"), "err 2");
+    let failures = wait_for(Duration::from_secs(10), || {
+        scrape(port)?
+            .lines()
+            .find(|l| {
+                l.starts_with(
+                    "tracer_cuda_allocation_failures_total{function=\"cudaMalloc\",error=\"2\"}",
+                )
+            })
+            .map(String::from)
+    })
+    .expect("the failure is counted");
+    assert!(failures.ends_with(" 1"), "{failures}");
     target.exit();
     rec.stop();
 }

@@ -413,17 +413,14 @@ async fn record(
     engine.set_exporters(exporters);
     let _metrics_server = match (args.metrics, kill_counts) {
         (Some(addr), Some(counts)) => {
-            let gpu = Arc::new(crate::export::prometheus::GpuGauges::default());
-            engine.set_gpu_gauges(gpu.clone());
-            let memcg = Arc::new(crate::export::prometheus::MemcgGauges::default());
-            engine.set_memcg_gauges(memcg.clone());
+            let feeds = crate::export::prometheus::Feeds::new(engine.metrics(), counts);
+            engine.set_gpu_gauges(feeds.gpu.clone());
+            engine.set_memcg_gauges(feeds.memcg.clone());
+            engine.set_counts(feeds.counts.clone());
             let server = crate::export::prometheus::MetricsServer::start(
                 addr,
                 args.metrics_allow_remote,
-                engine.metrics(),
-                counts,
-                gpu,
-                memcg,
+                feeds,
                 args.store.path.clone(),
             )?;
             tracing::info!("metrics at http://{}/metrics", server.addr);

@@ -231,6 +231,49 @@ impl GpuGauges {
     }
 }
 
+/// Counters by label set, for events the engine counts as they come
+/// (GPU Xid errors, failed CUDA allocations). The label sets are bounded
+/// by what they name: PCI addresses and Xid codes, error codes and the
+/// probed functions.
+#[derive(Debug, Default)]
+pub struct LabeledCounts {
+    series: Mutex<BTreeMap<Vec<(&'static str, String)>, u64>>,
+}
+
+impl LabeledCounts {
+    /// Adds one to the series of `labels`.
+    pub fn inc(&self, labels: Vec<(&'static str, String)>) {
+        let mut s = self.series.lock().unwrap_or_else(|e| e.into_inner());
+        *s.entry(labels).or_default() += 1;
+    }
+
+    fn encode(&self, e: &mut DescriptorEncoder, name: &str, help: &str) -> std::fmt::Result {
+        let s = self
+            .series
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if s.is_empty() {
+            return Ok(());
+        }
+        let c = ConstCounter::new(0u64);
+        let mut f = e.encode_descriptor(name, help, None, c.metric_type())?;
+        for (labels, n) in &s {
+            ConstCounter::new(*n).encode(f.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// What the engine counts for the endpoint as it goes.
+#[derive(Debug, Default)]
+pub struct EngineCounts {
+    /// NVIDIA Xid errors from the kernel log, by PCI address and code.
+    pub xids: LabeledCounts,
+    /// Failed CUDA allocations, by function and error code.
+    pub cuda_failures: LabeledCounts,
+}
+
 /// One sampled memory cgroup of a container or pod.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MemcgGauge {
@@ -278,6 +321,7 @@ struct Source {
     kills: Arc<KillCounts>,
     gpu: Arc<GpuGauges>,
     memcg: Arc<MemcgGauges>,
+    counts: Arc<EngineCounts>,
     store: PathBuf,
 }
 
@@ -483,6 +527,16 @@ impl Collector for Source {
         }
         self.encode_memcg(&mut e)?;
         self.encode_gpu(&mut e)?;
+        self.counts.cuda_failures.encode(
+            &mut e,
+            "tracer_cuda_allocation_failures",
+            "CUDA allocations that failed, by function and error code (2: out of memory).",
+        )?;
+        self.counts.xids.encode(
+            &mut e,
+            "tracer_gpu_xid_errors",
+            "NVIDIA Xid errors in the kernel log, by PCI address and Xid code.",
+        )?;
         counter(
             &mut e,
             "tracer_events",
@@ -578,6 +632,34 @@ impl Collector for Source {
     }
 }
 
+/// What the endpoint reads: the recorder's counters, the stored kills, and
+/// what the engine publishes as it goes.
+pub struct Feeds {
+    /// The recorder's shared counters.
+    pub metrics: Arc<dyn CounterSource>,
+    /// Kills, per series.
+    pub kills: Arc<KillCounts>,
+    /// The latest GPU picture.
+    pub gpu: Arc<GpuGauges>,
+    /// The latest samples of containers' memory cgroups.
+    pub memcg: Arc<MemcgGauges>,
+    /// Xids and failed CUDA allocations.
+    pub counts: Arc<EngineCounts>,
+}
+
+impl Feeds {
+    /// Feeds for `metrics` and `kills`, the rest empty until published.
+    pub fn new(metrics: Arc<dyn CounterSource>, kills: Arc<KillCounts>) -> Self {
+        Self {
+            metrics,
+            kills,
+            gpu: Arc::default(),
+            memcg: Arc::default(),
+            counts: Arc::default(),
+        }
+    }
+}
+
 /// The running endpoint.
 pub struct MetricsServer {
     server: Arc<tiny_http::Server>,
@@ -592,10 +674,7 @@ impl MetricsServer {
     pub fn start(
         addr: SocketAddr,
         allow_remote: bool,
-        metrics: Arc<dyn CounterSource>,
-        kills: Arc<KillCounts>,
-        gpu: Arc<GpuGauges>,
-        memcg: Arc<MemcgGauges>,
+        feeds: Feeds,
         store: PathBuf,
     ) -> Result<Self, MetricsError> {
         if !addr.ip().is_loopback() && !allow_remote {
@@ -608,10 +687,11 @@ impl MetricsServer {
         let server = Arc::new(server);
         let mut registry = Registry::default();
         registry.register_collector(Box::new(Source {
-            metrics,
-            kills,
-            gpu,
-            memcg,
+            metrics: feeds.metrics,
+            kills: feeds.kills,
+            gpu: feeds.gpu,
+            memcg: feeds.memcg,
+            counts: feeds.counts,
             store,
         }));
         let s = server.clone();
@@ -791,11 +871,25 @@ mod tests {
             limit: Some(1 << 30),
             failcnt: Some(7),
         }]);
+        let counts = Arc::new(EngineCounts::default());
+        counts.xids.inc(vec![
+            ("pci_bus_id", "0000:3b:00".into()),
+            ("xid", "79".into()),
+        ]);
+        counts.cuda_failures.inc(vec![
+            ("function", "cudaMalloc".into()),
+            ("error", "2".into()),
+        ]);
+        counts.cuda_failures.inc(vec![
+            ("function", "cudaMalloc".into()),
+            ("error", "2".into()),
+        ]);
         registry.register_collector(Box::new(Source {
             metrics,
             kills,
             gpu,
             memcg,
+            counts,
             store: "/nonexistent/tracer.db".into(),
         }));
         let text = render(&registry);
@@ -805,6 +899,8 @@ mod tests {
             "tracer_kills_total{namespace=\"\",pod=\"\",container=\"\",cgroup=\"/system.slice/x\",constraint=\"\",killer=\"process\"} 1",
             "tracer_last_oom_kill_timestamp_seconds{namespace=\"\",pod=\"\",container=\"\",cgroup=\"/kubepods/pod1/ctr\",constraint=\"memcg\",killer=\"kernel_oom\"} 160.0",
             "tracer_events_total 42",
+            "tracer_gpu_xid_errors_total{pci_bus_id=\"0000:3b:00\",xid=\"79\"} 1",
+            "tracer_cuda_allocation_failures_total{function=\"cudaMalloc\",error=\"2\"} 2",
             "tracer_oom_kills_total{namespace=\"\",pod=\"\",container=\"\",cgroup=\"/kubepods/pod1/ctr\",constraint=\"memcg\"} 2",
             "tracer_memcg_usage_bytes{namespace=\"\",pod=\"\",container=\"docker 8f3c5d9e0b1a\",cgroup=\"/docker/8f3c\"} 1048576.0",
             "tracer_memcg_limit_bytes{namespace=\"\",pod=\"\",container=\"docker 8f3c5d9e0b1a\",cgroup=\"/docker/8f3c\"} 1073741824.0",
@@ -899,9 +995,7 @@ mod tests {
         let m = Arc::new(Fixed(MetricsSnapshot::default()));
         let k = Arc::new(KillCounts::default());
         let addr: SocketAddr = "0.0.0.0:0".parse().unwrap();
-        let g = Arc::new(GpuGauges::default());
-        let c = Arc::new(MemcgGauges::default());
-        let e = MetricsServer::start(addr, false, m, k, g, c, "/x".into())
+        let e = MetricsServer::start(addr, false, Feeds::new(m, k), "/x".into())
             .err()
             .expect("refused");
         assert!(e.to_string().contains("--metrics-allow-remote"), "{e}");

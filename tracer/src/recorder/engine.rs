@@ -153,6 +153,7 @@ pub struct Engine {
     gpu_view: Option<GpuView>,
     gpu_gauges: Option<Arc<crate::export::prometheus::GpuGauges>>,
     memcg_gauges: Option<Arc<crate::export::prometheus::MemcgGauges>>,
+    counts: Option<Arc<crate::export::prometheus::EngineCounts>>,
     /// Why there is no GPU picture, when there is none.
     nvml_missing: Option<String>,
     /// Recent Xid errors: (PCI address as logged, note).
@@ -237,6 +238,7 @@ impl Engine {
             gpu_view: None,
             gpu_gauges: None,
             memcg_gauges: None,
+            counts: None,
             nvml_missing: None,
             xids: Vec::new(),
             sample_now: None,
@@ -660,6 +662,15 @@ impl Engine {
     /// memory API (segments, not single tensors), and allocations of 64 MiB
     /// or more. Out-of-memory failures wait for the calls before them.
     fn on_cuda(&mut self, c: &CudaCall, ev: &Event) -> Result<(), StoreError> {
+        if c.ret != 0
+            && cuda::allocates(c.func)
+            && let Some(n) = &self.counts
+        {
+            n.cuda_failures.inc(vec![
+                ("function", cuda::name(c.func).to_string()),
+                ("error", c.ret.to_string()),
+            ]);
+        }
         if c.ret == cuda::OUT_OF_MEMORY && cuda::allocates(c.func) {
             self.gpu_ooms.push(*c);
             self.buffer.push(self.row(ev));
@@ -716,6 +727,12 @@ impl Engine {
     fn on_xid(&mut self, x: crate::collect::kmsg::Xid) -> Result<(), StoreError> {
         let ts_ns = self.clock.kmsg_to_wall(x.ts_us);
         tracing::warn!("GPU {} Xid {}: {}", x.pci, x.code, x.message);
+        if let Some(c) = &self.counts {
+            c.xids.inc(vec![
+                ("pci_bus_id", x.pci.clone()),
+                ("xid", x.code.to_string()),
+            ]);
+        }
         self.buffer.push(EventRow {
             ts_ns,
             kind: "gpu_xid".into(),
@@ -793,6 +810,12 @@ impl Engine {
         }
         self.gpu_view = Some(view);
         Ok(())
+    }
+
+    /// Where the engine counts Xids and failed CUDA allocations for the
+    /// metrics endpoint.
+    pub fn set_counts(&mut self, c: Arc<crate::export::prometheus::EngineCounts>) {
+        self.counts = Some(c);
     }
 
     /// Where each tick's samples of containers' memory cgroups are
