@@ -253,15 +253,8 @@ impl LabeledCounts {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        if s.is_empty() {
-            return Ok(());
-        }
-        let c = ConstCounter::new(0u64);
-        let mut f = e.encode_descriptor(name, help, None, c.metric_type())?;
-        for (labels, n) in &s {
-            ConstCounter::new(*n).encode(f.encode_family(labels)?)?;
-        }
-        Ok(())
+        let series: Vec<_> = s.into_iter().collect();
+        counters(e, name, help, &series)
     }
 }
 
@@ -325,6 +318,24 @@ struct Source {
     store: PathBuf,
 }
 
+/// A counter family: one series per (labels, value); none when empty.
+fn counters(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Vec<(&'static str, String)>, u64)],
+) -> std::fmt::Result {
+    if series.is_empty() {
+        return Ok(());
+    }
+    let c = ConstCounter::new(0u64);
+    let mut f = e.encode_descriptor(name, help, None, c.metric_type())?;
+    for (labels, n) in series {
+        ConstCounter::new(*n).encode(f.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
 /// A gauge family: one series per (labels, value).
 fn gauges(
     e: &mut DescriptorEncoder,
@@ -376,20 +387,12 @@ impl Source {
             .iter()
             .filter_map(|m| Some((labels(m), m.failcnt?)))
             .collect();
-        if fails.is_empty() {
-            return Ok(());
-        }
-        let c = ConstCounter::new(0u64);
-        let mut f = e.encode_descriptor(
+        counters(
+            e,
             "tracer_memcg_failcnt",
             "Times a container's memory cgroup hit its limit (each one a reclaim, maybe an OOM kill).",
-            None,
-            c.metric_type(),
-        )?;
-        for (l, n) in &fails {
-            ConstCounter::new(*n).encode(f.encode_family(l)?)?;
-        }
-        Ok(())
+            &fails,
+        )
     }
 
     /// Per device (labels as DCGM's exporter names them: `gpu`, `UUID`,
@@ -484,47 +487,38 @@ impl Collector for Source {
     fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
         let m = self.metrics.counters();
         let kills = self.kills.snapshot();
-        {
-            let c = ConstCounter::new(0u64);
-            let mut f = e.encode_descriptor(
-                "tracer_kills",
-                "Processes killed for memory, by killer, constraint and memory cgroup (from the kills the recorder stored).",
-                None,
-                c.metric_type(),
-            )?;
-            for (k, (n, _)) in &kills {
-                ConstCounter::new(*n).encode(f.encode_family(&k.labels())?)?;
-            }
-        }
-        {
-            // The kernel's OOM kills alone, as cAdvisor's
-            // container_oom_events_total counts them, but kept per cgroup
-            // across container restarts and recorder restarts.
-            let c = ConstCounter::new(0u64);
-            let mut f = e.encode_descriptor(
-                "tracer_oom_kills",
-                "Processes the kernel OOM killer killed, by constraint and memory cgroup.",
-                None,
-                c.metric_type(),
-            )?;
-            for (k, (n, _)) in kills.iter().filter(|(k, _)| k.killer == "kernel_oom") {
+        let all: Vec<_> = kills.iter().map(|(k, (n, _))| (k.labels(), *n)).collect();
+        counters(
+            &mut e,
+            "tracer_kills",
+            "Processes killed for memory, by killer, constraint and memory cgroup (from the kills the recorder stored).",
+            &all,
+        )?;
+        // The kernel's OOM kills alone, as cAdvisor's
+        // container_oom_events_total counts them, but kept per cgroup across
+        // container restarts and recorder restarts.
+        let oom: Vec<_> = kills
+            .iter()
+            .filter(|(k, _)| k.killer == "kernel_oom")
+            .map(|(k, (n, _))| {
                 let mut labels = k.labels();
                 labels.retain(|(name, _)| *name != "killer");
-                ConstCounter::new(*n).encode(f.encode_family(&labels)?)?;
-            }
-        }
-        {
-            let g = ConstGauge::new(0.0f64);
-            let mut f = e.encode_descriptor(
-                "tracer_last_oom_kill_timestamp_seconds",
-                "Wall time of the latest kill of each series, seconds since the epoch.",
-                None,
-                g.metric_type(),
-            )?;
-            for (k, (_, at)) in &kills {
-                ConstGauge::new(*at).encode(f.encode_family(&k.labels())?)?;
-            }
-        }
+                (labels, *n)
+            })
+            .collect();
+        counters(
+            &mut e,
+            "tracer_oom_kills",
+            "Processes the kernel OOM killer killed, by constraint and memory cgroup.",
+            &oom,
+        )?;
+        let last: Vec<_> = kills.iter().map(|(k, (_, at))| (k.labels(), *at)).collect();
+        gauges(
+            &mut e,
+            "tracer_last_oom_kill_timestamp_seconds",
+            "Wall time of the latest kill of each series, seconds since the epoch.",
+            &last,
+        )?;
         self.encode_memcg(&mut e)?;
         self.encode_gpu(&mut e)?;
         self.counts.cuda_failures.encode(
@@ -543,22 +537,20 @@ impl Collector for Source {
             "Kernel events the recorder handled.",
             m.events,
         )?;
-        {
-            let c = ConstCounter::new(0u64);
-            let mut f = e.encode_descriptor(
-                "tracer_events_dropped",
-                "Kernel events lost because a ring buffer was full, by ring.",
-                None,
-                c.metric_type(),
-            )?;
-            for (ring, n) in [
-                ("oom", m.drops_oom),
-                ("critical", m.drops_critical),
-                ("data", m.drops_data),
-            ] {
-                ConstCounter::new(n).encode(f.encode_family(&[("ring", ring)])?)?;
-            }
-        }
+        let drops: Vec<_> = [
+            ("oom", m.drops_oom),
+            ("critical", m.drops_critical),
+            ("data", m.drops_data),
+        ]
+        .into_iter()
+        .map(|(ring, n)| (vec![("ring", ring.to_string())], n))
+        .collect();
+        counters(
+            &mut e,
+            "tracer_events_dropped",
+            "Kernel events lost because a ring buffer was full, by ring.",
+            &drops,
+        )?;
         counter(
             &mut e,
             "tracer_kill_records",
