@@ -115,8 +115,33 @@ impl PromServer {
         }
     }
 
+    /// Prometheus's answer to an instant query: its status and error.
+    fn check(&self, promql: &str) -> Option<(String, String)> {
+        let v = self.get(promql)?;
+        Some((
+            v["status"].as_str().unwrap_or("").to_string(),
+            v["error"].as_str().unwrap_or("").to_string(),
+        ))
+    }
+
     /// The values of an instant PromQL query, as (labels JSON, value).
     fn query(&self, promql: &str) -> Option<Vec<(serde_json::Value, String)>> {
+        let v = self.get(promql)?;
+        Some(
+            v["data"]["result"]
+                .as_array()?
+                .iter()
+                .map(|r| {
+                    (
+                        r["metric"].clone(),
+                        r["value"][1].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    fn get(&self, promql: &str) -> Option<serde_json::Value> {
         let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
         let q: String = promql
@@ -135,19 +160,7 @@ impl PromServer {
         let mut out = String::new();
         s.read_to_string(&mut out).ok()?;
         let (_, body) = out.split_once("\r\n\r\n")?;
-        let v: serde_json::Value = serde_json::from_str(body).ok()?;
-        Some(
-            v["data"]["result"]
-                .as_array()?
-                .iter()
-                .map(|r| {
-                    (
-                        r["metric"].clone(),
-                        r["value"][1].as_str().unwrap_or("").to_string(),
-                    )
-                })
-                .collect(),
-        )
+        serde_json::from_str(body).ok()
     }
 }
 
@@ -481,4 +494,44 @@ fn a_containers_memory_cgroup_is_a_series_and_a_plain_cgroup_is_not() {
     );
     drop(procs);
     rec.stop();
+}
+
+#[test]
+fn every_dashboard_query_is_valid_promql_to_a_real_prometheus() {
+    if !privileged() {
+        return;
+    }
+    if promtool().is_none() {
+        return;
+    }
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/tracer.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let mut exprs: Vec<String> = dash["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap().iter())
+        .map(|t| t["expr"].as_str().unwrap().to_string())
+        .collect();
+    for a in dash["annotations"]["list"].as_array().unwrap() {
+        exprs.push(a["expr"].as_str().unwrap().to_string());
+    }
+    assert!(exprs.len() >= 10, "{exprs:?}");
+    // Nothing to scrape: the queries are only parsed and evaluated.
+    let prom = PromServer::start("127.0.0.1:1");
+    for e in &exprs {
+        // Grafana's interval variable, as Grafana would fill it in.
+        let q = e.replace("$__rate_interval", "1m");
+        let (status, error) = wait_for(Duration::from_secs(30), || prom.check(&q))
+            .unwrap_or_else(|| panic!("Prometheus did not answer for {q}"));
+        assert_eq!(status, "success", "{q}: {error}");
+    }
+    // And a broken one is refused, so the check means something.
+    let (status, _) = prom.check("sum by (x (tracer_events_total)").unwrap();
+    assert_eq!(status, "error");
 }

@@ -885,6 +885,37 @@ mod tests {
             store: "/nonexistent/tracer.db".into(),
         }));
         let text = render(&registry);
+        // Every metric the shipped dashboard and alert rules name is one
+        // this endpoint serves (with every feed populated, as here).
+        let served: std::collections::HashSet<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split(['{', ' ']).next())
+            .collect();
+        let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+        for file in ["grafana/tracer.json", "prometheus/tracer-rules.yml"] {
+            let body = std::fs::read_to_string(deploy.join(file)).unwrap();
+            let mut named = 0;
+            for (i, _) in body.match_indices("tracer_") {
+                let name: String = body[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                let name = name
+                    .strip_suffix("_bucket")
+                    .map(|n| format!("{n}_bucket"))
+                    .unwrap_or(name);
+                if name == "tracer_" || name.starts_with("tracer_rules") {
+                    continue;
+                }
+                named += 1;
+                assert!(
+                    served.contains(name.as_str()),
+                    "{file} names {name}, not served"
+                );
+            }
+            assert!(named > 5, "{file}: {named}");
+        }
         for want in [
             "# TYPE tracer_kills counter",
             "tracer_kills_total{namespace=\"\",pod=\"\",container=\"\",cgroup=\"/kubepods/pod1/ctr\",constraint=\"memcg\",killer=\"kernel_oom\"} 2",
