@@ -199,7 +199,13 @@ fn record_cuda_raises_the_semaphores_of_a_new_process_and_explains_its_fragmenta
     }
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("t.db");
-    let rec = Recorder::start_with(&store, &["--cuda"]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let metrics = format!("127.0.0.1:{port}");
+    let rec = Recorder::start_with(&store, &["--cuda", "--metrics", &metrics]);
     // Started after the recorder: found at its exec's rescans.
     let mut t = torchalloc(&[("SIMCUDA_DEVICE_MEM", (64 * MIB).to_string())]);
     wait_for(Duration::from_secs(15), || {
@@ -237,6 +243,38 @@ fn record_cuda_raises_the_semaphores_of_a_new_process_and_explains_its_fragmenta
     assert!(
         text.contains("  allocator  27.0 MiB allocated in 9 blocks of 60.0 MiB reserved (peaks 54.0 MiB and 60.0 MiB); 33.0 MiB free in its cache, reserved/allocated 2.22, largest free block 3.0 MiB"),
         "{text}"
+    );
+    // The metrics have the allocator's figures, per container (here the
+    // test's own cgroup: torchalloc is in no container).
+    let scrape = || -> Option<String> {
+        use std::io::{Read as _, Write as _};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        Some(out)
+    };
+    let line = wait_for(Duration::from_secs(10), || {
+        scrape()?
+            .lines()
+            .find(|l| {
+                l.starts_with("tracer_gpu_allocator_allocated_bytes{")
+                    && l.ends_with(&format!(" {}.0", 27 * MIB))
+            })
+            .map(String::from)
+    })
+    .unwrap_or_else(|| panic!("no allocator series: {:?}", scrape()));
+    let reserved = format!(
+        "{} {}.0",
+        line.replace("allocated", "reserved")
+            .rsplit_once(' ')
+            .unwrap()
+            .0,
+        60 * MIB
+    );
+    assert!(
+        scrape().unwrap().lines().any(|l| l == reserved),
+        "{reserved}"
     );
     // The recorder stops: the semaphores go back to zero.
     rec.stop();

@@ -417,6 +417,7 @@ async fn record(
             engine.set_gpu_gauges(feeds.gpu.clone());
             engine.set_memcg_gauges(feeds.memcg.clone());
             engine.set_counts(feeds.counts.clone());
+            engine.set_allocator_gauges(feeds.allocators.clone());
             let server = crate::export::prometheus::MetricsServer::start(
                 addr,
                 args.metrics_allow_remote,

@@ -66,6 +66,15 @@ impl CudaLedgers {
         out
     }
 
+    /// The caching allocator figures of the live processes that have them.
+    pub fn allocators(&self) -> Vec<(u32, crate::model::ledger::AllocatorSummary)> {
+        self.ledgers
+            .iter()
+            .filter(|(_, t)| t.exited_ns.is_none())
+            .filter_map(|(pid, t)| Some((*pid, t.ledger.allocator()?)))
+            .collect()
+    }
+
     /// A traced call. Returns a GPU OOM record when an allocation failed
     /// for lack of memory.
     pub fn on_call(

@@ -267,6 +267,35 @@ pub struct EngineCounts {
     pub cuda_failures: LabeledCounts,
 }
 
+/// A container's caching allocators (PyTorch's, through their USDT
+/// probes), summed over its processes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllocatorGauge {
+    /// The container, or the memory cgroup path.
+    pub container: String,
+    /// Bytes in live blocks.
+    pub allocated: u64,
+    /// Bytes reserved from CUDA.
+    pub reserved: u64,
+}
+
+/// The latest per-container allocator figures, replaced each tick.
+#[derive(Debug, Default)]
+pub struct AllocatorGauges {
+    list: Mutex<Vec<AllocatorGauge>>,
+}
+
+impl AllocatorGauges {
+    /// Publishes the latest figures.
+    pub fn set(&self, list: Vec<AllocatorGauge>) {
+        *self.list.lock().unwrap_or_else(|e| e.into_inner()) = list;
+    }
+
+    fn get(&self) -> Vec<AllocatorGauge> {
+        self.list.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
 /// One sampled memory cgroup of a container or pod.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MemcgGauge {
@@ -315,6 +344,7 @@ struct Source {
     gpu: Arc<GpuGauges>,
     memcg: Arc<MemcgGauges>,
     counts: Arc<EngineCounts>,
+    allocators: Arc<AllocatorGauges>,
     store: PathBuf,
 }
 
@@ -521,6 +551,25 @@ impl Collector for Source {
         )?;
         self.encode_memcg(&mut e)?;
         self.encode_gpu(&mut e)?;
+        let alloc = self.allocators.get();
+        let per = |f: fn(&AllocatorGauge) -> u64| {
+            alloc
+                .iter()
+                .map(|a| (vec![("container", a.container.clone())], f(a) as f64))
+                .collect::<Vec<_>>()
+        };
+        gauges(
+            &mut e,
+            "tracer_gpu_allocator_allocated_bytes",
+            "Device memory in live blocks of a container's caching allocators (PyTorch's, through their USDT probes).",
+            &per(|a| a.allocated),
+        )?;
+        gauges(
+            &mut e,
+            "tracer_gpu_allocator_reserved_bytes",
+            "Device memory the processes with a traced caching allocator reserved from CUDA, per container.",
+            &per(|a| a.reserved),
+        )?;
         self.counts.cuda_failures.encode(
             &mut e,
             "tracer_cuda_allocation_failures",
@@ -637,6 +686,8 @@ pub struct Feeds {
     pub memcg: Arc<MemcgGauges>,
     /// Xids and failed CUDA allocations.
     pub counts: Arc<EngineCounts>,
+    /// Caching allocators per container.
+    pub allocators: Arc<AllocatorGauges>,
 }
 
 impl Feeds {
@@ -648,6 +699,7 @@ impl Feeds {
             gpu: Arc::default(),
             memcg: Arc::default(),
             counts: Arc::default(),
+            allocators: Arc::default(),
         }
     }
 }
@@ -684,6 +736,7 @@ impl MetricsServer {
             gpu: feeds.gpu,
             memcg: feeds.memcg,
             counts: feeds.counts,
+            allocators: feeds.allocators,
             store,
         }));
         let s = server.clone();
@@ -876,12 +929,19 @@ mod tests {
             ("function", "cudaMalloc".into()),
             ("error", "2".into()),
         ]);
+        let allocators = Arc::new(AllocatorGauges::default());
+        allocators.set(vec![AllocatorGauge {
+            container: "docker 8f3c5d9e0b1a".into(),
+            allocated: 27 << 20,
+            reserved: 60 << 20,
+        }]);
         registry.register_collector(Box::new(Source {
             metrics,
             kills,
             gpu,
             memcg,
             counts,
+            allocators,
             store: "/nonexistent/tracer.db".into(),
         }));
         let text = render(&registry);
@@ -922,6 +982,8 @@ mod tests {
             "tracer_kills_total{namespace=\"\",pod=\"\",container=\"\",cgroup=\"/system.slice/x\",constraint=\"\",killer=\"process\"} 1",
             "tracer_last_oom_kill_timestamp_seconds{namespace=\"\",pod=\"\",container=\"\",cgroup=\"/kubepods/pod1/ctr\",constraint=\"memcg\",killer=\"kernel_oom\"} 160.0",
             "tracer_events_total 42",
+            "tracer_gpu_allocator_allocated_bytes{container=\"docker 8f3c5d9e0b1a\"} 28311552.0",
+            "tracer_gpu_allocator_reserved_bytes{container=\"docker 8f3c5d9e0b1a\"} 62914560.0",
             "tracer_gpu_xid_errors_total{pci_bus_id=\"0000:3b:00\",xid=\"79\"} 1",
             "tracer_cuda_allocation_failures_total{function=\"cudaMalloc\",error=\"2\"} 2",
             "tracer_oom_kills_total{namespace=\"\",pod=\"\",container=\"\",cgroup=\"/kubepods/pod1/ctr\",constraint=\"memcg\"} 2",

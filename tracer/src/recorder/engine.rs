@@ -154,6 +154,7 @@ pub struct Engine {
     gpu_gauges: Option<Arc<crate::export::prometheus::GpuGauges>>,
     memcg_gauges: Option<Arc<crate::export::prometheus::MemcgGauges>>,
     counts: Option<Arc<crate::export::prometheus::EngineCounts>>,
+    allocator_gauges: Option<Arc<crate::export::prometheus::AllocatorGauges>>,
     /// Why there is no GPU picture, when there is none.
     nvml_missing: Option<String>,
     /// Recent Xid errors: (PCI address as logged, note).
@@ -239,6 +240,7 @@ impl Engine {
             gpu_gauges: None,
             memcg_gauges: None,
             counts: None,
+            allocator_gauges: None,
             nvml_missing: None,
             xids: Vec::new(),
             sample_now: None,
@@ -850,6 +852,40 @@ impl Engine {
             .collect()
     }
 
+    /// Where each tick's per-container caching allocator figures are
+    /// published for the metrics endpoint.
+    pub fn set_allocator_gauges(&mut self, g: Arc<crate::export::prometheus::AllocatorGauges>) {
+        self.allocator_gauges = Some(g);
+    }
+
+    /// The caching allocator figures summed per container (or memory
+    /// cgroup, for a process in none).
+    fn container_allocators(
+        &self,
+        ledgers: &crate::correlate::cuda::CudaLedgers,
+    ) -> Vec<crate::export::prometheus::AllocatorGauge> {
+        let mut by: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+        for (pid, a) in ledgers.allocators() {
+            let name = self
+                .model
+                .get(pid)
+                .and_then(|p| p.owner.short().or_else(|| p.memcg.clone()))
+                .unwrap_or_default();
+            let e = by.entry(name).or_default();
+            e.0 += a.allocated;
+            e.1 += a.reserved;
+        }
+        by.into_iter()
+            .map(
+                |(container, (allocated, reserved))| crate::export::prometheus::AllocatorGauge {
+                    container,
+                    allocated,
+                    reserved,
+                },
+            )
+            .collect()
+    }
+
     /// Where each GPU picture is published for the metrics endpoint.
     pub fn set_gpu_gauges(&mut self, g: Arc<crate::export::prometheus::GpuGauges>) {
         self.gpu_gauges = Some(g);
@@ -1193,6 +1229,9 @@ impl Engine {
             .sample(paths.iter().map(String::as_str), &counters, now);
         if let Some(g) = &self.memcg_gauges {
             g.set(self.container_memcgs(&paths, now));
+        }
+        if let (Some(g), Some(gpu)) = (&self.allocator_gauges, &self.gpu) {
+            g.set(self.container_allocators(&gpu.ledgers));
         }
         self.heap_on_pressure(&paths, now);
         self.read_drops(now)?;
