@@ -414,10 +414,7 @@ async fn record(
     let _metrics_server = match (args.metrics, kill_counts) {
         (Some(addr), Some(counts)) => {
             let feeds = crate::export::prometheus::Feeds::new(engine.metrics(), counts);
-            engine.set_gpu_gauges(feeds.gpu.clone());
-            engine.set_memcg_gauges(feeds.memcg.clone());
-            engine.set_counts(feeds.counts.clone());
-            engine.set_allocator_gauges(feeds.allocators.clone());
+            engine.set_published(feeds.published.clone());
             let server = crate::export::prometheus::MetricsServer::start(
                 addr,
                 args.metrics_allow_remote,

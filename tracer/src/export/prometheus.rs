@@ -26,7 +26,7 @@ use std::{
 use prometheus_client::{
     collector::Collector,
     encoding::{DescriptorEncoder, EncodeMetric as _},
-    metrics::{counter::ConstCounter, gauge::ConstGauge},
+    metrics::{MetricType, counter::ConstCounter, gauge::ConstGauge},
     registry::Registry,
 };
 
@@ -212,22 +212,19 @@ impl Exporter for KillCounter {
     }
 }
 
-/// The latest GPU picture the recorder built (NVML beside the traced
-/// ledgers), for a scrape to read; replaced at every NVML sample.
+/// The latest value of something the engine publishes and a scrape
+/// reads (a GPU picture, the samples of a tick), replaced whole each time.
 #[derive(Debug, Default)]
-pub struct GpuGauges {
-    view: Mutex<Option<crate::record::GpuView>>,
-}
+pub struct Latest<T>(Mutex<T>);
 
-impl GpuGauges {
-    /// Publishes the latest picture.
-    pub fn set(&self, view: &crate::record::GpuView) {
-        let mut v = self.view.lock().unwrap_or_else(|e| e.into_inner());
-        *v = Some(view.clone());
+impl<T: Clone> Latest<T> {
+    /// Publishes a new value.
+    pub fn set(&self, v: T) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = v;
     }
 
-    fn get(&self) -> Option<crate::record::GpuView> {
-        self.view.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    fn get(&self) -> T {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
@@ -258,15 +255,6 @@ impl LabeledCounts {
     }
 }
 
-/// What the engine counts for the endpoint as it goes.
-#[derive(Debug, Default)]
-pub struct EngineCounts {
-    /// NVIDIA Xid errors from the kernel log, by PCI address and code.
-    pub xids: LabeledCounts,
-    /// Failed CUDA allocations, by function and error code.
-    pub cuda_failures: LabeledCounts,
-}
-
 /// A container's caching allocators (PyTorch's, through their USDT
 /// probes), summed over its processes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -277,23 +265,6 @@ pub struct AllocatorGauge {
     pub allocated: u64,
     /// Bytes reserved from CUDA.
     pub reserved: u64,
-}
-
-/// The latest per-container allocator figures, replaced each tick.
-#[derive(Debug, Default)]
-pub struct AllocatorGauges {
-    list: Mutex<Vec<AllocatorGauge>>,
-}
-
-impl AllocatorGauges {
-    /// Publishes the latest figures.
-    pub fn set(&self, list: Vec<AllocatorGauge>) {
-        *self.list.lock().unwrap_or_else(|e| e.into_inner()) = list;
-    }
-
-    fn get(&self) -> Vec<AllocatorGauge> {
-        self.list.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
 }
 
 /// One sampled memory cgroup of a container or pod.
@@ -311,23 +282,22 @@ pub struct MemcgGauge {
     pub failcnt: Option<u64>,
 }
 
-/// The latest samples of the memory cgroups that belong to a container or
-/// a pod (only those: a series per cgroup of every process would not be
-/// bounded), replaced at every sampling tick.
+/// What the engine publishes for the endpoint as it goes.
 #[derive(Debug, Default)]
-pub struct MemcgGauges {
-    list: Mutex<Vec<MemcgGauge>>,
-}
-
-impl MemcgGauges {
-    /// Publishes the latest samples.
-    pub fn set(&self, list: Vec<MemcgGauge>) {
-        *self.list.lock().unwrap_or_else(|e| e.into_inner()) = list;
-    }
-
-    fn get(&self) -> Vec<MemcgGauge> {
-        self.list.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
+pub struct Published {
+    /// The latest GPU picture (NVML beside the traced ledgers), replaced at
+    /// every NVML sample.
+    pub gpu: Latest<Option<crate::record::GpuView>>,
+    /// The latest samples of the memory cgroups that belong to a container
+    /// or a pod (only those: a series per cgroup of every process would
+    /// not be bounded), replaced at every sampling tick.
+    pub memcg: Latest<Vec<MemcgGauge>>,
+    /// Caching allocator figures per container, replaced every tick.
+    pub allocators: Latest<Vec<AllocatorGauge>>,
+    /// NVIDIA Xid errors from the kernel log, by PCI address and code.
+    pub xids: LabeledCounts,
+    /// Failed CUDA allocations, by function and error code.
+    pub cuda_failures: LabeledCounts,
 }
 
 /// The recorder's shared counters, as a scrape reads them.
@@ -339,12 +309,7 @@ pub trait CounterSource: std::fmt::Debug + Send + Sync + 'static {
 /// What a scrape reads.
 #[derive(Debug)]
 struct Source {
-    metrics: Arc<dyn CounterSource>,
-    kills: Arc<KillCounts>,
-    gpu: Arc<GpuGauges>,
-    memcg: Arc<MemcgGauges>,
-    counts: Arc<EngineCounts>,
-    allocators: Arc<AllocatorGauges>,
+    feeds: Feeds,
     store: PathBuf,
 }
 
@@ -358,8 +323,7 @@ fn counters(
     if series.is_empty() {
         return Ok(());
     }
-    let c = ConstCounter::new(0u64);
-    let mut f = e.encode_descriptor(name, help, None, c.metric_type())?;
+    let mut f = e.encode_descriptor(name, help, None, MetricType::Counter)?;
     for (labels, n) in series {
         ConstCounter::new(*n).encode(f.encode_family(labels)?)?;
     }
@@ -376,8 +340,7 @@ fn gauges(
     if series.is_empty() {
         return Ok(());
     }
-    let g = ConstGauge::new(0.0f64);
-    let mut f = e.encode_descriptor(name, help, None, g.metric_type())?;
+    let mut f = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for (labels, v) in series {
         ConstGauge::new(*v).encode(f.encode_family(labels)?)?;
     }
@@ -387,7 +350,7 @@ fn gauges(
 impl Source {
     /// Usage, limit and failures of the memory cgroups of containers.
     fn encode_memcg(&self, e: &mut DescriptorEncoder) -> std::fmt::Result {
-        let list = self.memcg.get();
+        let list = self.feeds.published.memcg.get();
         let labels = |m: &MemcgGauge| {
             vec![
                 ("namespace", String::new()),
@@ -428,7 +391,7 @@ impl Source {
     /// Per device (labels as DCGM's exporter names them: `gpu`, `UUID`,
     /// `pci_bus_id`) and per container on a device.
     fn encode_gpu(&self, e: &mut DescriptorEncoder) -> std::fmt::Result {
-        let Some(view) = self.gpu.get() else {
+        let Some(view) = self.feeds.published.gpu.get() else {
             return Ok(());
         };
         let dev = |d: &crate::record::DevicePicture| {
@@ -502,21 +465,18 @@ impl Source {
 }
 
 fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
-    let c = ConstCounter::new(v);
-    let m = e.encode_descriptor(name, help, None, c.metric_type())?;
-    c.encode(m)
+    ConstCounter::new(v).encode(e.encode_descriptor(name, help, None, MetricType::Counter)?)
 }
 
 fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> std::fmt::Result {
-    let g = ConstGauge::new(v);
-    let m = e.encode_descriptor(name, help, None, g.metric_type())?;
-    g.encode(m)
+    ConstGauge::new(v).encode(e.encode_descriptor(name, help, None, MetricType::Gauge)?)
 }
 
 impl Collector for Source {
     fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
-        let m = self.metrics.counters();
-        let kills = self.kills.snapshot();
+        let m = self.feeds.metrics.counters();
+        let kills = self.feeds.kills.snapshot();
+        let published = &self.feeds.published;
         let all: Vec<_> = kills.iter().map(|(k, (n, _))| (k.labels(), *n)).collect();
         counters(
             &mut e,
@@ -551,7 +511,7 @@ impl Collector for Source {
         )?;
         self.encode_memcg(&mut e)?;
         self.encode_gpu(&mut e)?;
-        let alloc = self.allocators.get();
+        let alloc = published.allocators.get();
         let per = |f: fn(&AllocatorGauge) -> u64| {
             alloc
                 .iter()
@@ -570,12 +530,12 @@ impl Collector for Source {
             "Device memory the processes with a traced caching allocator reserved from CUDA, per container.",
             &per(|a| a.reserved),
         )?;
-        self.counts.cuda_failures.encode(
+        published.cuda_failures.encode(
             &mut e,
             "tracer_cuda_allocation_failures",
             "CUDA allocations that failed, by function and error code (2: out of memory).",
         )?;
-        self.counts.xids.encode(
+        published.xids.encode(
             &mut e,
             "tracer_gpu_xid_errors",
             "NVIDIA Xid errors in the kernel log, by PCI address and Xid code.",
@@ -629,7 +589,7 @@ impl Collector for Source {
                 "tracer_kill_commit_latency_seconds",
                 "From the kernel's stamp of a kill to its durable commit in the store.",
                 None,
-                prometheus_client::metrics::MetricType::Histogram,
+                MetricType::Histogram,
             )?;
             let buckets: Vec<(f64, u64)> = crate::record::KILL_COMMIT_BUCKETS_US
                 .iter()
@@ -660,14 +620,14 @@ impl Collector for Source {
                 .unwrap_or(0.0),
         )?;
         {
-            let g = ConstGauge::new(1i64);
             let mut f = e.encode_descriptor(
                 "tracer_build_info",
                 "The recorder's version (always 1).",
                 None,
-                g.metric_type(),
+                MetricType::Gauge,
             )?;
-            g.encode(f.encode_family(&[("version", env!("CARGO_PKG_VERSION"))])?)?;
+            ConstGauge::new(1i64)
+                .encode(f.encode_family(&[("version", env!("CARGO_PKG_VERSION"))])?)?;
         }
         Ok(())
     }
@@ -675,31 +635,23 @@ impl Collector for Source {
 
 /// What the endpoint reads: the recorder's counters, the stored kills, and
 /// what the engine publishes as it goes.
+#[derive(Debug)]
 pub struct Feeds {
     /// The recorder's shared counters.
     pub metrics: Arc<dyn CounterSource>,
     /// Kills, per series.
     pub kills: Arc<KillCounts>,
-    /// The latest GPU picture.
-    pub gpu: Arc<GpuGauges>,
-    /// The latest samples of containers' memory cgroups.
-    pub memcg: Arc<MemcgGauges>,
-    /// Xids and failed CUDA allocations.
-    pub counts: Arc<EngineCounts>,
-    /// Caching allocators per container.
-    pub allocators: Arc<AllocatorGauges>,
+    /// What the engine publishes.
+    pub published: Arc<Published>,
 }
 
 impl Feeds {
-    /// Feeds for `metrics` and `kills`, the rest empty until published.
+    /// Feeds for `metrics` and `kills`, nothing published yet.
     pub fn new(metrics: Arc<dyn CounterSource>, kills: Arc<KillCounts>) -> Self {
         Self {
             metrics,
             kills,
-            gpu: Arc::default(),
-            memcg: Arc::default(),
-            counts: Arc::default(),
-            allocators: Arc::default(),
+            published: Arc::default(),
         }
     }
 }
@@ -730,15 +682,7 @@ impl MetricsServer {
         })?;
         let server = Arc::new(server);
         let mut registry = Registry::default();
-        registry.register_collector(Box::new(Source {
-            metrics: feeds.metrics,
-            kills: feeds.kills,
-            gpu: feeds.gpu,
-            memcg: feeds.memcg,
-            counts: feeds.counts,
-            allocators: feeds.allocators,
-            store,
-        }));
+        registry.register_collector(Box::new(Source { feeds, store }));
         let s = server.clone();
         let thread = std::thread::Builder::new()
             .name("tracer-metrics".into())
@@ -889,8 +833,9 @@ mod tests {
         ));
         kills.count(&kill(KillerKind::Userspace, None, "/system.slice/x", 50));
         let mut registry = Registry::default();
-        let gpu = Arc::new(GpuGauges::default());
-        gpu.set(&crate::record::GpuView {
+        let feeds = Feeds::new(metrics, kills);
+        let published = &feeds.published;
+        published.gpu.set(Some(crate::record::GpuView {
             devices: vec![crate::record::DevicePicture {
                 device: 0,
                 uuid: "GPU-1".into(),
@@ -907,41 +852,33 @@ mod tests {
                 }],
                 ..Default::default()
             }],
-        });
-        let memcg = Arc::new(MemcgGauges::default());
-        memcg.set(vec![MemcgGauge {
+        }));
+        published.memcg.set(vec![MemcgGauge {
             cgroup: "/docker/8f3c".into(),
             container: "docker 8f3c5d9e0b1a".into(),
             usage: 1 << 20,
             limit: Some(1 << 30),
             failcnt: Some(7),
         }]);
-        let counts = Arc::new(EngineCounts::default());
-        counts.xids.inc(vec![
+        published.xids.inc(vec![
             ("pci_bus_id", "0000:3b:00".into()),
             ("xid", "79".into()),
         ]);
-        counts.cuda_failures.inc(vec![
+        published.cuda_failures.inc(vec![
             ("function", "cudaMalloc".into()),
             ("error", "2".into()),
         ]);
-        counts.cuda_failures.inc(vec![
+        published.cuda_failures.inc(vec![
             ("function", "cudaMalloc".into()),
             ("error", "2".into()),
         ]);
-        let allocators = Arc::new(AllocatorGauges::default());
-        allocators.set(vec![AllocatorGauge {
+        published.allocators.set(vec![AllocatorGauge {
             container: "docker 8f3c5d9e0b1a".into(),
             allocated: 27 << 20,
             reserved: 60 << 20,
         }]);
         registry.register_collector(Box::new(Source {
-            metrics,
-            kills,
-            gpu,
-            memcg,
-            counts,
-            allocators,
+            feeds,
             store: "/nonexistent/tracer.db".into(),
         }));
         let text = render(&registry);

@@ -175,6 +175,11 @@ impl Sampler {
             .unwrap_or_default()
     }
 
+    /// The latest sample of `path`, if it has a window.
+    pub fn latest(&self, path: &str) -> Option<&CgroupSample> {
+        self.windows.get(path)?.samples.back()
+    }
+
     /// Reads `path` right now (not stored in the window).
     pub fn read_now(&self, path: &str, now_ns: i64) -> Option<CgroupSample> {
         read_cgroup(

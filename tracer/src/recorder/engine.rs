@@ -151,10 +151,7 @@ pub struct Engine {
     gpu_ooms: Vec<CudaCall>,
     /// NVML's latest picture, joined with the model and the ledgers.
     gpu_view: Option<GpuView>,
-    gpu_gauges: Option<Arc<crate::export::prometheus::GpuGauges>>,
-    memcg_gauges: Option<Arc<crate::export::prometheus::MemcgGauges>>,
-    counts: Option<Arc<crate::export::prometheus::EngineCounts>>,
-    allocator_gauges: Option<Arc<crate::export::prometheus::AllocatorGauges>>,
+    published: Option<Arc<crate::export::prometheus::Published>>,
     /// Why there is no GPU picture, when there is none.
     nvml_missing: Option<String>,
     /// Recent Xid errors: (PCI address as logged, note).
@@ -237,10 +234,7 @@ impl Engine {
             pressure: None,
             gpu_ooms: Vec::new(),
             gpu_view: None,
-            gpu_gauges: None,
-            memcg_gauges: None,
-            counts: None,
-            allocator_gauges: None,
+            published: None,
             nvml_missing: None,
             xids: Vec::new(),
             sample_now: None,
@@ -666,7 +660,7 @@ impl Engine {
     fn on_cuda(&mut self, c: &CudaCall, ev: &Event) -> Result<(), StoreError> {
         if c.ret != 0
             && cuda::allocates(c.func)
-            && let Some(n) = &self.counts
+            && let Some(n) = &self.published
         {
             n.cuda_failures.inc(vec![
                 ("function", cuda::name(c.func).to_string()),
@@ -729,7 +723,7 @@ impl Engine {
     fn on_xid(&mut self, x: crate::collect::kmsg::Xid) -> Result<(), StoreError> {
         let ts_ns = self.clock.kmsg_to_wall(x.ts_us);
         tracing::warn!("GPU {} Xid {}: {}", x.pci, x.code, x.message);
-        if let Some(c) = &self.counts {
+        if let Some(c) = &self.published {
             c.xids.inc(vec![
                 ("pci_bus_id", x.pci.clone()),
                 ("xid", x.code.to_string()),
@@ -807,23 +801,19 @@ impl Engine {
                 self.store.update_gpu_oom(id, &rec)?;
             }
         }
-        if let Some(g) = &self.gpu_gauges {
-            g.set(&view);
+        if let Some(p) = &self.published {
+            p.gpu.set(Some(view.clone()));
         }
         self.gpu_view = Some(view);
         Ok(())
     }
 
-    /// Where the engine counts Xids and failed CUDA allocations for the
-    /// metrics endpoint.
-    pub fn set_counts(&mut self, c: Arc<crate::export::prometheus::EngineCounts>) {
-        self.counts = Some(c);
-    }
-
-    /// Where each tick's samples of containers' memory cgroups are
-    /// published for the metrics endpoint.
-    pub fn set_memcg_gauges(&mut self, g: Arc<crate::export::prometheus::MemcgGauges>) {
-        self.memcg_gauges = Some(g);
+    /// Where the engine publishes for the metrics endpoint: each GPU
+    /// picture, each tick's samples of containers' memory cgroups and
+    /// caching allocators, and its counts of Xids and failed CUDA
+    /// allocations.
+    pub fn set_published(&mut self, p: Arc<crate::export::prometheus::Published>) {
+        self.published = Some(p);
     }
 
     /// The latest sample of each of `paths` that belongs to a container or
@@ -840,7 +830,10 @@ impl Engine {
                 if owner.container_id.is_none() && owner.pod_uid.is_none() {
                     return None;
                 }
-                let s = self.sampler.window(path, now - 60_000_000_000).pop()?;
+                let s = self
+                    .sampler
+                    .latest(path)
+                    .filter(|s| s.ts_ns >= now - 60_000_000_000)?;
                 Some(crate::export::prometheus::MemcgGauge {
                     cgroup: path.clone(),
                     container: owner.short().unwrap_or_default(),
@@ -850,12 +843,6 @@ impl Engine {
                 })
             })
             .collect()
-    }
-
-    /// Where each tick's per-container caching allocator figures are
-    /// published for the metrics endpoint.
-    pub fn set_allocator_gauges(&mut self, g: Arc<crate::export::prometheus::AllocatorGauges>) {
-        self.allocator_gauges = Some(g);
     }
 
     /// The caching allocator figures summed per container (or memory
@@ -886,11 +873,6 @@ impl Engine {
             .collect()
     }
 
-    /// Where each GPU picture is published for the metrics endpoint.
-    pub fn set_gpu_gauges(&mut self, g: Arc<crate::export::prometheus::GpuGauges>) {
-        self.gpu_gauges = Some(g);
-    }
-
     /// Kills committed in the last few seconds get their victim's GPU
     /// ledger again, now that the calls before the kill are counted.
     fn refresh_kill_gpu(&mut self) -> Result<(), StoreError> {
@@ -914,7 +896,7 @@ impl Engine {
             if path == "/" {
                 continue;
             }
-            if let Some(s) = self.sampler.window(path, since).last() {
+            if let Some(s) = self.sampler.latest(path).filter(|s| s.ts_ns >= since) {
                 changes.extend(gate.sample(path, s.usage_bytes, s.limit_bytes, now));
             }
         }
@@ -1227,11 +1209,11 @@ impl Engine {
         paths.extend(self.opts.cgroups.iter().cloned());
         self.sampler
             .sample(paths.iter().map(String::as_str), &counters, now);
-        if let Some(g) = &self.memcg_gauges {
-            g.set(self.container_memcgs(&paths, now));
-        }
-        if let (Some(g), Some(gpu)) = (&self.allocator_gauges, &self.gpu) {
-            g.set(self.container_allocators(&gpu.ledgers));
+        if let Some(p) = &self.published {
+            p.memcg.set(self.container_memcgs(&paths, now));
+            if let Some(gpu) = &self.gpu {
+                p.allocators.set(self.container_allocators(&gpu.ledgers));
+            }
         }
         self.heap_on_pressure(&paths, now);
         self.read_drops(now)?;
