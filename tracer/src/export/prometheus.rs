@@ -141,8 +141,11 @@ impl KillCounts {
         e.1 = e.1.max(at);
     }
 
-    /// A kill just stored: counted now, or once its report joins.
+    /// A kill just stored: counted now, or once its report joins. Kills
+    /// that waited long enough are counted here too, so the waiting ones
+    /// stay few whether or not anyone scrapes.
     pub fn stored(&self, id: i64, k: &KillRecord, now: Instant) {
+        self.settle(now);
         let awaiting = k.killer.kind == crate::record::KillerKind::KernelOom
             && k.gaps
                 .iter()
@@ -990,6 +993,14 @@ mod tests {
         // Userspace kills have no report to wait for.
         counts.stored(3, &kill(KillerKind::Userspace, None, "/b", 11), t0);
         assert_eq!(counts.series.lock().unwrap().len(), 3);
+        // Without a scrape, a later kill settles the ones that waited.
+        counts.stored(4, &first, t0);
+        counts.stored(
+            5,
+            &kill(KillerKind::Userspace, None, "/b", 12),
+            t0 + REPORT_WAIT,
+        );
+        assert!(counts.pending.lock().unwrap().is_empty());
     }
 
     #[test]
