@@ -606,25 +606,14 @@ impl AllocatorProbes {
             for (probe, why) in &att.failed {
                 tracing::warn!("{probe} in {path}: {why}");
             }
-            let semaphores: std::collections::BTreeSet<u64> =
-                f.sites.iter().filter_map(|s| s.semaphore).collect();
-            let mut raised = Vec::new();
-            for off in semaphores {
-                match usdt::address_in(self.pid, &f.file, off)
-                    .and_then(|a| a.ok_or_else(|| std::io::Error::other("not mapped")))
-                    .and_then(|addr| usdt::add_to_semaphore(self.pid, addr, 1).map(|_| addr))
-                {
-                    Ok(addr) => raised.push(addr),
-                    Err(e) => tracing::warn!(
-                        "{path}: cannot raise the semaphore at file offset {off:#x} in pid {}: {e}; its probes stay silent",
-                        self.pid
-                    ),
-                }
+            let (raised, failed) = f.raise_semaphores(self.pid);
+            for (off, e) in failed {
+                tracing::warn!(
+                    "{path}: cannot raise the semaphore at file offset {off:#x} in pid {}: {e}; its probes stay silent",
+                    self.pid
+                );
             }
-            let mut ids: Vec<u32> = f.sites.iter().map(|s| s.probe).collect();
-            ids.sort_unstable();
-            ids.dedup();
-            let names: Vec<String> = ids.into_iter().map(usdt::probe_name).collect();
+            let names = f.probe_names();
             crate::say!(
                 "tracer: attached to {} USDT probes ({}) in {path} in pid {}, {} semaphores raised",
                 att.attached(),

@@ -400,19 +400,13 @@ fn allocator_checks(pid: u32) -> Vec<Check> {
     };
     let mut rows = Vec::new();
     for f in files.iter().filter_map(usdt::inspect) {
-        let mut ids: Vec<u32> = f.sites.iter().map(|s| s.probe).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let names: Vec<String> = ids.into_iter().map(usdt::probe_name).collect();
-        let offsets: std::collections::BTreeSet<u64> =
-            f.sites.iter().filter_map(|s| s.semaphore).collect();
-        let semaphores: Vec<String> = offsets
-            .iter()
-            .map(|off| {
-                usdt::address_in(pid, &f.file, *off)
-                    .ok()
-                    .flatten()
-                    .and_then(|addr| read_u16(pid, addr))
+        let names = f.probe_names();
+        let semaphores: Vec<String> = f
+            .semaphores_in(pid)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(_, addr)| {
+                addr.and_then(|a| usdt::read_semaphore(pid, a).ok())
                     .map(|v| v.to_string())
                     .unwrap_or_else(|| "?".into())
             })
@@ -440,15 +434,6 @@ fn allocator_checks(pid: u32) -> Vec<Check> {
         ));
     }
     rows
-}
-
-/// A `u16` of process `pid`'s memory.
-fn read_u16(pid: u32, addr: u64) -> Option<u16> {
-    use std::os::unix::fs::FileExt as _;
-    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ok()?;
-    let mut b = [0u8; 2];
-    mem.read_exact_at(&mut b, addr).ok()?;
-    Some(u16::from_ne_bytes(b))
 }
 
 /// The driver and runtime releases `pid` loaded, beside the node's kernel

@@ -14,10 +14,9 @@
 //! (GNU as operands).
 
 use std::{
-    fs,
-    io::{self, Read as _, Seek as _, SeekFrom, Write as _},
+    fs, io,
     num::NonZeroU32,
-    os::unix::fs::MetadataExt as _,
+    os::unix::fs::{FileExt as _, MetadataExt as _},
 };
 
 use aya::programs::{
@@ -396,11 +395,67 @@ pub fn inspect(c: &Candidate) -> Option<UsdtFile> {
     (!out.sites.is_empty() || !out.refused.is_empty()).then_some(out)
 }
 
-/// The address in `pid` of byte `offset` of `file`, from its memory maps
-/// (the mapping of that file, by path and inode, that covers the offset).
-pub fn address_in(pid: u32, file: &Candidate, offset: u64) -> io::Result<Option<u64>> {
-    let maps = fs::read_to_string(format!("/proc/{pid}/maps"))?;
-    Ok(maps.lines().find_map(|line| {
+impl UsdtFile {
+    /// `provider:name` of each probe it has, in id order, once each.
+    pub fn probe_names(&self) -> Vec<String> {
+        let mut ids: Vec<u32> = self.sites.iter().map(|s| s.probe).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.into_iter().map(probe_name).collect()
+    }
+
+    /// The file offsets of its semaphores, once each.
+    fn semaphore_offsets(&self) -> std::collections::BTreeSet<u64> {
+        self.sites.iter().filter_map(|s| s.semaphore).collect()
+    }
+
+    /// Where its semaphores are in process `pid`: (file offset, address),
+    /// the address `None` where no mapping of the file covers it. The
+    /// process's maps are read once.
+    pub fn semaphores_in(&self, pid: u32) -> io::Result<Vec<(u64, Option<u64>)>> {
+        let offsets = self.semaphore_offsets();
+        if offsets.is_empty() {
+            return Ok(Vec::new());
+        }
+        let maps = fs::read_to_string(format!("/proc/{pid}/maps"))?;
+        Ok(offsets
+            .into_iter()
+            .map(|off| (off, address_in(&maps, &self.file, off)))
+            .collect())
+    }
+
+    /// Raises its semaphores in `pid` (the probes are attached first, so
+    /// none fires unseen): the addresses raised, and the offsets that could
+    /// not be, with why.
+    pub fn raise_semaphores(&self, pid: u32) -> (Vec<u64>, Vec<(u64, io::Error)>) {
+        let (mut raised, mut failed) = (Vec::new(), Vec::new());
+        match self.semaphores_in(pid) {
+            Ok(list) => {
+                for (off, addr) in list {
+                    let r = addr
+                        .ok_or_else(|| io::Error::other("not mapped"))
+                        .and_then(|a| add_to_semaphore(pid, a, 1).map(|_| a));
+                    match r {
+                        Ok(a) => raised.push(a),
+                        Err(e) => failed.push((off, e)),
+                    }
+                }
+            }
+            Err(e) => {
+                for off in self.semaphore_offsets() {
+                    failed.push((off, io::Error::new(e.kind(), e.to_string())));
+                }
+            }
+        }
+        (raised, failed)
+    }
+}
+
+/// The address of byte `offset` of `file` in a process whose memory maps
+/// are `maps` (the mapping of that file, by path and inode, that covers
+/// the offset).
+fn address_in(maps: &str, file: &Candidate, offset: u64) -> Option<u64> {
+    maps.lines().find_map(|line| {
         let mut f = line.split_whitespace();
         let (range, _perms, off, _dev, inode) =
             (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
@@ -416,23 +471,29 @@ pub fn address_in(pid: u32, file: &Candidate, offset: u64) -> io::Result<Option<
         );
         let off = u64::from_str_radix(off, 16).ok()?;
         (offset >= off && offset - off < end - start).then(|| start + (offset - off))
-    }))
+    })
+}
+
+/// The `u16` semaphore at `addr` in `pid`, as it is now.
+pub fn read_semaphore(pid: u32, addr: u64) -> io::Result<u16> {
+    let mem = fs::File::open(format!("/proc/{pid}/mem"))?;
+    let mut v = [0u8; 2];
+    mem.read_exact_at(&mut v, addr)?;
+    Ok(u16::from_ne_bytes(v))
 }
 
 /// Adds `delta` to the `u16` semaphore at `addr` in `pid` (through
 /// /proc/PID/mem, as `<sys/sdt.h>` expects of a tracer); returns the new
 /// value. It never goes below zero.
 pub fn add_to_semaphore(pid: u32, addr: u64, delta: i32) -> io::Result<u16> {
-    let mut mem = fs::OpenOptions::new()
+    let mem = fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(format!("/proc/{pid}/mem"))?;
     let mut v = [0u8; 2];
-    mem.seek(SeekFrom::Start(addr))?;
-    mem.read_exact(&mut v)?;
+    mem.read_exact_at(&mut v, addr)?;
     let new = (i32::from(u16::from_ne_bytes(v)) + delta).clamp(0, i32::from(u16::MAX)) as u16;
-    mem.seek(SeekFrom::Start(addr))?;
-    mem.write_all(&new.to_ne_bytes())?;
+    mem.write_all_at(&new.to_ne_bytes(), addr)?;
     Ok(new)
 }
 

@@ -187,21 +187,12 @@ impl AllocatorWatch {
             if self.raised.contains_key(&key) {
                 continue;
             }
-            let offsets: std::collections::BTreeSet<u64> =
-                f.sites.iter().filter_map(|s| s.semaphore).collect();
-            let mut raised = Vec::new();
-            for off in offsets {
-                let addr = match usdt::address_in(pid, &c, off) {
-                    Ok(Some(a)) => a,
-                    _ => continue,
-                };
-                match usdt::add_to_semaphore(pid, addr, 1) {
-                    Ok(_) => raised.push(addr),
-                    Err(e) => tracing::warn!(
-                        "pid {pid}: cannot raise the semaphore of {}: {e}",
-                        escape(&c.path)
-                    ),
-                }
+            let (raised, failed) = f.raise_semaphores(pid);
+            for (_, e) in failed {
+                tracing::warn!(
+                    "pid {pid}: cannot raise the semaphore of {}: {e}",
+                    escape(&c.path)
+                );
             }
             if !raised.is_empty() {
                 tracing::info!(
