@@ -264,7 +264,7 @@ pub struct Probe {
 
 /// The USDT probes of an ELF file: each note's addresses corrected for
 /// prelinking (`.stapsdt.base`) and turned into file offsets.
-pub fn probes_in(data: &[u8]) -> Result<Vec<Probe>, UsdtError> {
+pub fn probes_in<'a, R: object::ReadRef<'a>>(data: R) -> Result<Vec<Probe>, UsdtError> {
     let elf = |e: object::Error| UsdtError::Elf(e.to_string());
     let obj = object::File::parse(data).map_err(elf)?;
     let Some(section) = obj.section_by_name(".note.stapsdt") else {
@@ -360,11 +360,13 @@ pub struct UsdtFile {
 
 /// The known probes of one file (`None`: it has none).
 pub fn inspect(c: &Candidate) -> Option<UsdtFile> {
-    let meta = fs::metadata(&c.host_path).ok()?;
-    if (meta.dev(), meta.ino()) != c.id {
+    // The file opened is the one stat'ed (by dev and inode). Only the parts parsed are read (headers, the notes, the symbols a
+    // spec names): an executable can be as large as its owner makes it.
+    let file = fs::File::open(&c.host_path).ok()?;
+    if file.metadata().ok().map(|m| (m.dev(), m.ino())) != Some(c.id) {
         return None;
     }
-    let data = fs::read(&c.host_path).ok()?;
+    let data = object::ReadCache::new(file);
     let mut out = UsdtFile {
         file: c.clone(),
         sites: Vec::new(),
