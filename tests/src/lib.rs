@@ -195,7 +195,8 @@ pub struct TestCgroup {
     /// The path as /proc/PID/cgroup and the kernel report name it.
     pub path: String,
     v1: bool,
-    parent: Option<PathBuf>,
+    /// Directories made above it, deepest first, removed after it.
+    parents: Vec<PathBuf>,
 }
 
 impl TestCgroup {
@@ -206,7 +207,7 @@ impl TestCgroup {
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         );
-        Self::at(&name, None, limit)
+        Self::at(&name, &[], limit)
     }
 
     /// Makes a cgroup named as docker's systemd driver names a container's
@@ -217,21 +218,43 @@ impl TestCgroup {
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         );
-        Self::at(&format!("{parent}/docker-{id}.scope"), Some(parent), limit)
+        Self::at(&format!("{parent}/docker-{id}.scope"), &[&parent], limit)
     }
 
-    fn at(name: &str, parent: Option<String>, limit: u64) -> Self {
+    /// Makes a cgroup laid out as the kubelet's cgroupfs driver lays out a
+    /// Burstable pod's container (`kubepods/burstable/pod<uid>/<64 hex>`),
+    /// under `top`, a directory of the test's own: the same `top` and `uid`
+    /// give the same pod cgroup to a replaced container. The last of the
+    /// pod's containers to go removes the directories above it.
+    pub fn in_pod(top: &str, uid: &str, id: &str, limit: u64) -> Self {
+        let kubepods = format!("{top}/kubepods");
+        let qos = format!("{kubepods}/burstable");
+        let pod = format!("{qos}/pod{uid}");
+        let above = [top, &kubepods, &qos, &pod];
+        let mut cg = Self::at(&format!("{pod}/{id}"), &above, limit);
+        let root = memory_root().0;
+        cg.parents = above.iter().rev().map(|p| root.join(p)).collect();
+        cg
+    }
+
+    fn at(name: &str, parents: &[&str], limit: u64) -> Self {
         let (root, v1) = memory_root();
-        if let Some(p) = &parent {
-            fs::create_dir(root.join(p)).unwrap_or_else(|e| panic!("mkdir {p}: {e}"));
+        let mut made = Vec::new();
+        for p in parents {
+            let d = root.join(p);
+            if !d.exists() {
+                fs::create_dir(&d).unwrap_or_else(|e| panic!("mkdir {p}: {e}"));
+                made.push(d);
+            }
         }
+        made.reverse();
         let dir = root.join(name);
         fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
         let cg = Self {
             dir,
             path: format!("/{name}"),
             v1,
-            parent: parent.map(|p| root.join(p)),
+            parents: made,
         };
         let limit_file = if v1 {
             "memory.limit_in_bytes"
@@ -304,7 +327,7 @@ impl Drop for TestCgroup {
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }
             if fs::remove_dir(&self.dir).is_ok() {
-                if let Some(p) = &self.parent {
+                for p in &self.parents {
                     let _ = fs::remove_dir(p);
                 }
                 return;

@@ -11,7 +11,9 @@ use std::{
     time::Duration,
 };
 
-use tracer_e2e::{Proc, Recorder, TestCgroup, privileged, tracer_bin, wait_for};
+use tracer_e2e::{
+    Proc, Recorder, TestCgroup, privileged, tracer, tracer_bin, tracer_json, wait_for,
+};
 
 const MIB: u64 = 1 << 20;
 
@@ -286,6 +288,171 @@ fn a_kill_is_counted_once_durable_scraped_by_prometheus_and_kept_across_a_restar
     let line2 = kill_line(&again, &cg.path).unwrap_or_else(|| panic!("{again}"));
     assert!(line2.ends_with(" 1"), "{line2}");
     rec.stop();
+}
+
+/// The kubelet's files for one container of a pod under a test host root:
+/// its log directory and its /var/log/containers link.
+fn kubelet_files(root: &std::path::Path, uid: &str, restart: u32, id: &str) {
+    let dir = root.join(format!("var/log/pods/ml-team_trainer-0_{uid}/worker"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join(format!("{restart}.log"));
+    std::fs::write(&log, "").unwrap();
+    let links = root.join("var/log/containers");
+    std::fs::create_dir_all(&links).unwrap();
+    std::os::unix::fs::symlink(
+        &log,
+        links.join(format!("trainer-0_ml-team_worker-{id}.log")),
+    )
+    .unwrap();
+}
+
+/// A memhog OOM-killed in `cg`.
+fn oom_kill_in(cg: &TestCgroup) {
+    let mut cmd = cg.command(env!("CARGO_BIN_EXE_memhog"));
+    cmd.args(["--step-mib", "8", "--interval-ms", "20"]);
+    let mut hog = Proc::spawn(cmd);
+    assert_eq!(
+        hog.wait_signal(Duration::from_secs(30)),
+        Some(libc::SIGKILL)
+    );
+}
+
+#[test]
+fn a_pods_kill_is_named_and_counted_by_pod_and_container_across_a_replaced_container() {
+    if !privileged() {
+        return;
+    }
+    let Some(_) = promtool() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let host = tempfile::tempdir().unwrap();
+    let host_root = host.path().to_str().unwrap();
+    let uid = format!("{:08x}-5e1f-4c6d-8e9f-0a1b2c3d4e5f", std::process::id());
+    let top = format!("tracer-e2e-pod-{}", std::process::id());
+    let (id1, id2) = ("a1".repeat(32), "b2".repeat(32));
+    kubelet_files(host.path(), &uid, 0, &id1);
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let rec = Recorder::start_with(&store, &["--metrics", &addr, "--host-root", host_root]);
+    let cg = TestCgroup::in_pod(&top, &uid, &id1, 48 * MIB);
+    let pod_cgroup = format!("/{top}/kubepods/burstable/pod{uid}");
+    oom_kill_in(&cg);
+    let series = |body: &str| {
+        body.lines()
+            .find(|l| {
+                l.starts_with("tracer_oom_kills_total{")
+                    && l.contains("namespace=\"ml-team\",pod=\"trainer-0\",container=\"worker\"")
+            })
+            .map(String::from)
+    };
+    let line = wait_for(Duration::from_secs(10), || series(&scrape(port)?))
+        .unwrap_or_else(|| panic!("no named kill series: {:?}", scrape(port)));
+    assert!(
+        line.contains(&format!("cgroup=\"{pod_cgroup}\"")) && line.ends_with(" 1"),
+        "counted in its pod's cgroup: {line}"
+    );
+    // A real Prometheus joins on the names.
+    let prom = PromServer::start(&addr);
+    let promql =
+        "tracer_oom_kills_total{namespace=\"ml-team\",pod=\"trainer-0\",container=\"worker\"}";
+    let found = wait_for(Duration::from_secs(30), || {
+        prom.query(promql).filter(|r| !r.is_empty())
+    })
+    .unwrap_or_else(|| panic!("Prometheus never had {promql}: up = {:?}", prom.query("up")));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].1, "1", "{found:?}");
+    drop(prom);
+    rec.stop();
+    // The container is replaced (a new id and cgroup in the same pod);
+    // the recorder restarts meanwhile: the series goes on counting.
+    drop(cg);
+    kubelet_files(host.path(), &uid, 1, &id2);
+    let port2 = free_port();
+    let addr2 = format!("127.0.0.1:{port2}");
+    let rec = Recorder::start_with(&store, &["--metrics", &addr2, "--host-root", host_root]);
+    let again = series(&scrape(port2).expect("the endpoint answers"))
+        .unwrap_or_else(|| panic!("the series is restored from the store"));
+    assert!(again.ends_with(" 1"), "{again}");
+    let cg2 = TestCgroup::in_pod(&top, &uid, &id2, 48 * MIB);
+    // `top` names the pod's processes too.
+    let mut sleeper = cg2.command("sleep");
+    sleeper.arg("120");
+    let sleeper = Proc::spawn(sleeper);
+    let rows = tracer(&[
+        "top",
+        "--once",
+        "--json",
+        "--store",
+        "/nonexistent/t.db",
+        "--host-root",
+        host_root,
+    ]);
+    let rows = String::from_utf8_lossy(&rows.stdout);
+    let row = rows
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|r| r["pid"] == sleeper.pid())
+        .unwrap_or_else(|| panic!("no row of pid {}: {rows}", sleeper.pid()));
+    assert_eq!(
+        row["container"],
+        format!("ml-team/trainer-0/worker (containerd {})", &id2[..12]),
+        "{row}"
+    );
+    oom_kill_in(&cg2);
+    let line2 = wait_for(Duration::from_secs(10), || {
+        series(&scrape(port2)?).filter(|l| l.ends_with(" 2"))
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the replaced container's kill counts in the same series: {:?}",
+            scrape(port2)
+        )
+    });
+    assert!(
+        line2.contains(&format!("cgroup=\"{pod_cgroup}\"")),
+        "{line2}"
+    );
+    rec.stop();
+    // The pod is gone from the node; its kills still say whose they were.
+    drop(cg2);
+    std::fs::remove_dir_all(host.path().join("var")).unwrap();
+    let all = tracer_json(&[
+        "explain",
+        "--store",
+        store.to_str().unwrap(),
+        "--all",
+        "--format",
+        "json",
+    ]);
+    let kills = all.as_array().unwrap_or_else(|| panic!("{all}"));
+    // Only this test's pod (Prometheus, stopped by SIGKILL, is a kill
+    // too, and the kernel log holds earlier runs' kills).
+    let mut ids: Vec<&str> = kills
+        .iter()
+        .filter(|e| {
+            e["kill"]["victim"]["memcg"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(&pod_cgroup))
+        })
+        .map(|e| {
+            let o = &e["kill"]["victim"]["owner"];
+            assert_eq!(o["kube"]["namespace"], "ml-team", "{e}");
+            assert_eq!(o["kube"]["pod"], "trainer-0", "{e}");
+            assert_eq!(o["kube"]["container"], "worker", "{e}");
+            o["container_id"].as_str().unwrap_or_else(|| panic!("{e}"))
+        })
+        .collect();
+    ids.sort();
+    assert_eq!(ids, [id1.as_str(), id2.as_str()]);
+    let text = Command::new(tracer_bin())
+        .args(["explain", "--store", store.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("pod        trainer-0 in namespace ml-team, container worker"),
+        "{text}"
+    );
 }
 
 /// Runs `tracer record` with `extra`; it must fail within 60 s.

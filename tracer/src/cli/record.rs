@@ -66,6 +66,11 @@ pub struct RecordArgs {
     /// endpoint has no authentication).
     #[arg(long)]
     pub metrics_allow_remote: bool,
+    /// Where the host's files are (Kubernetes names come from
+    /// HOST_ROOT/var/log/pods, /var/log/containers and the runtimes' state
+    /// under /run): `/host` for an agent in a container that mounts them there.
+    #[arg(long, value_name = "PATH", default_value = "/")]
+    pub host_root: std::path::PathBuf,
     /// NVML sampling period (at least 100ms).
     #[arg(long, default_value = "1s", value_parser = super::parse_duration)]
     pub gpu_interval: Duration,
@@ -316,7 +321,8 @@ async fn record(
     )?;
 
     let layout = CgroupLayout::detect();
-    let model = ProcessTable::new(layout, 300_000_000_000, 1 << 20);
+    let mut model = ProcessTable::new(layout, 300_000_000_000, 1 << 20);
+    model.set_kube(crate::model::kube::KubeResolver::new(&args.host_root));
     let session = store.start_session(
         wall_now_ns(),
         &crate::util::sys::hostname(),

@@ -50,6 +50,10 @@ pub struct TopArgs {
     /// Rows of processes shown.
     #[arg(long, default_value_t = 25)]
     pub rows: usize,
+    /// Where the host's files are, for Kubernetes names (as `record
+    /// --host-root`).
+    #[arg(long, value_name = "PATH", default_value = "/")]
+    pub host_root: PathBuf,
 }
 
 /// One row: a process or a container.
@@ -116,10 +120,12 @@ pub fn snapshot(
     store: Option<&Store>,
     nvml: Option<&nvml_wrapper::Nvml>,
     rows: usize,
+    host_root: &std::path::Path,
 ) -> (Vec<Row>, GpuView) {
     let layout = CgroupLayout::detect();
     let v1 = layout.memory_is_v1();
     let mut model = ProcessTable::new(layout.clone(), 0, 1 << 20);
+    model.set_kube(crate::model::kube::KubeResolver::new(host_root));
     model.seed();
     let now = wall_now_ns();
     let sample = nvml.map(nvml::sample);
@@ -304,11 +310,12 @@ fn render(rows: &[Row], view: &GpuView, nvml_note: &Option<String>) -> String {
             opt(r.gpu_traced),
             opt(r.gpu_allocated),
             r.pressure_pct,
-            if r.kind == "process" {
-                term::escape(r.container.as_deref().unwrap_or_default()).into_owned()
+            // A container row's name in full (NAME keeps only its end).
+            term::escape(if r.kind == "process" {
+                r.container.as_deref().unwrap_or_default()
             } else {
-                String::new()
-            }
+                &r.name
+            })
         );
     }
     o
@@ -324,7 +331,7 @@ pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     loop {
         let t0 = Instant::now();
-        let (rows, view) = snapshot(store.as_ref(), nvml.as_ref(), args.rows);
+        let (rows, view) = snapshot(store.as_ref(), nvml.as_ref(), args.rows, &args.host_root);
         if args.json {
             for d in &view.devices {
                 let v = serde_json::json!({ "type": "device", "device": d.device, "total": d.total, "used": d.used, "free": d.free, "containers": d.containers });

@@ -78,6 +78,7 @@ pub fn build(
             let c = groups.entry(name.clone()).or_insert_with(|| ContainerGpu {
                 name,
                 device: d.index,
+                kube: model.get(p.pid).and_then(|p| p.owner.kube.clone()),
                 ..Default::default()
             });
             c.nvml_used += p.nvml_used.unwrap_or(0);

@@ -246,7 +246,7 @@ mod tests {
         );
         let mut rec = w.kill(&victim_event(42, 5_000_000_050), None);
         let r = reports.claim(&rec, &CLOCK).expect("claimed");
-        merge_report(&mut rec, &r, None);
+        merge_report(&mut rec, &r, None, None);
         assert_eq!(rec.source.to_string(), "tracepoint+kmsg");
         assert_eq!(rec.victim.memcg.as_deref(), Some("/job"));
         assert_eq!(rec.victim.memcg_source, Some(MemcgSource::Kmsg));
@@ -319,7 +319,7 @@ mod tests {
         let w = World::new();
         let mut reports = Reports::new(START_NS);
         let mut first = w.kill(&victim_event(42, 5_000_000_000), None);
-        merge_report(&mut first, &report(42, "/a", 5_000_000), None);
+        merge_report(&mut first, &report(42, "/a", 5_000_000), None, None);
         let second = w.kill(&victim_event(42, 10_000_000_000), None);
         let recs = vec![first, second];
         let (i, _) = reports

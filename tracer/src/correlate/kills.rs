@@ -135,11 +135,12 @@ impl KillBook {
         clock: &Clock,
         now_ns: i64,
         sampler: Option<&Sampler>,
+        model: Option<&crate::model::ProcessTable>,
     ) -> Option<i64> {
         let (i, report) =
             reports.offer(report, self.recent.iter().map(|(_, r)| r), clock, now_ns)?;
         let (id, rec) = &mut self.recent[i];
-        super::merge_report(rec, &report, sampler);
+        super::merge_report(rec, &report, sampler, model);
         Some(*id)
     }
 }
@@ -290,7 +291,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            book.on_report(report, &mut reports, &clock, 5_100_000_000, None),
+            book.on_report(report, &mut reports, &clock, 5_100_000_000, None, None),
             Some(4)
         );
         assert_eq!(book.get(4).unwrap().source.to_string(), "tracepoint+kmsg");

@@ -216,7 +216,7 @@ pub fn kill_from_victim(
     };
     let mut victim = victim_from(ev.victim_pid, comm, p);
     if let Some(m) = kernel_memcg {
-        let o = crate::model::cgroup::owner_of(&m);
+        let o = ctx.model.owner_of(&m);
         victim.owner = (!o.is_empty()).then_some(o);
         victim.memcg = Some(m);
         victim.memcg_source = Some(MemcgSource::Kernel);
@@ -373,7 +373,12 @@ pub fn kill_from_signal(ctx: &Context<'_>, ev: &SignalKill) -> Option<KillRecord
 /// Joins the kernel's report into a kill record: constraint, the memcg at
 /// the kill, the task table, the trigger's allocation, and the victim's
 /// figures where the tracepoint lacked them.
-pub fn merge_report(rec: &mut KillRecord, report: &OomReport, sampler: Option<&Sampler>) {
+pub fn merge_report(
+    rec: &mut KillRecord,
+    report: &OomReport,
+    sampler: Option<&Sampler>,
+    model: Option<&ProcessTable>,
+) {
     let page_kb = crate::util::sys::page_kb();
     rec.source.kmsg = true;
     rec.gaps.retain(|g| *g != Gap::AwaitingReport);
@@ -432,7 +437,10 @@ pub fn merge_report(rec: &mut KillRecord, report: &OomReport, sampler: Option<&S
             )));
         }
         let v = &mut rec.victim;
-        let o = crate::model::cgroup::owner_of(m);
+        let o = match model {
+            Some(model) => model.owner_of(m),
+            None => crate::model::cgroup::owner_of(m),
+        };
         v.owner = (!o.is_empty()).then_some(o);
         v.memcg = Some(m.clone());
         v.memcg_source = Some(MemcgSource::Kmsg);
@@ -526,7 +534,7 @@ pub fn kill_from_report(
         },
         ..Default::default()
     });
-    merge_report(&mut rec, report, None);
+    merge_report(&mut rec, report, None, model);
     rec.gaps.push(Gap::Note("found in the kernel log only: no lead-up samples, process details from the kernel's report".into()));
     rec
 }
@@ -680,7 +688,7 @@ mod tests {
     #[test]
     fn a_rate_limited_or_cut_report_says_what_is_missing_and_stale() {
         let mut rec = tracepoint_kill(830);
-        merge_report(&mut rec, &bare_report(None), None);
+        merge_report(&mut rec, &bare_report(None), None, None);
         assert_eq!(rec.source.to_string(), "tracepoint+kmsg");
         let gap = rec
             .gaps
@@ -691,7 +699,7 @@ mod tests {
         assert!(gap.contains("830 ms before the kill"), "{gap}");
 
         let mut rec = tracepoint_kill(120);
-        merge_report(&mut rec, &bare_report(Some(1000)), None);
+        merge_report(&mut rec, &bare_report(Some(1000)), None, None);
         let gap = rec
             .gaps
             .iter()

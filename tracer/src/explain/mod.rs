@@ -483,6 +483,18 @@ pub fn render_text(e: &Explanation) -> String {
         let owner = owner_tag(v.owner.as_ref());
         let _ = writeln!(o, "  cgroup     {m}{owner}");
     }
+    if let Some(k) = v.owner.as_ref().and_then(|o| o.kube.as_ref()) {
+        let ctr = k
+            .container
+            .as_ref()
+            .map(|c| format!(", container {c}"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "  pod        {} in namespace {}{ctr}",
+            k.pod, k.namespace
+        );
+    }
     let mem = &v.memory;
     let adj = v
         .oom_score_adj

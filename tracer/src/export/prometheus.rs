@@ -11,8 +11,10 @@
 //!
 //! Names are under `tracer_`, in base units, counters end in `_total`.
 //! Label names reuse cAdvisor's and kube-state-metrics' where they exist
-//! (`namespace`, `pod`, `container`; empty until Kubernetes names are
-//! known).
+//! (`namespace`, `pod`, `container`): a pod's names when the node's files
+//! give them (see [`crate::model::kube`]); otherwise namespace and pod are
+//! empty and `container` is the container as tracer names it
+//! (`docker 8f3c5d9e0b1a`).
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -31,7 +33,28 @@ use prometheus_client::{
 };
 
 use super::{Exported, Exporter};
-use crate::record::{KillRecord, MetricsSnapshot};
+use crate::{
+    model::{cgroup::Owner, kube::KubeNames},
+    record::{KillRecord, MetricsSnapshot},
+};
+
+/// The `namespace`, `pod` and `container` labels: a pod's names when
+/// known (`container` empty for a pod's own cgroup), else `container` as
+/// tracer names it.
+fn who(kube: Option<&KubeNames>, container: &str) -> Vec<(&'static str, String)> {
+    match kube {
+        Some(k) => vec![
+            ("namespace", k.namespace.clone()),
+            ("pod", k.pod.clone()),
+            ("container", k.container.clone().unwrap_or_default()),
+        ],
+        None => vec![
+            ("namespace", String::new()),
+            ("pod", String::new()),
+            ("container", container.to_string()),
+        ],
+    }
+}
 
 /// The endpoint could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -52,15 +75,22 @@ pub enum MetricsError {
 }
 
 /// One kill series: who killed, under which constraint, in which cgroup.
+/// A pod's container counts by its names and its pod's cgroup (a pod UID
+/// and a container name), so a replaced container (a new id, a new
+/// cgroup) keeps counting in the same series.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct KillKey {
+    /// Kubernetes names of the victim's pod, when known.
+    pub kube: Option<KubeNames>,
+    /// The container as tracer names it, outside a named pod.
+    pub container: String,
     /// `kernel_oom`, the userspace OOM killers by name (`systemd_oomd`,
     /// `kubelet`, `earlyoom`), or `process` (any other SIGKILL sender).
     pub killer: String,
     /// The kernel's OOM constraint (`memcg`, `global`, `cpuset`,
     /// `mempolicy`); empty for userspace kills.
     pub constraint: String,
-    /// The victim's memory cgroup path.
+    /// The victim's memory cgroup path (its pod's, in a named pod).
     pub cgroup: String,
 }
 
@@ -83,27 +113,38 @@ pub fn killer_name(k: &KillRecord) -> &'static str {
 impl KillKey {
     /// The series a stored kill counts in.
     pub fn of(k: &KillRecord) -> Self {
+        let cgroup = k
+            .memcg
+            .as_ref()
+            .map(|m| m.path.clone())
+            .or_else(|| k.victim.memcg.clone())
+            .unwrap_or_default();
+        let owner = k.victim.owner.as_ref();
+        let kube = owner.and_then(|o| o.kube.clone());
+        let cgroup = match &kube {
+            Some(_) => crate::model::cgroup::pod_cgroup(&cgroup).unwrap_or(cgroup),
+            None => cgroup,
+        };
         KillKey {
+            container: match &kube {
+                Some(_) => String::new(),
+                None => owner.and_then(Owner::short).unwrap_or_default(),
+            },
+            kube,
             killer: killer_name(k).into(),
             constraint: k.killer.constraint.clone().unwrap_or_default(),
-            cgroup: k
-                .memcg
-                .as_ref()
-                .map(|m| m.path.clone())
-                .or_else(|| k.victim.memcg.clone())
-                .unwrap_or_default(),
+            cgroup,
         }
     }
 
     fn labels(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("namespace", String::new()),
-            ("pod", String::new()),
-            ("container", String::new()),
+        let mut l = who(self.kube.as_ref(), &self.container);
+        l.extend([
             ("cgroup", self.cgroup.clone()),
             ("constraint", self.constraint.clone()),
             ("killer", self.killer.clone()),
-        ]
+        ]);
+        l
     }
 }
 
@@ -264,6 +305,8 @@ impl LabeledCounts {
 pub struct AllocatorGauge {
     /// The container, or the memory cgroup path.
     pub container: String,
+    /// Its pod's names, when known.
+    pub kube: Option<KubeNames>,
     /// Bytes in live blocks.
     pub allocated: u64,
     /// Bytes reserved from CUDA.
@@ -277,6 +320,8 @@ pub struct MemcgGauge {
     pub cgroup: String,
     /// The container (`docker 8f3c5d9e0b1a`, `pod …`).
     pub container: String,
+    /// Its pod's names, when known.
+    pub kube: Option<KubeNames>,
     /// Usage, bytes.
     pub usage: u64,
     /// Limit, bytes (None: unlimited).
@@ -355,12 +400,9 @@ impl Source {
     fn encode_memcg(&self, e: &mut DescriptorEncoder) -> std::fmt::Result {
         let list = self.feeds.published.memcg.get();
         let labels = |m: &MemcgGauge| {
-            vec![
-                ("namespace", String::new()),
-                ("pod", String::new()),
-                ("container", m.container.clone()),
-                ("cgroup", m.cgroup.clone()),
-            ]
+            let mut l = who(m.kube.as_ref(), &m.container);
+            l.push(("cgroup", m.cgroup.clone()));
+            l
         };
         let usage: Vec<_> = list.iter().map(|m| (labels(m), m.usage as f64)).collect();
         let limit: Vec<_> = list
@@ -441,7 +483,7 @@ impl Source {
         )?;
         let container = |d: &crate::record::DevicePicture, c: &crate::record::ContainerGpu| {
             let mut l = dev(d);
-            l.push(("container", c.name.clone()));
+            l.extend(who(c.kube.as_ref(), &c.name));
             l
         };
         let mut nvml = Vec::new();
@@ -518,7 +560,7 @@ impl Collector for Source {
         let per = |f: fn(&AllocatorGauge) -> u64| {
             alloc
                 .iter()
-                .map(|a| (vec![("container", a.container.clone())], f(a) as f64))
+                .map(|a| (who(a.kube.as_ref(), &a.container), f(a) as f64))
                 .collect::<Vec<_>>()
         };
         gauges(
@@ -810,6 +852,48 @@ mod tests {
     }
 
     #[test]
+    fn a_pods_container_counts_in_one_series_by_its_names_across_replacements() {
+        use crate::model::cgroup::owner_of;
+        let uid = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f";
+        let named = |id: char, ts| {
+            let path = format!(
+                "/kubepods/burstable/pod{uid}/{}",
+                std::iter::repeat_n(id, 64).collect::<String>()
+            );
+            let mut k = kill(KillerKind::KernelOom, Some("memcg"), &path, ts);
+            let mut o = owner_of(&path);
+            o.kube = Some(KubeNames {
+                namespace: "ml".into(),
+                pod: "trainer-0".into(),
+                container: Some("worker".into()),
+            });
+            k.victim.owner = Some(o);
+            k
+        };
+        let kills = KillCounts::default();
+        kills.count(&named('a', 100));
+        kills.count(&named('b', 200)); // the container, replaced
+        let snap = kills.snapshot();
+        assert_eq!(snap.len(), 1, "{snap:?}");
+        let (key, (n, at)) = &snap[0];
+        assert_eq!((*n, *at), (2, 200.0));
+        let labels = key.labels();
+        let get = |name| labels.iter().find(|(k, _)| *k == name).unwrap().1.as_str();
+        assert_eq!(
+            (get("namespace"), get("pod"), get("container")),
+            ("ml", "trainer-0", "worker")
+        );
+        assert_eq!(get("cgroup"), format!("/kubepods/burstable/pod{uid}"));
+        // A container outside a pod: named as tracer names it.
+        let docker = format!("/docker/{}", "c".repeat(64));
+        let mut k = kill(KillerKind::KernelOom, Some("memcg"), &docker, 5);
+        k.victim.owner = Some(owner_of(&docker));
+        let key = KillKey::of(&k);
+        assert_eq!(key.container, "docker cccccccccccc");
+        assert_eq!(key.cgroup, docker);
+    }
+
+    #[test]
     fn kills_and_self_metrics_are_exposed_with_their_labels() {
         let mut buckets = [0; crate::record::KILL_COMMIT_BUCKETS_US.len() + 1];
         buckets[1] = 2; // two kills of 0.5 to 1 ms
@@ -862,6 +946,7 @@ mod tests {
             usage: 1 << 20,
             limit: Some(1 << 30),
             failcnt: Some(7),
+            kube: None,
         }]);
         published.xids.inc(vec![
             ("pci_bus_id", "0000:3b:00".into()),
@@ -879,6 +964,7 @@ mod tests {
             container: "docker 8f3c5d9e0b1a".into(),
             allocated: 27 << 20,
             reserved: 60 << 20,
+            kube: None,
         }]);
         registry.register_collector(Box::new(Source {
             feeds,
@@ -922,8 +1008,8 @@ mod tests {
             "tracer_kills_total{namespace=\"\",pod=\"\",container=\"\",cgroup=\"/system.slice/x\",constraint=\"\",killer=\"process\"} 1",
             "tracer_last_oom_kill_timestamp_seconds{namespace=\"\",pod=\"\",container=\"\",cgroup=\"/kubepods/pod1/ctr\",constraint=\"memcg\",killer=\"kernel_oom\"} 160.0",
             "tracer_events_total 42",
-            "tracer_gpu_allocator_allocated_bytes{container=\"docker 8f3c5d9e0b1a\"} 28311552.0",
-            "tracer_gpu_allocator_reserved_bytes{container=\"docker 8f3c5d9e0b1a\"} 62914560.0",
+            "tracer_gpu_allocator_allocated_bytes{namespace=\"\",pod=\"\",container=\"docker 8f3c5d9e0b1a\"} 28311552.0",
+            "tracer_gpu_allocator_reserved_bytes{namespace=\"\",pod=\"\",container=\"docker 8f3c5d9e0b1a\"} 62914560.0",
             "tracer_gpu_xid_errors_total{pci_bus_id=\"0000:3b:00\",xid=\"79\"} 1",
             "tracer_cuda_allocation_failures_total{function=\"cudaMalloc\",error=\"2\"} 2",
             "tracer_oom_kills_total{namespace=\"\",pod=\"\",container=\"\",cgroup=\"/kubepods/pod1/ctr\",constraint=\"memcg\"} 2",
@@ -939,7 +1025,7 @@ mod tests {
             "tracer_events_dropped_total{ring=\"data\"} 3",
             "tracer_store_size_bytes 0.0",
             "tracer_gpu_memory_used_bytes{gpu=\"0\",UUID=\"GPU-1\",pci_bus_id=\"00000000:01:00.0\"} 3221225472.0",
-            "tracer_gpu_container_traced_bytes{gpu=\"0\",UUID=\"GPU-1\",pci_bus_id=\"00000000:01:00.0\",container=\"docker 8f3c5d9e0b1a\"} 1073741824.0",
+            "tracer_gpu_container_traced_bytes{gpu=\"0\",UUID=\"GPU-1\",pci_bus_id=\"00000000:01:00.0\",namespace=\"\",pod=\"\",container=\"docker 8f3c5d9e0b1a\"} 1073741824.0",
             "tracer_build_info{version=\"",
             "# EOF",
         ] {

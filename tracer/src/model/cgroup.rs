@@ -182,6 +182,10 @@ pub struct Owner {
     pub qos: Option<String>,
     /// systemd unit (service, scope or slice) that holds it, outside containers.
     pub unit: Option<String>,
+    /// Kubernetes namespace, pod and container names, when the node's
+    /// files give them (see [`super::kube`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube: Option<super::kube::KubeNames>,
 }
 
 impl Owner {
@@ -190,11 +194,24 @@ impl Owner {
         *self == Self::default()
     }
 
-    /// `docker ab12cd34ef56`, `pod 1b2c… (Burstable)`, `nginx.service`.
+    /// `docker ab12cd34ef56`, `pod 1b2c… (Burstable)`, `nginx.service`;
+    /// for a named pod `ml/trainer-0/worker (containerd ab12cd34ef56)`.
     pub fn short(&self) -> Option<String> {
+        let id = |rt: &str, id: &str| format!("{rt} {}", &id[..id.len().min(12)]);
+        if let Some(k) = &self.kube {
+            let mut s = format!("{}/{}", k.namespace, k.pod);
+            if let Some(c) = &k.container {
+                s.push('/');
+                s.push_str(c);
+            }
+            if let (Some(rt), Some(cid)) = (&self.runtime, &self.container_id) {
+                s.push_str(&format!(" ({})", id(rt, cid)));
+            }
+            return Some(s);
+        }
         let mut parts = Vec::new();
-        if let (Some(rt), Some(id)) = (&self.runtime, &self.container_id) {
-            parts.push(format!("{rt} {}", &id[..id.len().min(12)]));
+        if let (Some(rt), Some(cid)) = (&self.runtime, &self.container_id) {
+            parts.push(id(rt, cid));
         }
         if let Some(pod) = &self.pod_uid {
             let qos = self
@@ -292,6 +309,18 @@ pub fn owner_of(path: &str) -> Owner {
     o
 }
 
+/// The cgroup of the pod that `path` is in (`path` itself, or the part of
+/// it down to the pod's level), if it is in one.
+pub fn pod_cgroup(path: &str) -> Option<String> {
+    path.char_indices()
+        .filter(|&(i, c)| c == '/' && i > 0)
+        .map(|(i, _)| i)
+        .chain([path.len()])
+        .map(|end| &path[..end])
+        .find(|prefix| owner_of(prefix).pod_uid.is_some())
+        .map(String::from)
+}
+
 /// Reads a cgroup directory's inode (its cgroup id).
 pub fn dir_id(dir: &Path) -> Option<u64> {
     fs::metadata(dir).ok().map(|m| m.ino())
@@ -375,7 +404,27 @@ mod tests {
             pod_uid: pod.map(String::from),
             qos: qos.map(String::from),
             unit: unit.map(String::from),
+            kube: None,
         }
+    }
+
+    #[test]
+    fn a_pods_cgroup_is_the_path_down_to_its_pod() {
+        let sd = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c.slice";
+        assert_eq!(
+            pod_cgroup(&format!("{sd}/cri-containerd-{ID}.scope")).as_deref(),
+            Some(sd)
+        );
+        assert_eq!(
+            pod_cgroup(&format!("/t/kubepods/besteffort/podab-cd/{ID}")).as_deref(),
+            Some("/t/kubepods/besteffort/podab-cd")
+        );
+        assert_eq!(
+            pod_cgroup("/kubepods/pod1").as_deref(),
+            Some("/kubepods/pod1")
+        );
+        assert_eq!(pod_cgroup(&format!("/docker/{ID}")), None);
+        assert_eq!(pod_cgroup("/kubepods/burstable"), None);
     }
 
     #[test]

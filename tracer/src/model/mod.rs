@@ -4,6 +4,7 @@
 //! victim is gone.
 
 pub mod cgroup;
+pub mod kube;
 pub mod ledger;
 pub mod proc;
 pub mod sampler;
@@ -76,6 +77,9 @@ pub struct ProcessTable {
     /// first: (pid, exec time); `unread` holds the latest exec of each.
     reads: VecDeque<(u32, i64)>,
     unread: HashMap<u32, i64>,
+    /// Kubernetes names of pods' cgroups, when looked up (a lock: a kill's
+    /// correlation names its processes through a shared table).
+    kube: Option<std::sync::Mutex<kube::KubeResolver>>,
     /// What it has seen.
     pub stats: ModelStats,
 }
@@ -95,8 +99,45 @@ impl ProcessTable {
             max_entries,
             reads: VecDeque::new(),
             unread: HashMap::new(),
+            kube: None,
             stats: ModelStats::default(),
         }
+    }
+
+    /// Names pods' processes (namespace, pod, container) from the node's
+    /// files under the resolver's root, from now on.
+    pub fn set_kube(&mut self, r: kube::KubeResolver) {
+        self.kube = Some(std::sync::Mutex::new(r));
+        let pids: Vec<u32> = self.procs.keys().copied().collect();
+        for pid in pids {
+            let memcg = self.procs[&pid].memcg.clone();
+            if let Some(m) = memcg {
+                let o = self.owner_of(&m);
+                if let Some(p) = self.procs.get_mut(&pid) {
+                    p.owner = o;
+                }
+            }
+        }
+    }
+
+    /// Who owns the cgroup at `path`, with its Kubernetes names when they
+    /// are looked up and found.
+    pub fn owner_of(&self, path: &str) -> Owner {
+        let mut o = owner_of(path);
+        if o.pod_uid.is_some()
+            && let Some(k) = &self.kube
+        {
+            k.lock().unwrap_or_else(|e| e.into_inner()).fill(&mut o);
+        }
+        o
+    }
+
+    /// How many pods and containers were named since the last call.
+    pub fn kube_named(&self) -> usize {
+        self.kube
+            .as_ref()
+            .map(|k| k.lock().unwrap_or_else(|e| e.into_inner()).take_new())
+            .unwrap_or(0)
     }
 
     /// The cgroup layout in use.
@@ -106,7 +147,7 @@ impl ProcessTable {
 
     fn make(&self, info: ProcInfo) -> Process {
         let memcg = info.cgroups.memory_path(&self.layout).map(String::from);
-        let owner = owner_of(
+        let owner = self.owner_of(
             memcg
                 .as_deref()
                 .or(info.cgroups.unified.as_deref())
@@ -220,7 +261,7 @@ impl ProcessTable {
         };
         let mut p = self.make(info);
         if let Some(path) = kernel_memcg {
-            p.owner = owner_of(&path);
+            p.owner = self.owner_of(&path);
             p.memcg = Some(path);
         }
         self.insert(pid, p);
@@ -262,7 +303,7 @@ impl ProcessTable {
         let kernel_memcg = old.memcg.clone();
         let mut p = self.make(info);
         if let Some(path) = kernel_memcg {
-            p.owner = owner_of(&path);
+            p.owner = self.owner_of(&path);
             p.memcg = Some(path);
         }
         self.insert(pid, p);

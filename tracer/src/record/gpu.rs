@@ -51,6 +51,9 @@ pub struct ContainerGpu {
     pub share_pct: f64,
     /// Its processes there.
     pub pids: Vec<u32>,
+    /// Its pod's names, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube: Option<crate::model::kube::KubeNames>,
 }
 
 /// One device at one moment, with everyone on it.

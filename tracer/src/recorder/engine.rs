@@ -547,7 +547,7 @@ impl Engine {
                     (wall_now_ns() - t_recv) / 1000
                 );
                 if let Some(report) = self.reports.claim(&rec, &self.clock) {
-                    merge_report(&mut rec, &report, Some(&self.sampler));
+                    merge_report(&mut rec, &report, Some(&self.sampler), Some(&self.model));
                 }
                 self.buffer.push(row);
                 self.commit_kill(rec)?;
@@ -826,7 +826,7 @@ impl Engine {
         paths
             .iter()
             .filter_map(|path| {
-                let owner = crate::model::cgroup::owner_of(path);
+                let owner = self.model.owner_of(path);
                 if owner.container_id.is_none() && owner.pod_uid.is_none() {
                     return None;
                 }
@@ -837,6 +837,7 @@ impl Engine {
                 Some(crate::export::prometheus::MemcgGauge {
                     cgroup: path.clone(),
                     container: owner.short().unwrap_or_default(),
+                    kube: owner.kube,
                     usage: s.usage_bytes,
                     limit: s.limit_bytes,
                     failcnt: s.failcnt,
@@ -851,26 +852,24 @@ impl Engine {
         &self,
         ledgers: &crate::correlate::cuda::CudaLedgers,
     ) -> Vec<crate::export::prometheus::AllocatorGauge> {
-        let mut by: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+        let mut by: std::collections::BTreeMap<String, crate::export::prometheus::AllocatorGauge> =
+            Default::default();
         for (pid, a) in ledgers.allocators() {
-            let name = self
-                .model
-                .get(pid)
+            let p = self.model.get(pid);
+            let name = p
                 .and_then(|p| p.owner.short().or_else(|| p.memcg.clone()))
                 .unwrap_or_default();
-            let e = by.entry(name).or_default();
-            e.0 += a.allocated;
-            e.1 += a.reserved;
+            let e = by.entry(name.clone()).or_insert_with(|| {
+                crate::export::prometheus::AllocatorGauge {
+                    container: name,
+                    kube: p.and_then(|p| p.owner.kube.clone()),
+                    ..Default::default()
+                }
+            });
+            e.allocated += a.allocated;
+            e.reserved += a.reserved;
         }
-        by.into_iter()
-            .map(
-                |(container, (allocated, reserved))| crate::export::prometheus::AllocatorGauge {
-                    container,
-                    allocated,
-                    reserved,
-                },
-            )
-            .collect()
+        by.into_values().collect()
     }
 
     /// Kills committed in the last few seconds get their victim's GPU
@@ -1119,6 +1118,7 @@ impl Engine {
             &self.clock,
             wall_now_ns(),
             Some(&self.sampler),
+            Some(&self.model),
         );
         if let Some(id) = joined
             && let Some(rec) = self.kills.get(id)
@@ -1214,6 +1214,10 @@ impl Engine {
             if let Some(gpu) = &self.gpu {
                 p.allocators.set(self.container_allocators(&gpu.ledgers));
             }
+        }
+        let named = self.model.kube_named();
+        if named > 0 {
+            tracing::debug!("{named} pod(s) and container(s) named from the node's files");
         }
         self.heap_on_pressure(&paths, now);
         self.read_drops(now)?;

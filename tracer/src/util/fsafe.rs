@@ -116,6 +116,28 @@ pub fn private_dir(dir: &Path) -> Result<(), UnsafePath> {
     Ok(())
 }
 
+/// Reads a regular file of at most `max` bytes that someone else wrote
+/// (another program's state): a FIFO, a device or a huge file is refused
+/// rather than blocking or filling memory. Links are followed (the file is
+/// not ours to guard).
+pub fn read_capped(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let m = f.metadata()?;
+    if !m.is_file() || m.len() > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a regular file of a sensible size",
+        ));
+    }
+    let mut out = Vec::with_capacity(m.len() as usize);
+    f.take(max).read_to_end(&mut out)?;
+    Ok(out)
+}
+
 /// Checks a path that may not exist yet: when it does, it must be a
 /// regular file of this user (or root), not a link. Returns whether it exists.
 pub fn check_file(path: &Path) -> Result<bool, UnsafePath> {
