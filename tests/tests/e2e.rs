@@ -610,3 +610,83 @@ fn explain_reads_saved_kernel_logs() {
         "{v:#}"
     );
 }
+
+/// A `memory.oom.group` kill (cgroup v2 only, so from a saved log on this
+/// v1 machine), as the kernel prints it: `explain --log` says every kill
+/// of the incident belongs to it, and says so in the verdict.
+#[test]
+fn a_memory_oom_group_kill_is_explained_as_one_incident() {
+    use std::io::Write as _;
+    let log = "\
+[ 5120.100000] stress invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0
+[ 5120.100010] CPU: 1 UID: 0 PID: 4205 Comm: stress Not tainted 6.8.0-49-generic #49-Ubuntu
+[ 5120.100100] memory: usage 102400kB, limit 102400kB, failcnt 0
+[ 5120.100101] swap: usage 0kB, limit 0kB, failcnt 0
+[ 5120.100102] Memory cgroup stats for /system.slice/job.service:
+[ 5120.100103] anon 103809024
+[ 5120.100104] file 0
+[ 5120.100200] Tasks state (memory values in pages):
+[ 5120.100201] [  pid  ]   uid  tgid total_vm      rss rss_anon rss_file rss_shmem pgtables_bytes swapents oom_score_adj name
+[ 5120.100202] [   4201]     0  4201     1000      225       50      175         0    45056        0             0 sh
+[ 5120.100203] [   4205]     0  4205    26973    25355    25355        0         0   249856        0             0 stress
+[ 5120.100204] [   4206]     0  4206     2000      800      800        0         0    45056        0             0 worker
+[ 5120.100300] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/system.slice/job.service,task_memcg=/system.slice/job.service,task=stress,pid=4205,uid=0
+[ 5120.100400] Memory cgroup out of memory: Killed process 4205 (stress) total-vm:107892kB, anon-rss:101420kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:244kB oom_score_adj:0
+[ 5120.100500] Tasks in /system.slice/job.service are going to be killed due to memory.oom.group set
+[ 5120.100600] Memory cgroup out of memory: Killed process 4201 (sh) total-vm:4000kB, anon-rss:200kB, file-rss:700kB, shmem-rss:0kB, UID:0 pgtables:44kB oom_score_adj:0
+[ 5120.100700] Memory cgroup out of memory: Killed process 4206 (worker) total-vm:8000kB, anon-rss:3200kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:44kB oom_score_adj:0
+[ 5120.130000] oom_reaper: reaped process 4205 (stress), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB
+";
+    let run = |extra: &[&str]| {
+        let mut child = Command::new(tracer_e2e::tracer_bin())
+            .args(["explain", "--log", "-", "--all"])
+            .args(extra)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("tracer explain --log -");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(log.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let v: Value = serde_json::from_str(&run(&["--format", "json"])).expect("json");
+    let all = v.as_array().unwrap_or_else(|| panic!("{v:#}"));
+    assert_eq!(all.len(), 3, "{v:#}");
+    for e in all {
+        assert_eq!(e["kill"]["oom_group"], "/system.slice/job.service", "{e:#}");
+        let pids: Vec<u64> = e["incident"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{e:#}"))
+            .iter()
+            .map(|k| k["pid"].as_u64().unwrap())
+            .collect();
+        assert_eq!(pids, [4205, 4201, 4206], "in the kernel's order: {e:#}");
+    }
+    // The chosen victim keeps its full report and its own verdict.
+    let first = all
+        .iter()
+        .find(|e| e["kill"]["victim"]["pid"] == 4205)
+        .unwrap();
+    assert_eq!(first["verdict"]["cause"], "own_growth", "{first:#}");
+    // The others were killed with their group, not for their memory.
+    for e in all.iter().filter(|e| e["kill"]["victim"]["pid"] != 4205) {
+        assert_eq!(e["verdict"]["cause"], "oom_group", "{e:#}");
+        assert!(e["kill"]["trigger"].is_null(), "no trigger made up: {e:#}");
+    }
+    let text = run(&[]);
+    assert!(
+        text.contains("memory.oom.group is set on /system.slice/job.service, so the kernel killed every task in it as one incident (3 kills known: stress (pid 4205), sh (pid 4201), worker (pid 4206))"),
+        "{text}"
+    );
+    assert!(
+        text.contains("killed with its group, not for its own memory: memory.oom.group is set on /system.slice/job.service, so when the kernel chose stress (pid 4205)"),
+        "{text}"
+    );
+}

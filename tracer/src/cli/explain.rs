@@ -87,24 +87,30 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     if args.gpu_oom {
         return gpu_ooms(&args, since_ns, limit);
     }
-    let found: Vec<Explanation> = if let Some(path) = &args.log {
-        kills_from_log(path)?
-            .into_iter()
+    // A kernel log's kills, each with the rest of its incident.
+    let from_log = |all: Vec<crate::record::KillRecord>| -> Vec<Explanation> {
+        all.iter()
             .filter(|k| k.ts_ns >= since_ns && args.pid.is_none_or(|p| p == k.victim.pid))
             .take(limit)
-            .map(|k| explain(None, printable_if(&args, k), Vec::new(), None))
+            .map(|k| {
+                let mut e = explain(None, printable_if(&args, k.clone()), Vec::new(), None);
+                e.join_incident(all.iter().map(|k| (None, k)));
+                e
+            })
             .collect()
+    };
+    let found: Vec<Explanation> = if let Some(path) = &args.log {
+        from_log(kills_from_log(path)?)
     } else if args.kmsg {
         let clock = Clock::now();
         let mut reports = kmsg::read_all_reports()?;
         reports.reverse();
-        reports
-            .iter()
-            .map(|r| kill_from_report(r, &clock, None))
-            .filter(|k| k.ts_ns >= since_ns && args.pid.is_none_or(|p| p == k.victim.pid))
-            .take(limit)
-            .map(|k| explain(None, printable_if(&args, k), Vec::new(), None))
-            .collect()
+        from_log(
+            reports
+                .iter()
+                .map(|r| kill_from_report(r, &clock, None))
+                .collect(),
+        )
     } else {
         let store = Store::open_ro(&args.store.path)?;
         let sessions = store.sessions()?;
@@ -122,12 +128,13 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         for (id, k) in kills {
             let drops = store.drops_between(k.ts_ns - 60_000_000_000, k.ts_ns + 5_000_000_000)?;
             let running = recorder_running(&sessions, k.ts_ns);
-            out.push(explain(
-                Some(id),
-                printable_if(&args, k),
-                drops,
-                Some(running),
-            ));
+            let near = match k.oom_group {
+                Some(_) => store.kills_between(k.ts_ns - 5_000_000_000, k.ts_ns + 5_000_000_000)?,
+                None => Vec::new(),
+            };
+            let mut e = explain(Some(id), printable_if(&args, k), drops, Some(running));
+            e.join_incident(near.iter().map(|(id, k)| (Some(*id), k)));
+            out.push(e);
         }
         out
     };

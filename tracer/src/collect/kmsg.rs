@@ -197,6 +197,10 @@ pub struct OomReport {
     /// (printk cuts a record at about 1 KiB: a long cgroup path does it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary_cut: Option<usize>,
+    /// The cgroup with `memory.oom.group` set whose every task the kernel
+    /// killed with this one (this kill is one of that incident's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_group: Option<String>,
 }
 
 impl OomReport {
@@ -232,6 +236,41 @@ pub enum KmsgEvent {
     Reaped(Reaped),
     /// The NVIDIA driver reported an Xid error.
     Xid(Xid),
+    /// `Tasks in CGROUP are going to be killed due to memory.oom.group
+    /// set`: the kill reported just before was the first of an incident
+    /// (the reports of the others, which follow, say so themselves).
+    OomGroup(OomGroup),
+}
+
+/// The kernel's announcement of a `memory.oom.group` kill.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OomGroup {
+    /// Monotonic time, µs.
+    pub ts_us: u64,
+    /// The cgroup whose tasks are all killed.
+    pub cgroup: String,
+}
+
+/// The members of a group kill follow its announcement within this.
+const GROUP_SPAN_US: u64 = 2_000_000;
+
+/// `Tasks in /x are going to be killed due to memory.oom.group set`.
+fn parse_oom_group(text: &str) -> Option<&str> {
+    text.strip_prefix("Tasks in ")?
+        .strip_suffix(" are going to be killed due to memory.oom.group set")
+}
+
+impl OomGroup {
+    /// Marks the first kill of this incident, when it is the latest of
+    /// `reports` (kernel log readers that collect reports in order).
+    pub fn mark_first(&self, reports: &mut [OomReport]) {
+        if let Some(r) = reports.last_mut()
+            && r.oom_group.is_none()
+            && self.ts_us.saturating_sub(r.ts_us) <= GROUP_SPAN_US
+        {
+            r.oom_group = Some(self.cgroup.clone());
+        }
+    }
 }
 
 /// An NVIDIA driver Xid error from the kernel log:
@@ -304,6 +343,8 @@ pub struct Assembler {
     started_us: Option<u64>,
     section: Section,
     columns: Vec<String>,
+    /// A `memory.oom.group` kill under way: its cgroup and when it began.
+    group: Option<(String, u64)>,
 }
 
 impl Default for Assembler {
@@ -313,6 +354,7 @@ impl Default for Assembler {
             started_us: None,
             section: Section::None,
             columns: Vec::new(),
+            group: None,
         }
     }
 }
@@ -340,6 +382,13 @@ impl Assembler {
                 ..r
             }));
         }
+        if let Some(cgroup) = parse_oom_group(text) {
+            self.group = Some((cgroup.to_string(), rec.ts_us));
+            return Some(KmsgEvent::OomGroup(OomGroup {
+                ts_us: rec.ts_us,
+                cgroup: cgroup.to_string(),
+            }));
+        }
         if let Some((comm, rest)) = text.split_once(" invoked oom-killer: ") {
             *self = Self::default();
             self.started_us = Some(rec.ts_us);
@@ -364,7 +413,15 @@ impl Assembler {
             }
             report.ts_us = rec.ts_us;
             report.killed = k;
-            *self = Self::default();
+            let group = self
+                .group
+                .take()
+                .filter(|(_, at)| rec.ts_us.saturating_sub(*at) <= GROUP_SPAN_US);
+            report.oom_group = group.as_ref().map(|(g, _)| g.clone());
+            *self = Self {
+                group,
+                ..Self::default()
+            };
             return Some(KmsgEvent::Report(Box::new(report)));
         }
         // Lines of a report only count after its header.
@@ -651,8 +708,10 @@ pub fn read_all_reports() -> Result<Vec<OomReport>, KmsgError> {
     let mut asm = Assembler::default();
     let mut out = Vec::new();
     while let Some(rec) = read_record(&mut f, &mut buf, &mut lost)? {
-        if let Some(KmsgEvent::Report(r)) = asm.push(&rec) {
-            out.push(*r);
+        match asm.push(&rec) {
+            Some(KmsgEvent::Report(r)) => out.push(*r),
+            Some(KmsgEvent::OomGroup(g)) => g.mark_first(&mut out),
+            _ => {}
         }
     }
     Ok(out)
@@ -846,6 +905,55 @@ mod tests {
         assert!(r.summary.is_none() && r.tasks.is_empty() && r.memory.is_none());
         assert_eq!(r.killed.shmem_rss_kb, Some(4));
         assert_eq!(r.constraint(), "CONSTRAINT_MEMCG");
+    }
+
+    #[test]
+    fn a_memory_oom_group_kill_is_one_incident_of_several_reports() {
+        // As mm/oom_kill.c prints it: the chosen victim's full report, the
+        // group announcement, then every other task of the group (the
+        // reaper's line may come between).
+        let mut lines = V1_MEMCG_6_18.to_vec();
+        lines.extend([
+            "Tasks in /job are going to be killed due to memory.oom.group set",
+            "oom_reaper: reaped process 3129 (python3), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB",
+            "Memory cgroup out of memory: Killed process 3130 (sh) total-vm:4000kB, anon-rss:200kB, file-rss:900kB, shmem-rss:0kB, UID:0 pgtables:44kB oom_score_adj:0",
+            "Memory cgroup out of memory: Killed process 3131 (worker) total-vm:8000kB, anon-rss:3200kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:44kB oom_score_adj:0",
+        ]);
+        let evs = feed(&lines);
+        let mut reports = Vec::new();
+        let mut groups = Vec::new();
+        for e in evs {
+            match e {
+                KmsgEvent::Report(r) => reports.push(*r),
+                KmsgEvent::OomGroup(g) => {
+                    g.mark_first(&mut reports);
+                    groups.push(g);
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].cgroup, "/job");
+        let pids: Vec<u32> = reports.iter().map(|r| r.killed.pid).collect();
+        assert_eq!(pids, [3129, 3130, 3131]);
+        for r in &reports {
+            assert_eq!(r.oom_group.as_deref(), Some("/job"), "{}", r.killed.pid);
+        }
+        // The first has the header; the members have their kill lines only.
+        assert!(reports[0].summary.is_some());
+        assert!(reports[1].summary.is_none() && reports[2].summary.is_none());
+        // A later, unrelated OOM is not part of it.
+        let mut later = lines.clone();
+        later.extend(V1_MEMCG_6_18);
+        let last = feed(&later)
+            .into_iter()
+            .filter_map(|e| match e {
+                KmsgEvent::Report(r) => Some(r),
+                _ => None,
+            })
+            .next_back()
+            .unwrap();
+        assert_eq!(last.oom_group, None);
     }
 
     #[test]

@@ -292,12 +292,19 @@ fn feed(hosts: &mut HashMap<Option<String>, HostLog>, out: &mut Vec<LogReport>, 
         facility: if l.kernel { 0 } else { 1 },
         text: l.text,
     };
-    if let Some(KmsgEvent::Report(r)) = h.asm.push(&rec) {
-        out.push(LogReport {
+    match h.asm.push(&rec) {
+        Some(KmsgEvent::Report(r)) => out.push(LogReport {
             report: *r,
             host: l.host,
             mono_to_wall_ns: h.mono_to_wall,
-        });
+        }),
+        // The first kill of a memory.oom.group incident: this host's latest.
+        Some(KmsgEvent::OomGroup(g)) => {
+            if let Some(last) = out.iter_mut().rev().find(|r| r.host == l.host) {
+                g.mark_first(std::slice::from_mut(&mut last.report));
+            }
+        }
+        _ => {}
     }
 }
 

@@ -382,7 +382,11 @@ pub fn merge_report(
     let page_kb = crate::util::sys::page_kb();
     rec.source.kmsg = true;
     rec.gaps.retain(|g| *g != Gap::AwaitingReport);
-    if report.summary.is_none() {
+    if report.summary.is_none() && report.oom_group.is_some() {
+        rec.gaps.push(Gap::Note(
+            "killed as a member of a memory.oom.group kill: the kernel printed its OOM report (memcg figures, task table) once, for the task it chose".into(),
+        ));
+    } else if report.summary.is_none() {
         let stale = match rec
             .memcg
             .as_ref()
@@ -407,6 +411,9 @@ pub fn merge_report(
     }
     rec.killer.kind = KillerKind::KernelOom;
     rec.killer.constraint = Some(constraint_name(report.constraint()).into());
+    if report.oom_group.is_some() {
+        rec.oom_group = report.oom_group.clone();
+    }
     let k = &report.killed;
     let v = &mut rec.victim;
     if v.comm.is_empty() {
@@ -445,19 +452,23 @@ pub fn merge_report(
         v.memcg = Some(m.clone());
         v.memcg_source = Some(MemcgSource::Kmsg);
     }
-    let trigger = rec.trigger.get_or_insert_with(Trigger::default);
-    if let Some(c) = &report.trigger_comm
-        && trigger.task.comm.is_empty()
-    {
-        trigger.task.comm = c.clone();
+    // A kill line alone (a rate-limited header, a group member) names no
+    // trigger: none is made up.
+    if rec.trigger.is_some() || report.trigger_comm.is_some() || report.trigger_pid.is_some() {
+        let trigger = rec.trigger.get_or_insert_with(Trigger::default);
+        if let Some(c) = &report.trigger_comm
+            && trigger.task.comm.is_empty()
+        {
+            trigger.task.comm = c.clone();
+        }
+        if let Some(pid) = report.trigger_pid
+            && trigger.task.pid == 0
+        {
+            trigger.task.pid = pid;
+        }
+        trigger.gfp_mask = report.gfp_mask.clone();
+        trigger.order = report.order;
     }
-    if let Some(pid) = report.trigger_pid
-        && trigger.task.pid == 0
-    {
-        trigger.task.pid = pid;
-    }
-    trigger.gfp_mask = report.gfp_mask.clone();
-    trigger.order = report.order;
 
     let memcg_path = report
         .summary

@@ -29,6 +29,9 @@ pub enum Cause {
     PageCacheShmem,
     /// A process sent SIGKILL.
     UserspaceKill,
+    /// Killed with every task of its cgroup (`memory.oom.group`), not the
+    /// task the kernel chose.
+    OomGroup,
     /// Not enough is known.
     Unknown,
 }
@@ -55,6 +58,87 @@ pub struct Explanation {
     pub drops: Vec<DropRow>,
     /// Whether a recorder was running at the time.
     pub recorder_running: Option<bool>,
+    /// Every kill of its `memory.oom.group` incident (itself included),
+    /// in the order the kernel killed them; empty outside one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub incident: Vec<IncidentKill>,
+}
+
+/// One kill of a `memory.oom.group` incident.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct IncidentKill {
+    /// Store id (none outside the store).
+    pub id: Option<i64>,
+    /// Victim pid.
+    pub pid: u32,
+    /// Victim name.
+    pub comm: String,
+}
+
+/// Kills of one `memory.oom.group` incident are this close in time.
+const INCIDENT_SPAN_NS: i64 = 5_000_000_000;
+
+impl Explanation {
+    /// Fills the incident of a kill made by `memory.oom.group` from
+    /// `near` (kills around it, with their store ids), and says so in the
+    /// verdict.
+    pub fn join_incident<'a>(
+        &mut self,
+        near: impl IntoIterator<Item = (Option<i64>, &'a KillRecord)>,
+    ) {
+        let Some(group) = self.kill.oom_group.clone() else {
+            return;
+        };
+        let mut all: Vec<(i64, IncidentKill)> = near
+            .into_iter()
+            .filter(|(_, k)| {
+                k.oom_group.as_deref() == Some(group.as_str())
+                    && (k.ts_ns - self.kill.ts_ns).abs() <= INCIDENT_SPAN_NS
+            })
+            .map(|(id, k)| {
+                let one = IncidentKill {
+                    id,
+                    pid: k.victim.pid,
+                    comm: k.victim.comm.clone(),
+                };
+                (k.ts_ns, one)
+            })
+            .collect();
+        if !all.iter().any(|(_, k)| k.pid == self.kill.victim.pid) {
+            let me = IncidentKill {
+                id: self.id,
+                pid: self.kill.victim.pid,
+                comm: self.kill.victim.comm.clone(),
+            };
+            all.push((self.kill.ts_ns, me));
+        }
+        all.sort_by_key(|(ts, k)| (*ts, k.pid));
+        all.dedup_by_key(|(_, k)| k.pid);
+        self.incident = all.into_iter().map(|(_, k)| k).collect();
+        let names = self
+            .incident
+            .iter()
+            .map(|k| format!("{} (pid {})", k.comm, k.pid))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let n = self.incident.len();
+        let plural = if n == 1 { "" } else { "s" };
+        let chosen = &self.incident[0];
+        if chosen.pid == self.kill.victim.pid {
+            let _ = write!(
+                self.verdict.summary,
+                "; memory.oom.group is set on {group}, so the kernel killed every task in it as one incident ({n} kill{plural} known: {names})"
+            );
+        } else {
+            self.verdict = Verdict {
+                cause: Cause::OomGroup,
+                summary: format!(
+                    "killed with its group, not for its own memory: memory.oom.group is set on {group}, so when the kernel chose {} (pid {}) it killed every task in it as one incident ({n} kill{plural} known: {names})",
+                    chosen.comm, chosen.pid
+                ),
+            };
+        }
+    }
 }
 
 /// `  [docker 8f3c5d9e0b1a, pod ...]` for an owner, or nothing.
@@ -422,6 +506,7 @@ pub fn explain(
         verdict,
         drops,
         recorder_running,
+        incident: Vec::new(),
     }
 }
 

@@ -404,6 +404,10 @@ pub struct KillRecord {
     /// triggered a kernel OOM kill.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tipping_stack: Option<super::growth::TipStack>,
+    /// The cgroup with `memory.oom.group` set whose every task the kernel
+    /// killed together, this one among them (one incident, several kills).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_group: Option<String>,
 }
 
 /// Userspace kills by one sender in one memory cgroup, folded into one

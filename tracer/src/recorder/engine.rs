@@ -1111,6 +1111,7 @@ impl Engine {
             KmsgEvent::Report(r) => r,
             KmsgEvent::Xid(x) => return self.on_xid(x),
             KmsgEvent::Reaped(_) => return Ok(()),
+            KmsgEvent::OomGroup(g) => return self.on_oom_group(&g),
         };
         let joined = self.kills.on_report(
             *report,
@@ -1130,6 +1131,36 @@ impl Engine {
                     record: Box::new(rec.clone()),
                 });
             }
+        }
+        Ok(())
+    }
+
+    /// The kill the kernel reported just before announcing a
+    /// `memory.oom.group` kill is that incident's first (the others'
+    /// reports say so themselves).
+    fn on_oom_group(&mut self, g: &crate::collect::kmsg::OomGroup) -> Result<(), StoreError> {
+        let since = self.clock.kmsg_to_wall(g.ts_us) - 10_000_000_000;
+        let first = self
+            .kills
+            .recent_since(since)
+            .filter(|(_, r)| r.oom_group.is_none())
+            .filter_map(|(id, r)| Some((r.kmsg.as_ref()?.ts_us, id)))
+            .filter(|(ts, _)| *ts <= g.ts_us && g.ts_us - ts <= 2_000_000)
+            .max();
+        let Some((_, id)) = first else {
+            return Ok(());
+        };
+        let Some((_, rec)) = self.kills.recent_since(since).find(|(i, _)| *i == id) else {
+            return Ok(());
+        };
+        rec.oom_group = Some(g.cgroup.clone());
+        let rec = rec.clone();
+        self.store.update_kill(id, &rec)?;
+        if !self.exporters.is_empty() {
+            self.exporters.publish(Exported::KillUpdated {
+                id,
+                record: Box::new(rec),
+            });
         }
         Ok(())
     }

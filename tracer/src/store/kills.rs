@@ -138,6 +138,34 @@ impl Store {
         Ok((good, damaged))
     }
 
+    /// The readable kills from `from_ns` to `to_ns` (wall ns), oldest
+    /// first; a damaged record is left out (`kills_lenient` reports it).
+    pub fn kills_between(
+        &self,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<(i64, KillRecord)>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT id, CAST(record AS BLOB) FROM kills WHERE ts_ns BETWEEN ?1 AND ?2 ORDER BY ts_ns, id",
+            )
+            .map_err(sql("kills"))?;
+        let rows = st
+            .query_map(params![from_ns, to_ns], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, Option<Vec<u8>>>(1)?))
+            })
+            .map_err(sql("kills"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, json) = row.map_err(sql("kills"))?;
+            if let Ok(rec) = serde_json::from_slice(json.as_deref().unwrap_or_default()) {
+                out.push((id, rec));
+            }
+        }
+        Ok(out)
+    }
+
     /// When each kill became durable (wall ns), by kill id.
     pub fn committed_ns(&self, id: i64) -> Result<Option<i64>, StoreError> {
         self.conn
