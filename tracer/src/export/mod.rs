@@ -3,6 +3,7 @@
 //! only ever `try_send`s, so a slow or dead exporter costs a counted drop,
 //! never a late kill. JSON lines (`jsonl`) is the first exporter.
 
+pub mod families;
 pub mod jsonl;
 pub mod prometheus;
 

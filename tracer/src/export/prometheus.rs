@@ -32,7 +32,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use super::{Exported, Exporter};
+use super::{Exported, Exporter, families::Values};
 use crate::{
     model::{cgroup::Owner, kube::KubeNames},
     record::{KillRecord, MetricsSnapshot},
@@ -41,7 +41,7 @@ use crate::{
 /// The `namespace`, `pod` and `container` labels: a pod's names when
 /// known (`container` empty for a pod's own cgroup), else `container` as
 /// tracer names it.
-fn who(kube: Option<&KubeNames>, container: &str) -> Vec<(&'static str, String)> {
+pub(super) fn who(kube: Option<&KubeNames>, container: &str) -> Vec<(&'static str, String)> {
     match kube {
         Some(k) => vec![
             ("namespace", k.namespace.clone()),
@@ -137,7 +137,7 @@ impl KillKey {
         }
     }
 
-    fn labels(&self) -> Vec<(&'static str, String)> {
+    pub(super) fn labels(&self) -> Vec<(&'static str, String)> {
         let mut l = who(self.kube.as_ref(), &self.container);
         l.extend([
             ("cgroup", self.cgroup.clone()),
@@ -230,7 +230,7 @@ impl KillCounts {
         }
     }
 
-    fn snapshot(&self) -> Vec<(KillKey, (u64, f64))> {
+    pub(super) fn snapshot(&self) -> Vec<(KillKey, (u64, f64))> {
         self.settle(Instant::now());
         let s = self.series.lock().unwrap_or_else(|e| e.into_inner());
         s.iter().map(|(k, v)| (k.clone(), *v)).collect()
@@ -267,7 +267,7 @@ impl<T: Clone> Latest<T> {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = v;
     }
 
-    fn get(&self) -> T {
+    pub(super) fn get(&self) -> T {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
@@ -288,14 +288,10 @@ impl LabeledCounts {
         *s.entry(labels).or_default() += 1;
     }
 
-    fn encode(&self, e: &mut DescriptorEncoder, name: &str, help: &str) -> std::fmt::Result {
-        let s = self
-            .series
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let series: Vec<_> = s.into_iter().collect();
-        counters(e, name, help, &series)
+    /// Every series now.
+    pub fn series(&self) -> Vec<(Vec<(&'static str, String)>, u64)> {
+        let s = self.series.lock().unwrap_or_else(|e| e.into_inner());
+        s.iter().map(|(l, n)| (l.clone(), *n)).collect()
     }
 }
 
@@ -395,120 +391,6 @@ fn gauges(
     Ok(())
 }
 
-impl Source {
-    /// Usage, limit and failures of the memory cgroups of containers.
-    fn encode_memcg(&self, e: &mut DescriptorEncoder) -> std::fmt::Result {
-        let list = self.feeds.published.memcg.get();
-        let labels = |m: &MemcgGauge| {
-            let mut l = who(m.kube.as_ref(), &m.container);
-            l.push(("cgroup", m.cgroup.clone()));
-            l
-        };
-        let usage: Vec<_> = list.iter().map(|m| (labels(m), m.usage as f64)).collect();
-        let limit: Vec<_> = list
-            .iter()
-            .filter_map(|m| Some((labels(m), m.limit? as f64)))
-            .collect();
-        gauges(
-            e,
-            "tracer_memcg_usage_bytes",
-            "Memory a container's cgroup uses.",
-            &usage,
-        )?;
-        gauges(
-            e,
-            "tracer_memcg_limit_bytes",
-            "A container's memory cgroup limit.",
-            &limit,
-        )?;
-        let fails: Vec<_> = list
-            .iter()
-            .filter_map(|m| Some((labels(m), m.failcnt?)))
-            .collect();
-        counters(
-            e,
-            "tracer_memcg_failcnt",
-            "Times a container's memory cgroup hit its limit (each one a reclaim, maybe an OOM kill).",
-            &fails,
-        )
-    }
-
-    /// Per device (labels as DCGM's exporter names them: `gpu`, `UUID`,
-    /// `pci_bus_id`) and per container on a device.
-    fn encode_gpu(&self, e: &mut DescriptorEncoder) -> std::fmt::Result {
-        let Some(view) = self.feeds.published.gpu.get() else {
-            return Ok(());
-        };
-        let dev = |d: &crate::record::DevicePicture| {
-            vec![
-                ("gpu", d.device.to_string()),
-                ("UUID", d.uuid.clone()),
-                ("pci_bus_id", d.pci_bus_id.clone()),
-            ]
-        };
-        let per = |f: fn(&crate::record::DevicePicture) -> f64| {
-            view.devices
-                .iter()
-                .map(|d| (dev(d), f(d)))
-                .collect::<Vec<_>>()
-        };
-        gauges(
-            e,
-            "tracer_gpu_memory_used_bytes",
-            "Device memory in use, per NVML.",
-            &per(|d| d.used as f64),
-        )?;
-        gauges(
-            e,
-            "tracer_gpu_memory_free_bytes",
-            "Device memory free, per NVML.",
-            &per(|d| d.free as f64),
-        )?;
-        gauges(
-            e,
-            "tracer_gpu_memory_total_bytes",
-            "Device memory, per NVML.",
-            &per(|d| d.total as f64),
-        )?;
-        gauges(
-            e,
-            "tracer_gpu_memory_untraced_bytes",
-            "What NVML charges the processes on a device beyond what their traced CUDA calls hold (contexts, other libraries, processes not traced).",
-            &per(|d| {
-                d.processes
-                    .iter()
-                    .filter_map(|p| p.unexplained)
-                    .sum::<u64>() as f64
-            }),
-        )?;
-        let container = |d: &crate::record::DevicePicture, c: &crate::record::ContainerGpu| {
-            let mut l = dev(d);
-            l.extend(who(c.kube.as_ref(), &c.name));
-            l
-        };
-        let mut nvml = Vec::new();
-        let mut traced = Vec::new();
-        for d in &view.devices {
-            for c in &d.containers {
-                nvml.push((container(d, c), c.nvml_used as f64));
-                traced.push((container(d, c), c.traced_device as f64));
-            }
-        }
-        gauges(
-            e,
-            "tracer_gpu_container_memory_bytes",
-            "Device memory NVML charges the processes of a container (or memory cgroup) on a device.",
-            &nvml,
-        )?;
-        gauges(
-            e,
-            "tracer_gpu_container_traced_bytes",
-            "Device memory the traced CUDA calls of a container's processes hold on a device.",
-            &traced,
-        )
-    }
-}
-
 fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
     ConstCounter::new(v).encode(e.encode_descriptor(name, help, None, MetricType::Counter)?)
 }
@@ -519,116 +401,20 @@ fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> std::fmt:
 
 impl Collector for Source {
     fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
+        for f in self.feeds.families(&self.store) {
+            match &f.values {
+                // A family of one series without labels: a plain sample.
+                Values::Counter(s) if s.len() == 1 && s[0].0.is_empty() => {
+                    counter(&mut e, f.name, f.help, s[0].1)?
+                }
+                Values::Gauge(s) if s.len() == 1 && s[0].0.is_empty() => {
+                    gauge(&mut e, f.name, f.help, s[0].1)?
+                }
+                Values::Counter(s) => counters(&mut e, f.name, f.help, s)?,
+                Values::Gauge(s) => gauges(&mut e, f.name, f.help, s)?,
+            }
+        }
         let m = self.feeds.metrics.counters();
-        let kills = self.feeds.kills.snapshot();
-        let published = &self.feeds.published;
-        let all: Vec<_> = kills.iter().map(|(k, (n, _))| (k.labels(), *n)).collect();
-        counters(
-            &mut e,
-            "tracer_kills",
-            "Processes killed for memory, by killer, constraint and memory cgroup (from the kills the recorder stored).",
-            &all,
-        )?;
-        // The kernel's OOM kills alone, as cAdvisor's
-        // container_oom_events_total counts them, but kept per cgroup across
-        // container restarts and recorder restarts.
-        let oom: Vec<_> = kills
-            .iter()
-            .filter(|(k, _)| k.killer == "kernel_oom")
-            .map(|(k, (n, _))| {
-                let mut labels = k.labels();
-                labels.retain(|(name, _)| *name != "killer");
-                (labels, *n)
-            })
-            .collect();
-        counters(
-            &mut e,
-            "tracer_oom_kills",
-            "Processes the kernel OOM killer killed, by constraint and memory cgroup.",
-            &oom,
-        )?;
-        let last: Vec<_> = kills.iter().map(|(k, (_, at))| (k.labels(), *at)).collect();
-        gauges(
-            &mut e,
-            "tracer_last_oom_kill_timestamp_seconds",
-            "Wall time of the latest kill of each series, seconds since the epoch.",
-            &last,
-        )?;
-        self.encode_memcg(&mut e)?;
-        self.encode_gpu(&mut e)?;
-        let alloc = published.allocators.get();
-        let per = |f: fn(&AllocatorGauge) -> u64| {
-            alloc
-                .iter()
-                .map(|a| (who(a.kube.as_ref(), &a.container), f(a) as f64))
-                .collect::<Vec<_>>()
-        };
-        gauges(
-            &mut e,
-            "tracer_gpu_allocator_allocated_bytes",
-            "Device memory in live blocks of a container's caching allocators (PyTorch's, through their USDT probes).",
-            &per(|a| a.allocated),
-        )?;
-        gauges(
-            &mut e,
-            "tracer_gpu_allocator_reserved_bytes",
-            "Device memory the processes with a traced caching allocator reserved from CUDA, per container.",
-            &per(|a| a.reserved),
-        )?;
-        published.cuda_failures.encode(
-            &mut e,
-            "tracer_cuda_allocation_failures",
-            "CUDA allocations that failed, by function and error code (2: out of memory).",
-        )?;
-        published.xids.encode(
-            &mut e,
-            "tracer_gpu_xid_errors",
-            "NVIDIA Xid errors in the kernel log, by PCI address and Xid code.",
-        )?;
-        counter(
-            &mut e,
-            "tracer_events",
-            "Kernel events the recorder handled.",
-            m.events,
-        )?;
-        let drops: Vec<_> = [
-            ("oom", m.drops_oom),
-            ("critical", m.drops_critical),
-            ("data", m.drops_data),
-        ]
-        .into_iter()
-        .map(|(ring, n)| (vec![("ring", ring.to_string())], n))
-        .collect();
-        counters(
-            &mut e,
-            "tracer_events_dropped",
-            "Kernel events lost because a ring buffer was full, by ring.",
-            &drops,
-        )?;
-        counter(
-            &mut e,
-            "tracer_kill_records",
-            "Kill records stored (a folded SIGKILL storm is one).",
-            m.kills,
-        )?;
-        counter(
-            &mut e,
-            "tracer_gpu_oom_errors",
-            "CUDA out-of-memory errors stored.",
-            m.gpu_ooms,
-        )?;
-        counter(
-            &mut e,
-            "tracer_nvml_samples",
-            "NVML samples taken.",
-            m.nvml_samples,
-        )?;
-        gauge(
-            &mut e,
-            "tracer_nvml_last_sample_duration_seconds",
-            "How long the latest NVML sample took.",
-            m.nvml_last_us as f64 / 1e6,
-        )?;
         {
             let mut f = e.encode_descriptor(
                 "tracer_kill_commit_latency_seconds",
@@ -650,20 +436,6 @@ impl Collector for Source {
                 None,
             )?;
         }
-        gauge(
-            &mut e,
-            "tracer_last_kill_commit_latency_seconds",
-            "From the kernel's stamp of the latest kill to its durable commit.",
-            m.last_kill_commit_us as f64 / 1e6,
-        )?;
-        gauge(
-            &mut e,
-            "tracer_store_size_bytes",
-            "Size of the store's database file.",
-            std::fs::metadata(&self.store)
-                .map(|m| m.len() as f64)
-                .unwrap_or(0.0),
-        )?;
         {
             let mut f = e.encode_descriptor(
                 "tracer_build_info",
