@@ -338,6 +338,39 @@ impl Drop for TestCgroup {
     }
 }
 
+/// A pod's names, for the kubelet's files a test lays out.
+pub struct KubePod {
+    /// Namespace.
+    pub namespace: &'static str,
+    /// Pod name.
+    pub pod: &'static str,
+    /// Container name.
+    pub container: &'static str,
+}
+
+/// The kubelet's files for container `id` (its `restart`th) of pod `uid`
+/// under a test host root: its log directory and its /var/log/containers
+/// link.
+pub fn kubelet_files(root: &Path, p: KubePod, uid: &str, restart: u32, id: &str) {
+    let dir = root.join(format!(
+        "var/log/pods/{}_{}_{uid}/{}",
+        p.namespace, p.pod, p.container
+    ));
+    fs::create_dir_all(&dir).unwrap();
+    let log = dir.join(format!("{restart}.log"));
+    fs::write(&log, "").unwrap();
+    let links = root.join("var/log/containers");
+    fs::create_dir_all(&links).unwrap();
+    std::os::unix::fs::symlink(
+        &log,
+        links.join(format!(
+            "{}_{}_{}-{id}.log",
+            p.pod, p.namespace, p.container
+        )),
+    )
+    .unwrap();
+}
+
 /// Where new memory cgroups go: the v1 memory hierarchy if mounted, else
 /// the v2 root (which must have the memory controller).
 pub fn memory_root() -> (PathBuf, bool) {

@@ -12,10 +12,17 @@ use std::{
 };
 
 use tracer_e2e::{
-    Proc, Recorder, TestCgroup, privileged, tracer, tracer_bin, tracer_json, wait_for,
+    KubePod, Proc, Recorder, TestCgroup, kubelet_files, privileged, tracer, tracer_bin,
+    tracer_json, wait_for,
 };
 
 const MIB: u64 = 1 << 20;
+
+const POD: KubePod = KubePod {
+    namespace: "ml-team",
+    pod: "trainer-0",
+    container: "worker",
+};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -290,22 +297,6 @@ fn a_kill_is_counted_once_durable_scraped_by_prometheus_and_kept_across_a_restar
     rec.stop();
 }
 
-/// The kubelet's files for one container of a pod under a test host root:
-/// its log directory and its /var/log/containers link.
-fn kubelet_files(root: &std::path::Path, uid: &str, restart: u32, id: &str) {
-    let dir = root.join(format!("var/log/pods/ml-team_trainer-0_{uid}/worker"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let log = dir.join(format!("{restart}.log"));
-    std::fs::write(&log, "").unwrap();
-    let links = root.join("var/log/containers");
-    std::fs::create_dir_all(&links).unwrap();
-    std::os::unix::fs::symlink(
-        &log,
-        links.join(format!("trainer-0_ml-team_worker-{id}.log")),
-    )
-    .unwrap();
-}
-
 /// A memhog OOM-killed in `cg`.
 fn oom_kill_in(cg: &TestCgroup) {
     let mut cmd = cg.command(env!("CARGO_BIN_EXE_memhog"));
@@ -330,7 +321,7 @@ fn a_pods_kill_is_named_and_counted_by_pod_and_container_across_a_replaced_conta
     let uid = format!("{:08x}-5e1f-4c6d-8e9f-0a1b2c3d4e5f", std::process::id());
     let top = format!("tracer-e2e-pod-{}", std::process::id());
     let (id1, id2) = ("a1".repeat(32), "b2".repeat(32));
-    kubelet_files(host.path(), &uid, 0, &id1);
+    kubelet_files(host.path(), POD, &uid, 0, &id1);
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let rec = Recorder::start_with(&store, &["--metrics", &addr, "--host-root", host_root]);
@@ -366,7 +357,7 @@ fn a_pods_kill_is_named_and_counted_by_pod_and_container_across_a_replaced_conta
     // The container is replaced (a new id and cgroup in the same pod);
     // the recorder restarts meanwhile: the series goes on counting.
     drop(cg);
-    kubelet_files(host.path(), &uid, 1, &id2);
+    kubelet_files(host.path(), POD, &uid, 1, &id2);
     let port2 = free_port();
     let addr2 = format!("127.0.0.1:{port2}");
     let rec = Recorder::start_with(&store, &["--metrics", &addr2, "--host-root", host_root]);

@@ -22,6 +22,7 @@ const DRIVER_PACKAGES: [&str; 2] = ["libcuda1", "libnvidia-ml1"];
 const DRIVER_SOURCE: &str = "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm non-free";
 /// The manifests' validator from PyPI.
 const KUBERNETES_VALIDATE: &str = "1.37.0";
+const OPENTELEMETRY_PROTO: &str = "1.45.2";
 /// Where Debian's `prometheus` (promtool and the server) comes from.
 const PROMETHEUS_SOURCE: &str = "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm main";
 
@@ -200,20 +201,28 @@ fn prometheus() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The Kubernetes manifests' offline schema validator (PyPI's
-/// kubernetes-validate) in a virtual environment of its own:
-/// target/pytools/bin/kubernetes-validate.
+/// The Python tools the tests use, from PyPI, in a virtual environment of
+/// their own (target/pytools): the Kubernetes manifests' offline schema
+/// validator (kubernetes-validate) and the OTLP protobuf messages
+/// (opentelemetry-proto) the test's OTLP receiver decodes with.
 fn python_tools() -> anyhow::Result<()> {
     let dir = crate::root().join("target/pytools");
-    if dir.join("bin/kubernetes-validate").exists() {
+    let wanted = [
+        format!("kubernetes-validate=={KUBERNETES_VALIDATE}"),
+        format!("opentelemetry-proto=={OPENTELEMETRY_PROTO}"),
+    ];
+    let marker = dir.join("installed.txt");
+    if std::fs::read_to_string(&marker).is_ok_and(|m| m == wanted.join("\n")) {
         return Ok(());
     }
-    sh(Command::new("python3").args(["-m", "venv"]).arg(&dir))?;
-    sh(Command::new(dir.join("bin/pip")).args([
-        "install",
-        "--quiet",
-        &format!("kubernetes-validate=={KUBERNETES_VALIDATE}"),
-    ]))
+    if !dir.join("bin/pip").exists() {
+        sh(Command::new("python3").args(["-m", "venv"]).arg(&dir))?;
+    }
+    sh(Command::new(dir.join("bin/pip"))
+        .args(["install", "--quiet"])
+        .args(&wanted))?;
+    std::fs::write(&marker, wanted.join("\n"))?;
+    Ok(())
 }
 
 /// Downloads `packages` from `source` and unpacks them with `dpkg-deb -x`

@@ -31,7 +31,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Record OOM kills, SIGKILLs and memory-cgroup pressure until SIGINT/SIGTERM (needs root).
-    Record(record::RecordArgs),
+    Record(Box<record::RecordArgs>),
     /// Trace the CUDA allocations, or with --host the heap, of a running process, live (needs root).
     Attach(attach::AttachArgs),
     /// Where a process's or a memory cgroup's memory is growing, by stack, live (needs root).
@@ -66,7 +66,7 @@ pub enum Format {
 /// Runs the parsed command.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Record(a) => record::run(a),
+        Command::Record(a) => record::run(*a),
         Command::Attach(a) => attach::run(a),
         Command::Growth(a) => growth::run(a),
         Command::Explain(a) => explain::run(a),

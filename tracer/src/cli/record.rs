@@ -66,6 +66,14 @@ pub struct RecordArgs {
     /// endpoint has no authentication).
     #[arg(long)]
     pub metrics_allow_remote: bool,
+    /// Also send the metrics (every --otlp-interval) and each stored kill
+    /// and GPU OOM (a log record with its verdict) to this OTLP/HTTP
+    /// receiver, e.g. http://127.0.0.1:4318 (a collector on the node).
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+    /// With --otlp: how often the metrics are pushed.
+    #[arg(long, default_value = "15s", value_parser = super::parse_duration)]
+    pub otlp_interval: Duration,
     /// Where the host's files are (Kubernetes names come from
     /// HOST_ROOT/var/log/pods, /var/log/containers and the runtimes' state
     /// under /run): `/host` for an agent in a container that mounts them there.
@@ -111,6 +119,61 @@ impl RecordArgs {
     fn traces_heap(&self) -> bool {
         !self.host_cgroup.is_empty() || self.heap_on_pressure.is_some()
     }
+}
+
+/// The OTLP exporter for `url`, with the verdicts of `explain`; a
+/// receiver that does not answer now is said, not fatal (what it does not
+/// take is counted).
+fn start_otlp(
+    url: &str,
+    args: &RecordArgs,
+    feeds: crate::export::prometheus::Feeds,
+) -> anyhow::Result<crate::export::otlp::OtlpExporter> {
+    use crate::export::otlp::{OtlpConfig, OtlpExporter};
+    let (exporter, _lost) = OtlpExporter::start(OtlpConfig {
+        endpoint: url.to_string(),
+        interval: args.otlp_interval,
+        host: crate::util::sys::hostname(),
+        feeds,
+        store: args.store.path.clone(),
+        describe_kill: |k| {
+            let v = crate::explain::verdict(k);
+            let cause = serde_json::to_value(v.cause)
+                .ok()
+                .and_then(|c| c.as_str().map(String::from))
+                .unwrap_or_default();
+            (cause, v.summary)
+        },
+        describe_gpu_oom: crate::explain::gpu::verdict,
+    })?;
+    let authority = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap_or("");
+    let with_port = if authority
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| !p.ends_with(']'))
+    {
+        authority.to_string()
+    } else {
+        format!("{authority}:80")
+    };
+    let answers = std::net::ToSocketAddrs::to_socket_addrs(&with_port)
+        .ok()
+        .and_then(|mut a| a.next())
+        .is_some_and(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_secs(1)).is_ok());
+    if answers {
+        tracing::info!(
+            "otlp: sending to {url} (metrics every {:?})",
+            args.otlp_interval
+        );
+    } else {
+        tracing::warn!(
+            "otlp: nothing answers at {url} now; recording goes on, and what it does not take is counted"
+        );
+    }
+    Ok(exporter)
 }
 
 /// `90%` or `90`: a share of a limit, above 0 and at most 100.
@@ -177,6 +240,12 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         return Err(anyhow!("--gpu-interval must be at least 100ms"));
     }
     check_bounds(&args)?;
+    if let Some(url) = &args.otlp {
+        crate::export::otlp::check_url(url)?;
+        if args.otlp_interval < Duration::from_secs(1) {
+            return Err(anyhow!("--otlp-interval must be at least 1s"));
+        }
+    }
     crate::probes::caps::require_bpf()?;
     let store = Store::open_rw(&args.store.path)?;
     let _checkpointer = Checkpointer::spawn(&args.store.path, Duration::from_secs(5))?;
@@ -399,28 +468,35 @@ async fn record(
     }
     // Kill counters start from the kills the store holds: a restart
     // does not reset them.
-    let kill_counts = match args.metrics {
-        Some(_) => {
-            let counts = Arc::new(crate::export::prometheus::KillCounts::default());
-            let (kills, _damaged) = store.kills_lenient(i64::MIN, None, usize::MAX)?;
-            for (_, k) in &kills {
-                counts.count(k);
-            }
-            exporters
-                .add(Box::new(crate::export::prometheus::KillCounter(
-                    counts.clone(),
-                )))
-                .context("starting the metrics")?;
-            Some(counts)
+    let kill_counts = if args.metrics.is_some() || args.otlp.is_some() {
+        let counts = Arc::new(crate::export::prometheus::KillCounts::default());
+        let (kills, _damaged) = store.kills_lenient(i64::MIN, None, usize::MAX)?;
+        for (_, k) in &kills {
+            counts.count(k);
         }
-        None => None,
+        exporters
+            .add(Box::new(crate::export::prometheus::KillCounter(
+                counts.clone(),
+            )))
+            .context("starting the metrics")?;
+        Some(counts)
+    } else {
+        None
     };
     let mut engine = Engine::new(store, model, session, opts, Some(drops), Some(memcg), gpu);
+    let feeds = kill_counts.map(|counts| {
+        let feeds = crate::export::prometheus::Feeds::new(engine.metrics(), counts);
+        engine.set_published(feeds.published.clone());
+        feeds
+    });
+    if let (Some(url), Some(feeds)) = (&args.otlp, &feeds) {
+        exporters
+            .add(Box::new(start_otlp(url, &args, feeds.clone())?))
+            .context("starting the OTLP exporter")?;
+    }
     engine.set_exporters(exporters);
-    let _metrics_server = match (args.metrics, kill_counts) {
-        (Some(addr), Some(counts)) => {
-            let feeds = crate::export::prometheus::Feeds::new(engine.metrics(), counts);
-            engine.set_published(feeds.published.clone());
+    let _metrics_server = match (args.metrics, feeds) {
+        (Some(addr), Some(feeds)) => {
             let server = crate::export::prometheus::MetricsServer::start(
                 addr,
                 args.metrics_allow_remote,

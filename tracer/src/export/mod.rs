@@ -5,6 +5,7 @@
 
 pub mod families;
 pub mod jsonl;
+pub mod otlp;
 pub mod prometheus;
 
 use std::{
@@ -60,6 +61,11 @@ pub trait Exporter: Send + 'static {
     /// Hands one item on. An error is logged and the item is lost; the
     /// exporter keeps running.
     fn export(&mut self, item: &Exported) -> std::io::Result<()>;
+    /// The recorder stops: hands on what it still holds, and says how many
+    /// items it lost on its own (a destination that did not take them).
+    fn finish(&mut self) -> u64 {
+        0
+    }
 }
 
 /// Items offered to an exporter's queue at once, at most.
@@ -69,7 +75,8 @@ struct Lane {
     name: String,
     tx: SyncSender<Arc<Exported>>,
     dropped: Arc<AtomicU64>,
-    thread: Option<JoinHandle<()>>,
+    /// Ends with what the exporter lost on its own.
+    thread: Option<JoinHandle<u64>>,
 }
 
 /// The exporters of a recorder, each on its own thread.
@@ -91,6 +98,7 @@ impl Exporters {
                         tracing::warn!("exporter {}: {e}", exporter.name());
                     }
                 }
+                exporter.finish()
             })?;
         self.lanes.push(Lane {
             name,
@@ -132,13 +140,14 @@ impl Exporters {
     }
 
     /// Closes the queues and waits for the exporters to hand on what they
-    /// hold.
+    /// hold; what each lost (its queue full, or its destination not taking
+    /// it), by name.
     pub fn finish(mut self) -> Vec<(String, u64)> {
-        let dropped = self.dropped();
-        for mut lane in self.lanes.drain(..) {
+        let mut dropped = self.dropped();
+        for (mut lane, d) in self.lanes.drain(..).zip(dropped.iter_mut()) {
             drop(lane.tx);
             if let Some(t) = lane.thread.take() {
-                let _ = t.join();
+                d.1 += t.join().unwrap_or(0);
             }
         }
         dropped

@@ -452,7 +452,7 @@ impl Collector for Source {
 
 /// What the endpoint reads: the recorder's counters, the stored kills, and
 /// what the engine publishes as it goes.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Feeds {
     /// The recorder's shared counters.
     pub metrics: Arc<dyn CounterSource>,
