@@ -565,6 +565,15 @@ fn gpu_memory_per_device_and_container_with_the_simulated_nvml() {
         Some(300.0 * MIB as f64),
         "the context NVML charges and no call accounts for: {body}"
     );
+    // Pinned host memory, per container (charged to its memory cgroup).
+    target.ok("host 8388608");
+    let pinned = format!(
+        "tracer_gpu_container_pinned_host_bytes{{namespace=\"\",pod=\"\",{container}}} 8388608.0"
+    );
+    wait_for(Duration::from_secs(10), || {
+        scrape(port)?.lines().any(|l| l == pinned).then_some(())
+    })
+    .unwrap_or_else(|| panic!("no {pinned}: {:?}", scrape(port)));
     // A failed allocation is counted by function and error.
     assert_eq!(target.cmd("malloc 17179869184"), "err 2");
     let failures = wait_for(Duration::from_secs(10), || {

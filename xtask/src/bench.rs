@@ -33,7 +33,7 @@ pub struct Options {
     #[arg(long, default_value_t = 1000)]
     pub churn_rate: u64,
     /// Run only one benchmark.
-    #[arg(long, value_parser = ["latency", "load", "cuda-scan", "idle", "churn", "nvml", "cuda", "cuda-real", "usdt", "heap", "growth"])]
+    #[arg(long, value_parser = ["latency", "load", "cuda-scan", "idle", "churn", "nvml", "cuda", "cuda-real", "usdt", "heap", "growth", "scrape"])]
     pub only: Option<String>,
     /// cudaMalloc/cudaFree pairs per measured loop of the CUDA benchmark.
     #[arg(long, default_value_t = 100_000)]
@@ -88,6 +88,9 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
     }
     if want("heap") {
         println!("{}", heap_cost(&bins, opts.heap_secs)?);
+    }
+    if want("scrape") {
+        println!("{}", scrape_cost(&bins, opts.idle_secs, opts.kills)?);
     }
     if want("growth") {
         println!(
@@ -1118,5 +1121,138 @@ fn heap_cost(bins: &crate::Bins, secs: f64) -> anyhow::Result<String> {
          |---|---|---|---|---|---|\n{}\n\n\
          Probe hits per second = 2 x operations (one malloc, one free), plus one return per malloc for tracer.\n",
         rows.join("\n")
+    ))
+}
+
+/// One `GET /metrics` on loopback: (ms, body bytes, series).
+fn scrape_once(port: u16) -> anyhow::Result<(f64, usize, usize)> {
+    use std::io::{Read as _, Write as _};
+    let t0 = Instant::now();
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+    let mut body = String::new();
+    s.read_to_string(&mut body)?;
+    let ms = t0.elapsed().as_secs_f64() * 1000.0;
+    if !body.starts_with("HTTP/1.1 200") {
+        bail!("scrape: {}", body.lines().next().unwrap_or(""));
+    }
+    let series = body.lines().filter(|l| l.starts_with("tracer_")).count();
+    Ok((ms, body.len(), series))
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// The metrics endpoint with 100 containers' memory cgroups and 8
+/// simulated GPUs: ms per scrape, recorder CPU scraped every 15 s beside
+/// the same recorder not scraped, and the kill commit latency while a
+/// scrape loop runs at 1/s.
+fn scrape_cost(bins: &crate::Bins, secs: u64, kills: usize) -> anyhow::Result<String> {
+    let dir = tempfile::tempdir()?;
+    let containers: Vec<TestCgroup> = (0..100)
+        .map(|i| TestCgroup::container(&format!("{:064x}", 0xbe0c_0000_u64 + i), 256 * MIB))
+        .collect();
+    let nvml = tracer_e2e::simcuda_dir()
+        .join("libnvidia-ml.so.1")
+        .display()
+        .to_string();
+    let env = [
+        ("SIMNVML_DEVICES", "8".to_string()),
+        ("SIMNVML_FAKE_PROCS", "8".to_string()),
+        ("SIMCUDA_DEVICE_MEM", (80u64 << 30).to_string()),
+    ];
+    let start = |name: &str, port: u16| {
+        let addr = format!("127.0.0.1:{port}");
+        let mut args = vec![
+            "--nvml-lib".to_string(),
+            nvml.clone(),
+            "--metrics".to_string(),
+            addr,
+        ];
+        for c in &containers {
+            args.extend(["--cgroup".to_string(), c.path.clone()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Recorder::spawn(
+            &bins.tracer,
+            &dir.path().join(format!("{name}.db")),
+            &args,
+            &env,
+            false,
+        )
+    };
+    // Scraped every 15 s, beside the same recorder never scraped.
+    let (pa, pb) = (free_port()?, free_port()?);
+    let scraped = start("scraped", pa);
+    let quiet = start("quiet", pb);
+    thread::sleep(Duration::from_secs(3));
+    let mut per_scrape = Vec::new();
+    let (mut bytes, mut series) = (0, 0);
+    for _ in 0..20 {
+        let (ms, b, n) = scrape_once(pa)?;
+        per_scrape.push(ms);
+        (bytes, series) = (b, n);
+    }
+    per_scrape.sort_by(f64::total_cmp);
+    let (with, without) = std::thread::scope(|s| {
+        let a = s.spawn(|| -> anyhow::Result<f64> {
+            let (c0, _, _) = usage(scraped.pid())?;
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(secs) {
+                scrape_once(pa)?;
+                thread::sleep(Duration::from_secs(15).min(Duration::from_secs(secs)));
+            }
+            let (c1, _, _) = usage(scraped.pid())?;
+            Ok((c1 - c0) / t0.elapsed().as_secs_f64() * 100.0)
+        });
+        let b = s.spawn(|| cpu_over(quiet.pid(), secs));
+        (a.join().expect("thread"), b.join().expect("thread"))
+    });
+    let (with, without) = (with?, without?);
+    let rss_mib = usage(scraped.pid())?.1 as f64 / 1024.0;
+    quiet.stop();
+    scraped.stop();
+    // Kill commit latency while a scrape loop runs at 1/s.
+    let port = free_port()?;
+    let rec = start("kills", port);
+    thread::sleep(Duration::from_secs(2));
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (pids, scrapes) = std::thread::scope(|s| {
+        let loop_ = s.spawn(|| {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if scrape_once(port).is_ok() {
+                    n += 1;
+                }
+                thread::sleep(Duration::from_secs(1));
+            }
+            n
+        });
+        let pids = oom_kills(bins, "bench-scrape", kills);
+        thread::sleep(Duration::from_secs(2));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (pids, loop_.join().expect("thread"))
+    });
+    let pids = pids?;
+    rec.stop();
+    let lat = commit_latencies(&dir.path().join("kills.db"), &pids)?;
+    drop(containers);
+    Ok(format!(
+        "### Metrics endpoint (100 containers' memory cgroups, 8 simulated GPUs with 8 processes)\n\n\
+         | scrape p50 | scrape p99 | body | series | recorder CPU, scraped every 15 s | not scraped | recorder RSS |\n\
+         |---|---|---|---|---|---|---|\n\
+         | {:.2} ms | {:.2} ms | {:.0} KiB | {series} | {with:.2} % | {without:.2} % | {rss_mib:.0} MiB |\n\n\
+         Kill-to-durable-row latency while a scrape loop runs at 1/s ({scrapes} scrapes): \
+         {} kills, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (target p99 < 20 ms).\n",
+        percentile(&per_scrape, 0.5),
+        percentile(&per_scrape, 0.99),
+        bytes as f64 / 1024.0,
+        lat.len(),
+        percentile(&lat, 0.5),
+        percentile(&lat, 0.99),
+        lat[lat.len() - 1],
     ))
 }

@@ -75,6 +75,16 @@ impl CudaLedgers {
             .collect()
     }
 
+    /// Pinned host memory of the live processes that hold some.
+    pub fn pinned_by_pid(&self) -> Vec<(u32, u64)> {
+        self.ledgers
+            .iter()
+            .filter(|(_, t)| t.exited_ns.is_none())
+            .map(|(pid, t)| (*pid, t.ledger.outstanding(AllocKind::PinnedHost)))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
     /// A traced call. Returns a GPU OOM record when an allocation failed
     /// for lack of memory.
     pub fn on_call(

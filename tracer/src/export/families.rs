@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use super::prometheus::{AllocatorGauge, Feeds, MemcgGauge, who};
+use super::prometheus::{Feeds, MemcgGauge, who};
 use crate::record::DevicePicture;
 
 /// A series' labels.
@@ -93,23 +93,29 @@ impl Feeds {
         ];
         out.extend(self.memcg_families());
         out.extend(self.gpu_families());
-        let alloc = published.allocators.get();
-        let per = |f: fn(&AllocatorGauge) -> u64| {
-            alloc
-                .iter()
-                .map(|a| (who(a.kube.as_ref(), &a.container), f(a) as f64))
+        let cuda = published.cuda.get();
+        let alloc = |f: fn((u64, u64)) -> u64| {
+            cuda.iter()
+                .filter_map(|c| Some((who(c.kube.as_ref(), &c.container), f(c.allocator?) as f64)))
                 .collect::<Vec<_>>()
         };
         out.extend([
             gauge(
                 "tracer_gpu_allocator_allocated_bytes",
                 "Device memory in live blocks of a container's caching allocators (PyTorch's, through their USDT probes).",
-                per(|a| a.allocated),
+                alloc(|(allocated, _)| allocated),
             ),
             gauge(
                 "tracer_gpu_allocator_reserved_bytes",
                 "Device memory the processes with a traced caching allocator reserved from CUDA, per container.",
-                per(|a| a.reserved),
+                alloc(|(_, reserved)| reserved),
+            ),
+            gauge(
+                "tracer_gpu_container_pinned_host_bytes",
+                "Pinned host memory the traced CUDA calls of a container's processes hold (page-locked, charged to its memory cgroup).",
+                cuda.iter()
+                    .map(|c| (who(c.kube.as_ref(), &c.container), c.pinned_host as f64))
+                    .collect(),
             ),
             counter(
                 "tracer_cuda_allocation_failures",

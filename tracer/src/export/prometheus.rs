@@ -295,18 +295,20 @@ impl LabeledCounts {
     }
 }
 
-/// A container's caching allocators (PyTorch's, through their USDT
-/// probes), summed over its processes.
+/// What the traced CUDA calls of a container's processes hold, summed
+/// over them: its caching allocators' figures (PyTorch's, through their
+/// USDT probes) and its pinned host memory.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct AllocatorGauge {
+pub struct ContainerCuda {
     /// The container, or the memory cgroup path.
     pub container: String,
     /// Its pod's names, when known.
     pub kube: Option<KubeNames>,
-    /// Bytes in live blocks.
-    pub allocated: u64,
-    /// Bytes reserved from CUDA.
-    pub reserved: u64,
+    /// Bytes in live blocks and bytes reserved from CUDA, when a caching
+    /// allocator is traced.
+    pub allocator: Option<(u64, u64)>,
+    /// Pinned host memory (page-locked, charged to its memory cgroup).
+    pub pinned_host: u64,
 }
 
 /// One sampled memory cgroup of a container or pod.
@@ -336,8 +338,8 @@ pub struct Published {
     /// or a pod (only those: a series per cgroup of every process would
     /// not be bounded), replaced at every sampling tick.
     pub memcg: Latest<Vec<MemcgGauge>>,
-    /// Caching allocator figures per container, replaced every tick.
-    pub allocators: Latest<Vec<AllocatorGauge>>,
+    /// Traced CUDA figures per container, replaced every tick.
+    pub cuda: Latest<Vec<ContainerCuda>>,
     /// NVIDIA Xid errors from the kernel log, by PCI address and code.
     pub xids: LabeledCounts,
     /// Failed CUDA allocations, by function and error code.
@@ -732,10 +734,10 @@ mod tests {
             ("function", "cudaMalloc".into()),
             ("error", "2".into()),
         ]);
-        published.allocators.set(vec![AllocatorGauge {
+        published.cuda.set(vec![ContainerCuda {
             container: "docker 8f3c5d9e0b1a".into(),
-            allocated: 27 << 20,
-            reserved: 60 << 20,
+            allocator: Some((27 << 20, 60 << 20)),
+            pinned_host: 3 << 20,
             kube: None,
         }]);
         registry.register_collector(Box::new(Source {
@@ -781,6 +783,7 @@ mod tests {
             "tracer_last_oom_kill_timestamp_seconds{namespace=\"\",pod=\"\",container=\"\",cgroup=\"/kubepods/pod1/ctr\",constraint=\"memcg\",killer=\"kernel_oom\"} 160.0",
             "tracer_events_total 42",
             "tracer_gpu_allocator_allocated_bytes{namespace=\"\",pod=\"\",container=\"docker 8f3c5d9e0b1a\"} 28311552.0",
+            "tracer_gpu_container_pinned_host_bytes{namespace=\"\",pod=\"\",container=\"docker 8f3c5d9e0b1a\"} 3145728.0",
             "tracer_gpu_allocator_reserved_bytes{namespace=\"\",pod=\"\",container=\"docker 8f3c5d9e0b1a\"} 62914560.0",
             "tracer_gpu_xid_errors_total{pci_bus_id=\"0000:3b:00\",xid=\"79\"} 1",
             "tracer_cuda_allocation_failures_total{function=\"cudaMalloc\",error=\"2\"} 2",

@@ -846,28 +846,39 @@ impl Engine {
             .collect()
     }
 
-    /// The caching allocator figures summed per container (or memory
-    /// cgroup, for a process in none).
-    fn container_allocators(
+    /// What the traced CUDA calls hold per container (or memory cgroup,
+    /// for a process in none): caching allocators and pinned host memory.
+    fn container_cuda(
         &self,
         ledgers: &crate::correlate::cuda::CudaLedgers,
-    ) -> Vec<crate::export::prometheus::AllocatorGauge> {
-        let mut by: std::collections::BTreeMap<String, crate::export::prometheus::AllocatorGauge> =
-            Default::default();
-        for (pid, a) in ledgers.allocators() {
+    ) -> Vec<crate::export::prometheus::ContainerCuda> {
+        use crate::export::prometheus::ContainerCuda;
+        let mut by: std::collections::BTreeMap<String, ContainerCuda> = Default::default();
+        let get = |pid: u32| {
             let p = self.model.get(pid);
             let name = p
                 .and_then(|p| p.owner.short().or_else(|| p.memcg.clone()))
                 .unwrap_or_default();
-            let e = by.entry(name.clone()).or_insert_with(|| {
-                crate::export::prometheus::AllocatorGauge {
-                    container: name,
-                    kube: p.and_then(|p| p.owner.kube.clone()),
-                    ..Default::default()
-                }
+            (name, p.and_then(|p| p.owner.kube.clone()))
+        };
+        let mut add = |pid: u32, f: &dyn Fn(&mut ContainerCuda)| {
+            let (name, kube) = get(pid);
+            let c = by.entry(name.clone()).or_insert_with(|| ContainerCuda {
+                container: name,
+                kube,
+                ..Default::default()
             });
-            e.allocated += a.allocated;
-            e.reserved += a.reserved;
+            f(c);
+        };
+        for (pid, a) in ledgers.allocators() {
+            add(pid, &|c| {
+                let e = c.allocator.get_or_insert((0, 0));
+                e.0 += a.allocated;
+                e.1 += a.reserved;
+            });
+        }
+        for (pid, n) in ledgers.pinned_by_pid() {
+            add(pid, &|c| c.pinned_host += n);
         }
         by.into_values().collect()
     }
@@ -1243,7 +1254,7 @@ impl Engine {
         if let Some(p) = &self.published {
             p.memcg.set(self.container_memcgs(&paths, now));
             if let Some(gpu) = &self.gpu {
-                p.allocators.set(self.container_allocators(&gpu.ledgers));
+                p.cuda.set(self.container_cuda(&gpu.ledgers));
             }
         }
         let named = self.model.kube_named();
