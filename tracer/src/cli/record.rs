@@ -66,6 +66,16 @@ pub struct RecordArgs {
     /// endpoint has no authentication).
     #[arg(long)]
     pub metrics_allow_remote: bool,
+    /// Early warning: a `pressure` event (stored, counted, exported) when a
+    /// memory cgroup, at its growth rate over the last 10 s, would reach its
+    /// limit within this long, and another when it no longer would
+    /// (0: off). A kill carries the warning that preceded it.
+    #[arg(long, default_value = "60s", value_parser = super::parse_duration, value_name = "DURATION")]
+    pub warn_before: Duration,
+    /// Early warning also when a memory cgroup's PSI `some avg10` reaches
+    /// this share (cgroup v2 only; e.g. 20%).
+    #[arg(long, value_parser = parse_percent, value_name = "PERCENT")]
+    pub warn_psi: Option<f64>,
     /// Also send the metrics (every --otlp-interval) and each stored kill
     /// and GPU OOM (a log record with its verdict) to this OTLP/HTTP
     /// receiver, e.g. http://127.0.0.1:4318 (a collector on the node).
@@ -508,6 +518,12 @@ async fn record(
         }
         _ => None,
     };
+    if !args.warn_before.is_zero() || args.warn_psi.is_some() {
+        engine.set_warnings(crate::correlate::warning::WarnGate::new(
+            args.warn_before.as_secs_f64(),
+            args.warn_psi,
+        ));
+    }
     if let Some(w) = watcher {
         engine.set_watcher(w);
     }

@@ -10,6 +10,7 @@ pub mod kills;
 pub mod pressure;
 pub mod storm;
 pub mod timeline;
+pub mod warning;
 
 use tracer_common::{OomVictim, SignalKill, victim_field};
 

@@ -510,6 +510,26 @@ pub fn explain(
     }
 }
 
+/// `38.2 s before the kill: growing 10.0 MiB/s, ... projected to reach
+/// it in 40 s`.
+fn warned(w: &crate::record::PressureEvent, kill_ns: i64) -> String {
+    let lead = (kill_ns - w.ts_ns) as f64 / 1e9;
+    let cgroup = format!(" ({})", w.memcg);
+    let why = match (w.reason, w.projected_s, w.rate_bytes_per_s, w.limit_bytes) {
+        (crate::record::WarningReason::Growth, Some(p), Some(r), Some(l)) => format!(
+            "growing {}/s at {} of its limit of {}, projected to reach it in {p:.0} s",
+            bytes(r.max(0.0) as u64),
+            bytes(w.usage_bytes),
+            bytes(l)
+        ),
+        _ => format!(
+            "its tasks stalled on memory (PSI some avg10 {:.0}%)",
+            w.psi_some_avg10.unwrap_or(0.0)
+        ),
+    };
+    format!("{lead:.1} s before the kill{cgroup}: {why}")
+}
+
 /// A command line on one line (newlines shown as `\n`), cut at `max` chars.
 pub(crate) fn one_line(s: &str, max: usize) -> String {
     let flat = s.trim().replace('\n', "\\n");
@@ -567,6 +587,9 @@ pub fn render_text(e: &Explanation) -> String {
     if let Some(m) = &v.memcg {
         let owner = owner_tag(v.owner.as_ref());
         let _ = writeln!(o, "  cgroup     {m}{owner}");
+    }
+    if let Some(w) = &k.warning {
+        let _ = writeln!(o, "  warned     {}", warned(w, k.ts_ns));
     }
     if let Some(k) = v.owner.as_ref().and_then(|o| o.kube.as_ref()) {
         let ctr = k

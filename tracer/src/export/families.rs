@@ -123,6 +123,11 @@ impl Feeds {
                 published.cuda_failures.series(),
             ),
             counter(
+                "tracer_pressure_warnings",
+                "Early warnings: a memory cgroup about to reach its limit at its growth rate (reason growth), or stalling on memory (reason psi).",
+                published.warnings.series(),
+            ),
+            counter(
                 "tracer_gpu_xid_errors",
                 "NVIDIA Xid errors in the kernel log, by PCI address and Xid code.",
                 published.xids.series(),

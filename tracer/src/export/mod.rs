@@ -45,6 +45,11 @@ pub enum Exported {
         /// The record as it is now.
         record: Box<KillRecord>,
     },
+    /// An early warning about a memory cgroup, or its end.
+    Pressure {
+        /// The event.
+        record: Box<crate::record::PressureEvent>,
+    },
     /// A CUDA out-of-memory failure, once durable.
     GpuOom {
         /// Its row id in the store.

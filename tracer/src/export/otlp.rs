@@ -428,6 +428,54 @@ impl OtlpExporter {
     }
 }
 
+impl OtlpExporter {
+    fn pressure(&mut self, p: &crate::record::PressureEvent) {
+        use crate::record::WarningState;
+        let mut r = self.logger.create_log_record();
+        r.set_event_name("tracer.pressure");
+        r.set_timestamp(UNIX_EPOCH + Duration::from_nanos(p.ts_ns.max(0) as u64));
+        r.set_observed_timestamp(SystemTime::now());
+        let (sev, state) = match p.state {
+            WarningState::Warning => (Severity::Warn, "warning"),
+            WarningState::Recovered => (Severity::Info, "recovered"),
+        };
+        r.set_severity_number(sev);
+        r.set_severity_text(sev.name());
+        let body = match (p.state, p.projected_s) {
+            (WarningState::Warning, Some(s)) => {
+                format!(
+                    "{}: reaches its memory limit in {s:.0} s at its growth rate",
+                    p.memcg
+                )
+            }
+            (WarningState::Warning, None) => format!("{}: stalls on memory", p.memcg),
+            (WarningState::Recovered, _) => format!("{}: no longer near its memory limit", p.memcg),
+        };
+        r.set_body(AnyValue::from(body));
+        r.add_attribute("tracer.pressure.state", state);
+        r.add_attribute("tracer.memcg", p.memcg.clone());
+        r.add_attribute("tracer.memcg.usage", p.usage_bytes as i64);
+        if let Some(l) = p.limit_bytes {
+            r.add_attribute("tracer.memcg.limit", l as i64);
+        }
+        if let Some(v) = p.projected_s {
+            r.add_attribute("tracer.pressure.projected_s", v);
+        }
+        if let Some(v) = p.rate_bytes_per_s {
+            r.add_attribute("tracer.pressure.rate_bytes_per_s", v);
+        }
+        if let Some(v) = p.psi_some_avg10 {
+            r.add_attribute("tracer.pressure.psi_some_avg10", v);
+        }
+        if let Some(o) = &p.owner {
+            for (key, val) in owner_attributes(o) {
+                r.add_attribute(key, val);
+            }
+        }
+        self.logger.emit(r);
+    }
+}
+
 /// A container's and pod's semantic-convention attributes.
 fn owner_attributes(o: &crate::model::cgroup::Owner) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
@@ -460,6 +508,7 @@ impl Exporter for OtlpExporter {
             Exported::Kill { id, record } => self.kill(*id, record, false),
             Exported::KillUpdated { id, record } => self.kill(*id, record, true),
             Exported::GpuOom { id, record } => self.gpu_oom(*id, record),
+            Exported::Pressure { record } => self.pressure(record),
         }
         Ok(())
     }

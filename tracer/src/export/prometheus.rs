@@ -74,6 +74,13 @@ pub enum MetricsError {
     },
 }
 
+/// The `namespace`, `pod` and `container` labels of an owner.
+pub fn owner_labels(o: Option<&Owner>) -> Vec<(&'static str, String)> {
+    let kube = o.and_then(|o| o.kube.as_ref());
+    let short = o.and_then(Owner::short).unwrap_or_default();
+    who(kube, if kube.is_some() { "" } else { &short })
+}
+
 /// One kill series: who killed, under which constraint, in which cgroup.
 /// A pod's container counts by its names and its pod's cgroup (a pod UID
 /// and a container name), so a replaced container (a new id, a new
@@ -250,7 +257,7 @@ impl Exporter for KillCounter {
         match item {
             Exported::Kill { id, record } => self.0.stored(*id, record, Instant::now()),
             Exported::KillUpdated { id, record } => self.0.updated(*id, record),
-            Exported::GpuOom { .. } => {}
+            Exported::GpuOom { .. } | Exported::Pressure { .. } => {}
         }
         Ok(())
     }
@@ -344,6 +351,8 @@ pub struct Published {
     pub xids: LabeledCounts,
     /// Failed CUDA allocations, by function and error code.
     pub cuda_failures: LabeledCounts,
+    /// Early warnings: memory cgroups about to reach their limit.
+    pub warnings: LabeledCounts,
 }
 
 /// The recorder's shared counters, as a scrape reads them.
@@ -726,6 +735,13 @@ mod tests {
             ("pci_bus_id", "0000:3b:00".into()),
             ("xid", "79".into()),
         ]);
+        published.warnings.inc(vec![
+            ("namespace", String::new()),
+            ("pod", String::new()),
+            ("container", "docker 8f3c5d9e0b1a".into()),
+            ("cgroup", "/docker/8f3c".into()),
+            ("reason", "growth".into()),
+        ]);
         published.cuda_failures.inc(vec![
             ("function", "cudaMalloc".into()),
             ("error", "2".into()),
@@ -783,6 +799,7 @@ mod tests {
             "tracer_last_oom_kill_timestamp_seconds{namespace=\"\",pod=\"\",container=\"\",cgroup=\"/kubepods/pod1/ctr\",constraint=\"memcg\",killer=\"kernel_oom\"} 160.0",
             "tracer_events_total 42",
             "tracer_gpu_allocator_allocated_bytes{namespace=\"\",pod=\"\",container=\"docker 8f3c5d9e0b1a\"} 28311552.0",
+            "tracer_pressure_warnings_total{namespace=\"\",pod=\"\",container=\"docker 8f3c5d9e0b1a\",cgroup=\"/docker/8f3c\",reason=\"growth\"} 1",
             "tracer_gpu_container_pinned_host_bytes{namespace=\"\",pod=\"\",container=\"docker 8f3c5d9e0b1a\"} 3145728.0",
             "tracer_gpu_allocator_reserved_bytes{namespace=\"\",pod=\"\",container=\"docker 8f3c5d9e0b1a\"} 62914560.0",
             "tracer_gpu_xid_errors_total{pci_bus_id=\"0000:3b:00\",xid=\"79\"} 1",

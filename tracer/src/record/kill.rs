@@ -408,6 +408,10 @@ pub struct KillRecord {
     /// killed together, this one among them (one incident, several kills).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom_group: Option<String>,
+    /// The early warning about its memory cgroup (or one above it) that
+    /// was standing when it was killed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<super::warning::PressureEvent>,
 }
 
 /// Userspace kills by one sender in one memory cgroup, folded into one

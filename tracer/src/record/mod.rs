@@ -6,9 +6,11 @@ pub mod growth;
 pub mod heap;
 pub mod kill;
 pub mod rows;
+pub mod warning;
 
 pub use gpu::*;
 pub use growth::*;
 pub use heap::*;
 pub use kill::*;
 pub use rows::*;
+pub use warning::*;

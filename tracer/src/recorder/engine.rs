@@ -21,7 +21,7 @@ use crate::correlate::{
     timeline::{AGED_RES_S, DOWNSAMPLE_AFTER_NS, FRESH_RES_S, Window},
 };
 use crate::export::{Exported, Exporters};
-use crate::record::{Gap, GpuView, KillRecord};
+use crate::record::{Gap, GpuView, KillRecord, WarningReason, WarningState};
 use crate::util::term::escape;
 use crate::{
     collect::{
@@ -148,6 +148,8 @@ pub struct Engine {
     growth: Option<crate::probes::growth::GrowthMaps>,
     /// Heap sampling for memory cgroups under pressure.
     pressure: Option<crate::correlate::pressure::PressureGate>,
+    /// Early warnings: memory cgroups about to reach their limit.
+    warn: Option<crate::correlate::warning::WarnGate>,
     gpu_ooms: Vec<CudaCall>,
     /// NVML's latest picture, joined with the model and the ledgers.
     gpu_view: Option<GpuView>,
@@ -182,6 +184,11 @@ impl Engine {
     /// and exits, and stops it at the end).
     pub fn set_watcher(&mut self, w: crate::probes::watch::LibraryWatcher) {
         self.watcher = Some(w);
+    }
+
+    /// Warns about memory cgroups about to reach their limit.
+    pub fn set_warnings(&mut self, g: crate::correlate::warning::WarnGate) {
+        self.warn = Some(g);
     }
 
     /// Turns on heap sampling under pressure (the watcher must serve the
@@ -232,6 +239,7 @@ impl Engine {
             heap: None,
             growth: None,
             pressure: None,
+            warn: None,
             gpu_ooms: Vec::new(),
             gpu_view: None,
             published: None,
@@ -896,6 +904,72 @@ impl Engine {
     /// Memory cgroups that reach the pressure threshold get their heap
     /// traced, and lose it once calm; both moments are stored as events
     /// (`heap_pressure`).
+    /// Warns about the sampled memory cgroups about to reach their limit
+    /// (and says when they no longer are): a `pressure` event stored,
+    /// counted and exported.
+    fn early_warnings(&mut self, paths: &std::collections::BTreeSet<String>, now: i64) {
+        let Some(gate) = &mut self.warn else {
+            return;
+        };
+        let since = now - crate::correlate::warning::RATE_WINDOW_NS;
+        let mut events = Vec::new();
+        for path in paths.iter().filter(|p| p.as_str() != "/") {
+            let window = self.sampler.window(path, since);
+            events.extend(gate.sample(path, &window, now));
+        }
+        events.extend(gate.end_missing(|p| paths.contains(p), now));
+        for mut ev in events {
+            let owner = self.model.owner_of(&ev.memcg);
+            ev.owner = (!owner.is_empty()).then_some(owner);
+            let what = match (ev.state, ev.projected_s, ev.psi_some_avg10) {
+                (WarningState::Recovered, ..) => "no longer near its limit".to_string(),
+                (_, Some(p), _) if ev.reason == WarningReason::Growth => format!(
+                    "reaches its limit in {p:.0} s at {}/s",
+                    crate::util::units::bytes(ev.rate_bytes_per_s.unwrap_or(0.0) as u64)
+                ),
+                (_, _, psi) => format!(
+                    "stalls on memory (PSI some avg10 {:.0}%)",
+                    psi.unwrap_or(0.0)
+                ),
+            };
+            match ev.state {
+                WarningState::Warning => {
+                    tracing::warn!("pressure: {} {what}", escape(&ev.memcg))
+                }
+                WarningState::Recovered => {
+                    tracing::info!("pressure: {} {what}", escape(&ev.memcg))
+                }
+            }
+            if let Some(p) = &self.published
+                && ev.state == WarningState::Warning
+            {
+                let mut labels = crate::export::prometheus::owner_labels(ev.owner.as_ref());
+                labels.push(("cgroup", ev.memcg.clone()));
+                labels.push((
+                    "reason",
+                    match ev.reason {
+                        WarningReason::Growth => "growth".into(),
+                        WarningReason::Psi => "psi".into(),
+                    },
+                ));
+                p.warnings.inc(labels);
+            }
+            self.buffer.push(EventRow {
+                ts_ns: now,
+                kind: "pressure".into(),
+                pid: 0,
+                tid: 0,
+                comm: String::new(),
+                data: serde_json::to_value(&ev).unwrap_or_default(),
+            });
+            if !self.exporters.is_empty() {
+                self.exporters.publish(Exported::Pressure {
+                    record: Box::new(ev),
+                });
+            }
+        }
+    }
+
     fn heap_on_pressure(&mut self, paths: &std::collections::BTreeSet<String>, now: i64) {
         let (Some(gate), Some(watcher)) = (&mut self.pressure, &self.watcher) else {
             return;
@@ -1019,6 +1093,16 @@ impl Engine {
         for k in &mut kills {
             for e in &enrichers {
                 e.enrich(k);
+            }
+            if let Some(gate) = &self.warn {
+                let memcg = k
+                    .memcg
+                    .as_ref()
+                    .map(|m| m.path.as_str())
+                    .or(k.victim.memcg.as_deref());
+                if let Some(w) = memcg.and_then(|m| gate.standing(m)) {
+                    k.warning = Some(w.clone());
+                }
             }
             if self.gpu_view.is_none()
                 && let Some(why) = &self.nvml_missing
@@ -1262,6 +1346,7 @@ impl Engine {
             tracing::debug!("{named} pod(s) and container(s) named from the node's files");
         }
         self.heap_on_pressure(&paths, now);
+        self.early_warnings(&paths, now);
         self.read_drops(now)?;
         self.commit_storms(now, false)?;
         self.refresh_kill_growth()?;

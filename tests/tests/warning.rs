@@ -1,0 +1,73 @@
+//! End-to-end test of the early warning: a memory cgroup growing at a
+//! steady rate is warned about before its real OOM kill, with a projected
+//! time to its limit within 25% of the time it really took, and the kill
+//! says so; after the kill the warning ends.
+
+use std::time::Duration;
+
+use tracer_e2e::{Proc, Recorder, TestCgroup, explain_json, privileged, tracer, wait_for};
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn a_steady_grower_is_warned_before_its_kill_within_a_quarter_of_the_real_time() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let store_s = store.to_str().unwrap();
+    let rec = Recorder::start_with(&store, &["--warn-before", "8s"]);
+    let cg = TestCgroup::new("warn", 160 * MIB);
+    // 2 MiB every 200 ms: about 10 MiB/s, some 15 s to the limit.
+    let mut cmd = cg.command(env!("CARGO_BIN_EXE_memhog"));
+    cmd.args(["--step-mib", "2", "--interval-ms", "200"]);
+    let mut hog = Proc::spawn(cmd);
+    let pid = hog.pid();
+    assert_eq!(
+        hog.wait_signal(Duration::from_secs(60)),
+        Some(libc::SIGKILL)
+    );
+    let v = explain_json(&["--store", store_s, "--pid", &pid.to_string()], |v| {
+        v["kill"]["killer"]["kind"] == "kernel_oom"
+    });
+    let k = &v["kill"];
+    let w = &k["warning"];
+    assert_eq!(w["state"], "warning", "{v:#}");
+    assert_eq!(w["reason"], "growth", "{v:#}");
+    assert_eq!(w["memcg"], cg.path.as_str(), "{v:#}");
+    let projected = w["projected_s"].as_f64().unwrap();
+    let lead = (k["ts_ns"].as_i64().unwrap() - w["ts_ns"].as_i64().unwrap()) as f64 / 1e9;
+    assert!(
+        lead > 0.0 && (projected - lead).abs() <= 0.25 * lead,
+        "projected {projected:.1} s to the limit; the kill came {lead:.1} s after the warning"
+    );
+    let rate = w["rate_bytes_per_s"].as_f64().unwrap() / MIB as f64;
+    assert!((3.0..=15.0).contains(&rate), "{rate} MiB/s");
+    let text = String::from_utf8_lossy(
+        &tracer(&["explain", "--store", store_s, "--pid", &pid.to_string()]).stdout,
+    )
+    .into_owned();
+    assert!(
+        text.contains(&format!(
+            "  warned     {lead:.1} s before the kill ({}): growing",
+            cg.path
+        )),
+        "{text}"
+    );
+    // Killed, the cgroup is flat: the warning ends, as an event.
+    let recovered = wait_for(Duration::from_secs(30), || {
+        let out = tracer(&["events", "--store", store_s, "--kind", "pressure"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .any(|e| e["memcg"] == cg.path.as_str() && e["state"] == "recovered")
+            .then_some(text)
+    });
+    let log = rec.stop();
+    assert!(recovered.is_some(), "no recovery event: {log}");
+    assert!(
+        log.contains(&format!("pressure: {} reaches its limit in", cg.path)),
+        "{log}"
+    );
+}
