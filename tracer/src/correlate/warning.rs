@@ -141,6 +141,11 @@ impl WarnGate {
         }
     }
 
+    /// Whether `path` is warned about now.
+    pub fn is_warned(&self, path: &str) -> bool {
+        self.active.contains_key(path)
+    }
+
     /// Ends the warnings of cgroups `keep` no longer has (gone, or no
     /// process left in them), at `now_ns`.
     pub fn end_missing(&mut self, keep: impl Fn(&str) -> bool, now_ns: i64) -> Vec<PressureEvent> {

@@ -914,8 +914,15 @@ impl Engine {
         let since = now - crate::correlate::warning::RATE_WINDOW_NS;
         let mut events = Vec::new();
         for path in paths.iter().filter(|p| p.as_str() != "/") {
-            let window = self.sampler.window(path, since);
-            events.extend(gate.sample(path, &window, now));
+            // Most cgroups have no limit and no PSI: nothing to fit.
+            let worth = self
+                .sampler
+                .latest(path)
+                .is_some_and(|s| s.limit_bytes.is_some() || s.psi_some_avg10.is_some());
+            if worth || gate.is_warned(path) {
+                let window = self.sampler.window(path, since);
+                events.extend(gate.sample(path, &window, now));
+            }
         }
         events.extend(gate.end_missing(|p| paths.contains(p), now));
         for mut ev in events {
