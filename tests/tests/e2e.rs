@@ -690,3 +690,115 @@ fn a_memory_oom_group_kill_is_explained_as_one_incident() {
         "{text}"
     );
 }
+
+/// Every saved kernel log of tests/fixtures/kernel-logs (each kernel
+/// generation and log shape) yields the facts its `.facts.json` lists,
+/// through `explain --log FILE --all --format json`.
+#[test]
+fn every_saved_log_fixture_yields_its_facts() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/kernel-logs");
+    let mut logs: Vec<_> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    logs.sort();
+    assert!(logs.len() >= 9, "{logs:?}");
+    for log in &logs {
+        let name = log.file_name().unwrap().to_string_lossy().into_owned();
+        let facts: Value =
+            serde_json::from_str(&fs::read_to_string(log.with_extension("facts.json")).unwrap())
+                .unwrap_or_else(|e| panic!("{name}: facts: {e}"));
+        let got = tracer_json(&[
+            "explain",
+            "--log",
+            log.to_str().unwrap(),
+            "--all",
+            "--format",
+            "json",
+        ]);
+        let all = got.as_array().unwrap_or_else(|| panic!("{name}: {got}"));
+        assert_eq!(
+            all.len() as u64,
+            facts["kills"].as_u64().unwrap(),
+            "{name}: {got:#}"
+        );
+        for want in facts["facts"].as_array().unwrap() {
+            let pid = &want["pid"];
+            let e = all
+                .iter()
+                .find(|e| &e["kill"]["victim"]["pid"] == pid)
+                .unwrap_or_else(|| panic!("{name}: no kill of pid {pid}: {got:#}"));
+            for (key, value) in want.as_object().unwrap() {
+                match key.as_str() {
+                    "pid" => {}
+                    "tasks" => assert_eq!(
+                        e["kill"]["tasks"].as_array().map(Vec::len).unwrap_or(0) as u64,
+                        value.as_u64().unwrap(),
+                        "{name} pid {pid}: task table rows"
+                    ),
+                    "host" => {
+                        let gaps = e["kill"]["gaps"].to_string();
+                        match value.as_str() {
+                            Some(h) => assert!(
+                                gaps.contains(&format!("logged by host {h}")),
+                                "{name} pid {pid}: host {h}: {gaps}"
+                            ),
+                            None => assert!(!gaps.contains("logged by host"), "{name}: {gaps}"),
+                        }
+                    }
+                    pointer => assert_eq!(
+                        e.pointer(pointer).unwrap_or(&Value::Null),
+                        value,
+                        "{name} pid {pid}: {pointer} in {e:#}"
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// What is not a kernel log is said to be so (exit 2); a kernel log
+/// without a kill is `no kills` (exit 1, as for a store).
+#[test]
+fn saved_logs_that_cannot_be_explained_say_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, bytes: &[u8]| {
+        let p = dir.path().join(name);
+        fs::write(&p, bytes).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let mut binary = b"\x7fELF\x02\x01\x01\x00".to_vec();
+    binary.extend((0..4096u32).map(|i| (i * 7919 % 251) as u8));
+    let cases = [
+        (write("empty.log", b""), 2, "is empty: nothing to explain"),
+        (write("a.out", &binary), 2, "is binary data, not a text log"),
+        (
+            write("notes.txt", b"dear ops,\nthe job died again\n"),
+            2,
+            "has no kernel log line of a known shape",
+        ),
+        (
+            write(
+                "quiet.log",
+                b"[    0.000000] Linux version 6.18.0 (gcc 14.2.0)\n[    1.234567] EXT4-fs (vda1): mounted filesystem\n",
+            ),
+            1,
+            "no kills in",
+        ),
+        (
+            dir.path().join("missing.log").to_str().unwrap().to_string(),
+            2,
+            "No such file or directory",
+        ),
+        (dir.path().to_str().unwrap().to_string(), 2, "Is a directory"),
+    ];
+    for (path, code, says) in cases {
+        for format in ["text", "json"] {
+            let out = tracer(&["explain", "--log", &path, "--format", format]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(code), "{path} ({format}): {err}");
+            assert!(err.contains(says), "{path} ({format}): {err}");
+        }
+    }
+}

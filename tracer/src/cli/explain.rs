@@ -49,13 +49,21 @@ fn kills_from_log(path: &std::path::Path) -> anyhow::Result<Vec<crate::record::K
     use crate::{collect::logfile, record::Gap};
     // Syslog stamps have no year: this one.
     let year = 1970 + wall_now_ns() / 1_000_000_000 / 31_556_952;
-    let reports = if path.as_os_str() == "-" {
-        logfile::read_reports(std::io::stdin().lock(), year)
+    let (reports, shape) = if path.as_os_str() == "-" {
+        logfile::read_log(std::io::stdin().lock(), year)
     } else {
         let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-        logfile::read_reports(std::io::BufReader::new(f), year)
+        logfile::read_log(std::io::BufReader::new(f), year)
     }
     .with_context(|| format!("reading {}", path.display()))?;
+    if let Some(why) = shape.not_a_log() {
+        let name = if path.as_os_str() == "-" {
+            "standard input".to_string()
+        } else {
+            path.display().to_string()
+        };
+        anyhow::bail!("--log {name} {why}: nothing to explain");
+    }
     let mut kills: Vec<_> = reports
         .iter()
         .map(|r| {

@@ -201,6 +201,11 @@ pub struct OomReport {
     /// killed with this one (this kill is one of that incident's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom_group: Option<String>,
+    /// Kernels before 4.19, which print no summary line: `Task in TASK
+    /// killed as a result of limit of LIMIT` (the task's memory cgroup and
+    /// the one whose limit was hit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_in: Option<(String, String)>,
 }
 
 impl OomReport {
@@ -208,9 +213,25 @@ impl OomReport {
     pub fn constraint(&self) -> &str {
         match &self.summary {
             Some(s) => &s.constraint,
-            None if self.killed.memcg => "CONSTRAINT_MEMCG",
+            None if self.killed.memcg || self.task_in.is_some() => "CONSTRAINT_MEMCG",
             None => "CONSTRAINT_NONE",
         }
+    }
+
+    /// The victim's memory cgroup, as the kernel named it.
+    pub fn task_memcg(&self) -> Option<&str> {
+        self.summary
+            .as_ref()
+            .and_then(|s| s.task_memcg.as_deref())
+            .or(self.task_in.as_ref().map(|(t, _)| t.as_str()))
+    }
+
+    /// The memory cgroup whose limit was hit (a memcg OOM).
+    pub fn oom_memcg(&self) -> Option<&str> {
+        self.summary
+            .as_ref()
+            .and_then(|s| s.oom_memcg.as_deref())
+            .or(self.task_in.as_ref().map(|(_, l)| l.as_str()))
     }
 }
 
@@ -345,6 +366,10 @@ pub struct Assembler {
     columns: Vec<String>,
     /// A `memory.oom.group` kill under way: its cgroup and when it began.
     group: Option<(String, u64)>,
+    /// Kernels before 5.0 name a memcg kill on the line before the kill
+    /// line (`Memory cgroup out of memory: Kill process N ... or sacrifice
+    /// child`), not on the kill line itself.
+    memcg_kill: bool,
 }
 
 impl Default for Assembler {
@@ -355,6 +380,7 @@ impl Default for Assembler {
             section: Section::None,
             columns: Vec::new(),
             group: None,
+            memcg_kill: false,
         }
     }
 }
@@ -402,7 +428,8 @@ impl Assembler {
             }
             return None;
         }
-        if let Some(k) = parse_killed(text) {
+        if let Some(mut k) = parse_killed(text) {
+            k.memcg |= self.memcg_kill;
             let mut report = std::mem::take(&mut self.current);
             let fresh = self
                 .started_us
@@ -426,6 +453,16 @@ impl Assembler {
         }
         // Lines of a report only count after its header.
         self.started_us?;
+        if text.starts_with("Memory cgroup out of memory: Kill process ") {
+            self.memcg_kill = true;
+            return None;
+        }
+        if let Some(rest) = text.strip_prefix("Task in ")
+            && let Some((task, limit)) = rest.split_once(" killed as a result of limit of ")
+        {
+            self.current.task_in = Some((task.to_string(), limit.to_string()));
+            return None;
+        }
         if let Some(s) = text.strip_prefix("oom-kill:") {
             self.current.summary = parse_summary(s);
             if self.current.summary.is_none() {
@@ -444,14 +481,38 @@ impl Assembler {
         } else if let Some(c) = text.strip_prefix("kmem: ") {
             self.current.kmem = parse_counter(c);
         } else if let Some(p) = text.strip_prefix("Memory cgroup stats for ") {
-            self.current.stats_for = Some(p.trim_end_matches(':').to_string());
-            self.section = Section::Stats;
+            // Kernels before 4.x print the stats on the same line, in KB
+            // (`/x: cache:0KB rss:1024KB ...`), for the cgroup and each one
+            // below it: the first is the one that hit its limit.
+            match p.split_once(": ") {
+                Some((path, inline)) => {
+                    if self.current.stats_for.is_none() {
+                        self.current.stats_for = Some(path.to_string());
+                        for (k, v) in inline
+                            .split_whitespace()
+                            .filter_map(|kv| kv.split_once(':'))
+                        {
+                            if let Some(kb) =
+                                v.strip_suffix("KB").and_then(|n| n.parse::<u64>().ok())
+                            {
+                                self.current.memcg_stats.insert(k.to_string(), kb * 1024);
+                            }
+                        }
+                    }
+                    self.section = Section::None;
+                }
+                None => {
+                    self.current.stats_for = Some(p.trim_end_matches(':').to_string());
+                    self.section = Section::Stats;
+                }
+            }
         } else if text.starts_with("Tasks state") {
             self.section = Section::Tasks;
             self.columns.clear();
-        } else if self.section == Section::Tasks
-            && (text.starts_with("[  pid  ]") || text.starts_with("[ pid ]"))
-        {
+        } else if text.starts_with("[  pid  ]") || text.starts_with("[ pid ]") {
+            // Kernels before 4.19 print the table's header without a
+            // `Tasks state` line before it.
+            self.section = Section::Tasks;
             self.columns = text
                 .split(']')
                 .nth(1)

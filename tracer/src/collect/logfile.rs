@@ -224,20 +224,63 @@ struct HostLog {
     seq: u64,
 }
 
+/// What a saved log held, besides its reports: enough to tell an empty
+/// file, a binary one and one that is no kernel log from a kernel log
+/// without a kill.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogShape {
+    /// Lines read.
+    pub lines: usize,
+    /// Lines of a kernel log shape.
+    pub recognized: usize,
+    /// Lines with a NUL byte (a binary file, or a corrupt log).
+    pub binary: usize,
+}
+
+impl LogShape {
+    /// Why nothing in this input can be explained, when it is not a
+    /// kernel log at all (None: it is one).
+    pub fn not_a_log(&self) -> Option<&'static str> {
+        if self.lines == 0 {
+            Some("is empty")
+        } else if self.recognized == 0 && self.binary > 0 {
+            Some("is binary data, not a text log")
+        } else if self.recognized == 0 {
+            Some(
+                "has no kernel log line of a known shape (dmesg, dmesg -T, syslog or kern.log, journalctl -k, /dev/kmsg records)",
+            )
+        } else {
+            None
+        }
+    }
+}
+
 /// Every OOM report of a saved log, in the order they end. `year` is the
 /// year of syslog stamps (which have none).
 pub fn read_reports(input: impl BufRead, year: i64) -> std::io::Result<Vec<LogReport>> {
+    read_log(input, year).map(|(r, _)| r)
+}
+
+/// [`read_reports`], with the shape of what was read.
+pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<(Vec<LogReport>, LogShape)> {
     let mut hosts: HashMap<Option<String>, HostLog> = HashMap::new();
     let mut out = Vec::new();
+    let mut shape = LogShape::default();
     // A line is held until the next: a line with no prefix of any shape
     // that follows it is its tail, cut off by a mail client or a ticket
     // system's wrapping.
     let mut held: Option<LogLine> = None;
     for line in input.split(b'\n') {
         let line = line?;
+        shape.lines += 1;
+        if line.contains(&0) {
+            shape.binary += 1;
+            continue;
+        }
         let line = String::from_utf8_lossy(&line);
         match (parse_line(&line, year), held.as_mut()) {
             (Some(l), _) => {
+                shape.recognized += 1;
                 if let Some(prev) = held.replace(l) {
                     feed(&mut hosts, &mut out, prev);
                 }
@@ -249,7 +292,7 @@ pub fn read_reports(input: impl BufRead, year: i64) -> std::io::Result<Vec<LogRe
     if let Some(prev) = held {
         feed(&mut hosts, &mut out, prev);
     }
-    Ok(out)
+    Ok((out, shape))
 }
 
 /// Puts a wrapped line's tail back. A soft wrap replaced a space; a hard

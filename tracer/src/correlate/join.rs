@@ -28,10 +28,7 @@ pub fn joins(rec: &KillRecord, report: &OomReport, clock: &Clock, started_ns: i6
     let same_cgroup = match (
         rec.victim.memcg.as_deref(),
         rec.victim.memcg_source,
-        report
-            .summary
-            .as_ref()
-            .and_then(|s| s.task_memcg.as_deref()),
+        report.task_memcg(),
     ) {
         (Some(a), Some(MemcgSource::Kernel), Some(b)) => a == b,
         _ => true,

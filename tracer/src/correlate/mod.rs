@@ -387,6 +387,19 @@ pub fn merge_report(
         rec.gaps.push(Gap::Note(
             "killed as a member of a memory.oom.group kill: the kernel printed its OOM report (memcg figures, task table) once, for the task it chose".into(),
         ));
+    } else if report.summary.is_none()
+        && report.summary_cut.is_none()
+        && (report.trigger_comm.is_some() || !report.tasks.is_empty())
+    {
+        // A header and no summary line: a kernel before 4.19, which has none.
+        let from = if report.task_in.is_some() {
+            "the cgroups are from its `Task in ... killed as a result of limit of ...` line"
+        } else {
+            "the constraint is inferred from the kill line"
+        };
+        rec.gaps.push(Gap::Note(format!(
+            "no oom-kill summary line (a kernel before 4.19 prints none): {from}"
+        )));
     } else if report.summary.is_none() {
         let stale = match rec
             .memcg
@@ -420,7 +433,10 @@ pub fn merge_report(
     if v.comm.is_empty() {
         v.comm = k.comm.clone();
     }
-    v.uid = v.uid.or(k.uid);
+    v.uid = v
+        .uid
+        .or(k.uid)
+        .or(report.summary.as_ref().and_then(|s| s.uid));
     v.oom_score_adj = v.oom_score_adj.or(k.oom_score_adj);
     if v.memory.source.is_none() && k.anon_rss_kb.is_some() {
         v.memory = VictimMemory {
@@ -435,7 +451,7 @@ pub fn merge_report(
     // The kernel's report names the victim's cgroup at the kill: it
     // corrects the model (a process that joined a cgroup and exec'd just
     // before being killed may still be in the model under its parent's).
-    if let Some(m) = report.summary.as_ref().and_then(|s| s.task_memcg.as_ref())
+    if let Some(m) = report.task_memcg().map(String::from).as_ref()
         && v.memcg.as_ref() != Some(m)
     {
         if let Some(old) = v.memcg.clone() {
@@ -472,9 +488,8 @@ pub fn merge_report(
     }
 
     let memcg_path = report
-        .summary
-        .as_ref()
-        .and_then(|s| s.oom_memcg.clone())
+        .oom_memcg()
+        .map(String::from)
         .or_else(|| report.stats_for.clone());
     if let (Some(path), Some(m)) = (&memcg_path, &report.memory) {
         rec.memcg = Some(MemcgAtKill {

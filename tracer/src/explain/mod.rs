@@ -622,6 +622,17 @@ pub fn render_text(e: &Explanation) -> String {
             kb(mem.shmem_rss_kb),
             kb(mem.pgtables_kb)
         );
+    } else if mem.anon_rss_kb.is_some() {
+        // Older kernels print no shmem-rss (before 4.5) or page tables.
+        let known = |v: Option<u64>| v.map_or_else(|| "not known".into(), |k| bytes(k * 1024));
+        let _ = writeln!(
+            o,
+            "  memory     anon {}, file {}, shmem {}; page tables {}{adj}{src}",
+            known(mem.anon_rss_kb),
+            known(mem.file_rss_kb),
+            known(mem.shmem_rss_kb),
+            known(mem.pgtables_kb)
+        );
     } else {
         let _ = writeln!(o, "  memory     unknown{adj}");
     }
