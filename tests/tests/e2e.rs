@@ -802,3 +802,138 @@ fn saved_logs_that_cannot_be_explained_say_why() {
         }
     }
 }
+
+/// `explain --journal --journal-dir DIR`: the kernel's messages of a saved
+/// journal (written by systemd-journal-remote from two boots of two
+/// saved logs, with a userspace line that only looks like a kill), read
+/// with the real journalctl.
+#[test]
+fn explain_reads_the_kernel_messages_of_a_saved_journal() {
+    let remote = std::path::Path::new("/lib/systemd/systemd-journal-remote");
+    if !remote.exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "systemd-journal-remote missing: cargo xtask setup installs it"
+        );
+        eprintln!("skipped: no systemd-journal-remote (cargo xtask setup)");
+        return;
+    }
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/kernel-logs");
+    let dir = tempfile::tempdir().unwrap();
+    let mut export = String::new();
+    let mut entry = |boot: &str, host: &str, transport: &str, us: u64, message: &str| {
+        export.push_str(&format!(
+            "__REALTIME_TIMESTAMP={us}\n__MONOTONIC_TIMESTAMP={}\n_BOOT_ID={boot}\n_TRANSPORT={transport}\nSYSLOG_IDENTIFIER=kernel\n_HOSTNAME={host}\nPRIORITY=6\nMESSAGE={message}\n\n",
+            us % 1_000_000_000
+        ));
+    };
+    // Boot 1 (2025-03-03 10:00 UTC): the cpuset kill; boot 2, an hour on: the pod's memcg kill.
+    let boots = [
+        (
+            "5.10-cpuset-journalctl-iso.log",
+            "a1".repeat(16),
+            1_740_996_000_000_000u64,
+        ),
+        (
+            "6.1-memcg-v2-journalctl-monotonic.log",
+            "b2".repeat(16),
+            1_740_999_600_000_000,
+        ),
+    ];
+    for (file, boot, t0) in &boots {
+        let text = fs::read_to_string(fixtures.join(file)).unwrap();
+        for (i, line) in text
+            .lines()
+            .filter_map(|l| l.split_once(" kernel: "))
+            .enumerate()
+        {
+            entry(boot, "gpu-node-7", "kernel", t0 + i as u64 * 10, line.1);
+        }
+    }
+    entry(
+        &"b2".repeat(16),
+        "gpu-node-7",
+        "syslog",
+        1_740_999_700_000_000,
+        "Out of memory: Killed process 1 (init) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB",
+    );
+    let export_file = dir.path().join("saved.export");
+    fs::write(&export_file, export).unwrap();
+    let journal = dir.path().join("journal");
+    fs::create_dir(&journal).unwrap();
+    let out = Command::new(remote)
+        .arg(format!(
+            "--output={}",
+            journal.join("saved.journal").display()
+        ))
+        .arg(&export_file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let j = journal.to_str().unwrap();
+    let all = tracer_json(&[
+        "explain",
+        "--journal",
+        "--journal-dir",
+        j,
+        "--all",
+        "--format",
+        "json",
+    ]);
+    let kills = all.as_array().unwrap_or_else(|| panic!("{all}"));
+    let pids: Vec<u64> = kills
+        .iter()
+        .map(|e| e["kill"]["victim"]["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        pids,
+        [20121, 9001],
+        "both boots, latest first, no userspace line: {all:#}"
+    );
+    assert_eq!(kills[0]["kill"]["killer"]["constraint"], "memcg");
+    assert_eq!(kills[1]["kill"]["killer"]["constraint"], "cpuset");
+    // The journal's wall times (to the microsecond).
+    assert_eq!(
+        kills[1]["kill"]["ts_ns"], 1_740_996_000_000_060_000i64,
+        "{all:#}"
+    );
+    assert!(
+        kills[0]["kill"]["gaps"]
+            .to_string()
+            .contains("logged by host gpu-node-7")
+    );
+    // A window that holds none of them; a directory that holds no journal.
+    let recent = tracer(&["explain", "--journal", "--journal-dir", j, "--since", "1h"]);
+    assert_eq!(recent.status.code(), Some(1), "{recent:?}");
+    assert!(
+        String::from_utf8_lossy(&recent.stderr)
+            .contains("no kills in the last 1h in the journal in")
+    );
+    let empty = dir.path().join("empty");
+    fs::create_dir(&empty).unwrap();
+    let none = tracer(&[
+        "explain",
+        "--journal",
+        "--journal-dir",
+        empty.to_str().unwrap(),
+    ]);
+    assert_eq!(none.status.code(), Some(2), "{none:?}");
+    let err = String::from_utf8_lossy(&none.stderr);
+    assert!(
+        err.contains(
+            "the journal holds no kernel message (journalctl: No journal files were found"
+        ) && err.contains("nothing to explain"),
+        "{err}"
+    );
+    let missing = tracer(&[
+        "explain",
+        "--journal",
+        "--journal-dir",
+        "/nonexistent-journal",
+    ]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr)
+            .contains("--journal-dir /nonexistent-journal: not a directory")
+    );
+}

@@ -84,8 +84,9 @@ pub fn run() -> anyhow::Result<()> {
 /// Debian packages the end-to-end tests run against: jemalloc and tcmalloc,
 /// preloaded in place of glibc's malloc by the heap and growth tests,
 /// musl-gcc, Debian's CPython (the growth tests name its frames),
-/// `<sys/sdt.h>` for the test program with PyTorch's USDT probes, and
-/// `systemd-analyze` for the shipped unit.
+/// `<sys/sdt.h>` for the test program with PyTorch's USDT probes,
+/// `systemd-analyze` for the shipped unit, and systemd-journal-remote to
+/// write the journal files `explain --journal-dir` reads in its test.
 fn test_packages() -> anyhow::Result<()> {
     let wanted = [
         ("libjemalloc2", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
@@ -100,6 +101,10 @@ fn test_packages() -> anyhow::Result<()> {
             "/usr/include/x86_64-linux-gnu/sys/sdt.h",
         ),
         ("systemd", "/usr/bin/systemd-analyze"),
+        (
+            "systemd-journal-remote",
+            "/lib/systemd/systemd-journal-remote",
+        ),
     ];
     let missing: Vec<&str> = wanted
         .iter()

@@ -42,28 +42,105 @@ pub struct ExplainArgs {
     /// dmesg, dmesg -T, syslog/kern.log, journalctl -k, raw /dev/kmsg.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["kmsg", "gpu_oom"])]
     pub log: Option<std::path::PathBuf>,
+    /// Read the kernel's messages from the systemd journal (every boot it
+    /// holds; with --since, from then on) with journalctl, instead of the store.
+    #[arg(long, conflicts_with_all = ["kmsg", "gpu_oom", "log"])]
+    pub journal: bool,
+    /// With --journal: the journal files of this directory (a saved
+    /// /var/log/journal, another node's) instead of this machine's.
+    #[arg(long, value_name = "DIR", requires = "journal")]
+    pub journal_dir: Option<std::path::PathBuf>,
 }
 
 /// The kills of a saved kernel log, latest first.
 fn kills_from_log(path: &std::path::Path) -> anyhow::Result<Vec<crate::record::KillRecord>> {
+    if path.as_os_str() == "-" {
+        return kills_from_reader(std::io::stdin().lock(), "--log standard input");
+    }
+    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    kills_from_reader(
+        std::io::BufReader::new(f),
+        &format!("--log {}", path.display()),
+    )
+    .with_context(|| format!("reading {}", path.display()))
+}
+
+/// The kills in the kernel's messages of the systemd journal (this
+/// machine's, or the journal files of `dir`), latest first.
+fn kills_from_journal(
+    dir: Option<&std::path::Path>,
+    since: Option<Duration>,
+) -> anyhow::Result<Vec<crate::record::KillRecord>> {
+    use std::process::{Command, Stdio};
+    let mut cmd = Command::new("journalctl");
+    cmd.args(["_TRANSPORT=kernel", "-o", "short-iso-precise", "--no-pager"]);
+    if let Some(d) = dir {
+        if !d.is_dir() {
+            anyhow::bail!("--journal-dir {}: not a directory", d.display());
+        }
+        cmd.arg("-D").arg(d);
+    }
+    if let Some(s) = since {
+        let from = (wall_now_ns() - s.as_nanos() as i64) / 1_000_000_000;
+        cmd.arg(format!("--since=@{from}"));
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => anyhow::anyhow!(
+                "--journal needs systemd's journalctl, which is not installed here (save the log elsewhere and pass it with --log)"
+            ),
+            _ => anyhow::anyhow!("running journalctl: {e}"),
+        })?;
+    let stdout = child.stdout.take().expect("piped");
+    let read = kills_in(std::io::BufReader::new(stdout));
+    let out = child.wait_with_output()?;
+    let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    if !out.status.success() {
+        anyhow::bail!(
+            "journalctl failed ({}): {}",
+            out.status,
+            term::escape(&said)
+        );
+    }
+    let (kills, shape) = read?;
+    // No kernel message: none in the window (no kills), or no journal to
+    // read at all (journalctl says why).
+    if shape.recognized == 0 && !said.is_empty() {
+        anyhow::bail!(
+            "the journal holds no kernel message (journalctl: {}): nothing to explain",
+            term::escape(&said)
+        );
+    }
+    Ok(kills)
+}
+
+/// The kills of a kernel log read from `input` (`name` says what it is
+/// in errors), latest first.
+fn kills_from_reader(
+    input: impl std::io::BufRead,
+    name: &str,
+) -> anyhow::Result<Vec<crate::record::KillRecord>> {
+    let (kills, shape) = kills_in(input)?;
+    if let Some(why) = shape.not_a_log() {
+        anyhow::bail!("{name} {why}: nothing to explain");
+    }
+    Ok(kills)
+}
+
+/// The kills of a kernel log, latest first, and what the log held.
+fn kills_in(
+    input: impl std::io::BufRead,
+) -> anyhow::Result<(
+    Vec<crate::record::KillRecord>,
+    crate::collect::logfile::LogShape,
+)> {
     use crate::{collect::logfile, record::Gap};
     // Syslog stamps have no year: this one.
     let year = 1970 + wall_now_ns() / 1_000_000_000 / 31_556_952;
-    let (reports, shape) = if path.as_os_str() == "-" {
-        logfile::read_log(std::io::stdin().lock(), year)
-    } else {
-        let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-        logfile::read_log(std::io::BufReader::new(f), year)
-    }
-    .with_context(|| format!("reading {}", path.display()))?;
-    if let Some(why) = shape.not_a_log() {
-        let name = if path.as_os_str() == "-" {
-            "standard input".to_string()
-        } else {
-            path.display().to_string()
-        };
-        anyhow::bail!("--log {name} {why}: nothing to explain");
-    }
+    let (reports, shape) = logfile::read_log(input, year)?;
     let mut kills: Vec<_> = reports
         .iter()
         .map(|r| {
@@ -82,7 +159,7 @@ fn kills_from_log(path: &std::path::Path) -> anyhow::Result<Vec<crate::record::K
         })
         .collect();
     kills.reverse();
-    Ok(kills)
+    Ok((kills, shape))
 }
 
 /// Runs `explain`.
@@ -109,6 +186,8 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     };
     let found: Vec<Explanation> = if let Some(path) = &args.log {
         from_log(kills_from_log(path)?)
+    } else if args.journal {
+        from_log(kills_from_journal(args.journal_dir.as_deref(), args.since)?)
     } else if args.kmsg {
         let clock = Clock::now();
         let mut reports = kmsg::read_all_reports()?;
@@ -148,6 +227,11 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     };
     let source = if let Some(path) = &args.log {
         path.display().to_string()
+    } else if args.journal {
+        match &args.journal_dir {
+            Some(d) => format!("the journal in {}", d.display()),
+            None => "the journal".to_string(),
+        }
     } else if args.kmsg {
         "the kernel log".to_string()
     } else {
