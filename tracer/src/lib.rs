@@ -19,6 +19,7 @@ pub mod nvml;
 pub mod probes;
 pub mod record;
 pub mod recorder;
+pub mod report;
 pub mod stacks;
 pub mod store;
 pub mod util;

@@ -85,8 +85,9 @@ pub fn run() -> anyhow::Result<()> {
 /// preloaded in place of glibc's malloc by the heap and growth tests,
 /// musl-gcc, Debian's CPython (the growth tests name its frames),
 /// `<sys/sdt.h>` for the test program with PyTorch's USDT probes,
-/// `systemd-analyze` for the shipped unit, and systemd-journal-remote to
-/// write the journal files `explain --journal-dir` reads in its test.
+/// `systemd-analyze` for the shipped unit, systemd-journal-remote to
+/// write the journal files `explain --journal-dir` reads in its test, and
+/// Chromium, the headless browser the HTML report's test renders it in.
 fn test_packages() -> anyhow::Result<()> {
     let wanted = [
         ("libjemalloc2", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
@@ -101,6 +102,7 @@ fn test_packages() -> anyhow::Result<()> {
             "/usr/include/x86_64-linux-gnu/sys/sdt.h",
         ),
         ("systemd", "/usr/bin/systemd-analyze"),
+        ("chromium", "/usr/bin/chromium"),
         (
             "systemd-journal-remote",
             "/lib/systemd/systemd-journal-remote",
@@ -116,7 +118,7 @@ fn test_packages() -> anyhow::Result<()> {
     }
     sh(Command::new("apt-get").args(["update", "-qq"]))?;
     sh(Command::new("apt-get")
-        .args(["install", "-y", "-qq"])
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
         .args(&missing)
         .env("DEBIAN_FRONTEND", "noninteractive"))
 }

@@ -162,6 +162,42 @@ fn kills_in(
     Ok((kills, shape))
 }
 
+/// The explanations of the kills `store` holds since `since_ns` (of
+/// `pid`, at most `limit`, latest first), each record passed through
+/// `prepare` first; a damaged record is said and left out.
+pub(super) fn stored(
+    store: &Store,
+    since_ns: i64,
+    pid: Option<u32>,
+    limit: usize,
+    prepare: impl Fn(crate::record::KillRecord) -> crate::record::KillRecord,
+) -> anyhow::Result<Vec<Explanation>> {
+    let sessions = store.sessions()?;
+    let (kills, damaged) = store
+        .kills_lenient(since_ns, pid, limit.min(i64::MAX as usize))
+        .context("reading kills")?;
+    for (id, why) in &damaged {
+        say!(
+            "tracer: kill record {id} in {} is damaged and left out: {}",
+            store.path().display(),
+            term::escape(why)
+        );
+    }
+    let mut out = Vec::with_capacity(kills.len());
+    for (id, k) in kills {
+        let drops = store.drops_between(k.ts_ns - 60_000_000_000, k.ts_ns + 5_000_000_000)?;
+        let running = recorder_running(&sessions, k.ts_ns);
+        let near = match k.oom_group {
+            Some(_) => store.kills_between(k.ts_ns - 5_000_000_000, k.ts_ns + 5_000_000_000)?,
+            None => Vec::new(),
+        };
+        let mut e = explain(Some(id), prepare(k), drops, Some(running));
+        e.join_incident(near.iter().map(|(id, k)| (Some(*id), k)));
+        out.push(e);
+    }
+    Ok(out)
+}
+
 /// Runs `explain`.
 pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     let since_ns = args
@@ -200,30 +236,9 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         )
     } else {
         let store = Store::open_ro(&args.store.path)?;
-        let sessions = store.sessions()?;
-        let (kills, damaged) = store
-            .kills_lenient(since_ns, args.pid, limit.min(i64::MAX as usize))
-            .context("reading kills")?;
-        for (id, why) in &damaged {
-            say!(
-                "tracer: kill record {id} in {} is damaged and left out: {}",
-                args.store.path.display(),
-                term::escape(why)
-            );
-        }
-        let mut out = Vec::with_capacity(kills.len());
-        for (id, k) in kills {
-            let drops = store.drops_between(k.ts_ns - 60_000_000_000, k.ts_ns + 5_000_000_000)?;
-            let running = recorder_running(&sessions, k.ts_ns);
-            let near = match k.oom_group {
-                Some(_) => store.kills_between(k.ts_ns - 5_000_000_000, k.ts_ns + 5_000_000_000)?,
-                None => Vec::new(),
-            };
-            let mut e = explain(Some(id), printable_if(&args, k), drops, Some(running));
-            e.join_incident(near.iter().map(|(id, k)| (Some(*id), k)));
-            out.push(e);
-        }
-        out
+        stored(&store, since_ns, args.pid, limit, |k| {
+            printable_if(&args, k)
+        })?
     };
     let source = if let Some(path) = &args.log {
         path.display().to_string()

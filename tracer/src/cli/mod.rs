@@ -7,6 +7,7 @@ pub mod events;
 pub mod explain;
 pub mod growth;
 pub mod record;
+pub mod report;
 pub mod top;
 
 use std::{path::PathBuf, process::ExitCode};
@@ -38,6 +39,8 @@ pub enum Command {
     Growth(growth::GrowthArgs),
     /// Explain the latest OOM kill, or every kill in a window.
     Explain(explain::ExplainArgs),
+    /// Write kills as a self-contained HTML page: the explanation, memory over time against the limit, the cgroup's tasks, GPU timelines, where memory grew.
+    Report(report::ReportArgs),
     /// Processes and containers with host and GPU memory, live, closest to a limit first.
     Top(top::TopArgs),
     /// Print recorded raw events as JSON lines.
@@ -70,6 +73,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Attach(a) => attach::run(a),
         Command::Growth(a) => growth::run(a),
         Command::Explain(a) => explain::run(a),
+        Command::Report(a) => report::run(a),
         Command::Events(a) => events::run(a),
         Command::Top(a) => top::run(a),
         Command::Doctor(a) => doctor::run(a),

@@ -5,6 +5,10 @@ use rusqlite::{OptionalExtension, params};
 use super::{DeviceRow, ProcRow, Store, StoreError, sql};
 use crate::{model::ledger::LedgerSummary, record::GpuOomRecord};
 
+/// A process on a device at one time: (wall ns, bytes NVML charged it,
+/// bytes its traced calls held).
+pub type ProcessPoint = (i64, Option<u64>, Option<u64>);
+
 impl Store {
     /// Commits a GPU out-of-memory record (durably, like a kill).
     pub fn insert_gpu_oom(&mut self, rec: &GpuOomRecord) -> Result<i64, StoreError> {
@@ -96,6 +100,56 @@ impl Store {
             serde_json::from_str(&json).map_err(|source| StoreError::Record { id, source })
         })
         .transpose()
+    }
+
+    /// The NVML timeline of `device` from `from_ns` to `to_ns`: (wall ns,
+    /// its memory, bytes in use), oldest first.
+    pub fn gpu_device_rows(
+        &self,
+        device: u32,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<(i64, u64, u64)>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "SELECT ts_ns, total, used FROM gpu_devices WHERE device = ?1 AND ts_ns BETWEEN ?2 AND ?3 ORDER BY ts_ns",
+            )
+            .map_err(sql("timeline"))?;
+        let rows = st
+            .query_map(params![device, from_ns, to_ns], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)? as u64,
+                    r.get::<_, i64>(2)? as u64,
+                ))
+            })
+            .map_err(sql("timeline"))?;
+        rows.collect::<Result<_, _>>().map_err(sql("timeline"))
+    }
+
+    /// What `pid` held on `device` from `from_ns` to `to_ns`: (wall ns,
+    /// bytes NVML charged it, bytes its traced calls held), oldest first.
+    pub fn gpu_process_rows(
+        &self,
+        device: u32,
+        pid: u32,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<ProcessPoint>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "SELECT ts_ns, nvml_used, traced_device FROM gpu_processes WHERE device = ?1 AND pid = ?2 AND ts_ns BETWEEN ?3 AND ?4 ORDER BY ts_ns",
+            )
+            .map_err(sql("timeline"))?;
+        let u = |v: Option<i64>| v.map(|x| x as u64);
+        let rows = st
+            .query_map(params![device, pid, from_ns, to_ns], |r| {
+                Ok((r.get::<_, i64>(0)?, u(r.get(1)?), u(r.get(2)?)))
+            })
+            .map_err(sql("timeline"))?;
+        rows.collect::<Result<_, _>>().map_err(sql("timeline"))
     }
 
     /// Appends timeline rows (one transaction).

@@ -3,6 +3,7 @@
 
 mod events;
 mod gpu;
+pub use gpu::ProcessPoint;
 mod kills;
 mod schema;
 mod sessions;

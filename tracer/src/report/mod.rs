@@ -1,0 +1,521 @@
+//! `tracer report --html`: kills as one self-contained HTML page (inline
+//! CSS and SVG, no script or font from elsewhere: it opens offline, in any
+//! browser, attached to a ticket). Per kill: the explanation, the memory
+//! cgroup's usage against its limit over the stored lead-up with the kill
+//! marked, the tasks of the cgroup as bars, the GPU timeline of the
+//! victim's devices when there is one, and the growth sites as a flame
+//! graph.
+//!
+//! The HTML is built with maud (every value escaped by construction: a
+//! victim's name is whatever its process chose). The plots are SVG written
+//! here: their elements carry ids and `data-` attributes (the plotted
+//! values, the scale) that a reader's script or a test can check, which a
+//! plotting crate's output does not.
+
+use std::fmt::Write as _;
+
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+
+use crate::{
+    explain::{Explanation, render_text},
+    model::sampler::CgroupSample,
+    record::KillRecord,
+    util::{time::format_wall, units::bytes},
+};
+
+/// One device's NVML timeline around a kill.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuTimeline {
+    /// Device index.
+    pub device: u32,
+    /// Its memory, bytes.
+    pub total: u64,
+    /// (wall ns, bytes in use on the device).
+    pub used: Vec<(i64, u64)>,
+    /// (wall ns, bytes NVML charged the victim, bytes its traced calls held).
+    pub victim: Vec<crate::store::ProcessPoint>,
+}
+
+/// One kill of the report.
+#[derive(Clone, Debug)]
+pub struct KillPage {
+    /// What `explain` says about it.
+    pub explanation: Explanation,
+    /// The NVML timelines of the victim's devices.
+    pub gpu: Vec<GpuTimeline>,
+}
+
+const W: f64 = 760.0;
+const H: f64 = 260.0;
+const LEFT: f64 = 80.0;
+const RIGHT: f64 = 20.0;
+const TOP: f64 = 20.0;
+const BOTTOM: f64 = 40.0;
+
+/// Linear scales of a time plot: wall ns across, bytes up.
+struct Scale {
+    t0: i64,
+    t1: i64,
+    y_max: f64,
+}
+
+impl Scale {
+    fn x(&self, t: i64) -> f64 {
+        let span = (self.t1 - self.t0).max(1) as f64;
+        LEFT + (W - LEFT - RIGHT) * (t - self.t0) as f64 / span
+    }
+
+    fn y(&self, v: f64) -> f64 {
+        TOP + (H - TOP - BOTTOM) * (1.0 - v / self.y_max)
+    }
+
+    /// The `<svg>` opening tag, with the scale for readers.
+    fn open(&self, id: &str, label: &str) -> String {
+        format!(
+            r#"<svg id="{id}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{label}" data-y-max="{}" data-plot-top="{TOP}" data-plot-height="{}" data-t0-ns="{}" data-t1-ns="{}">"#,
+            self.y_max,
+            H - TOP - BOTTOM,
+            self.t0,
+            self.t1
+        )
+    }
+
+    /// Axes, a few byte ticks, and time ticks in seconds relative to `at`.
+    fn axes(&self, at: i64) -> String {
+        let mut s = format!(
+            r##"<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{}" stroke="#888"/><line x1="{LEFT}" y1="{}" x2="{}" y2="{}" stroke="#888"/>"##,
+            H - BOTTOM,
+            H - BOTTOM,
+            W - RIGHT,
+            H - BOTTOM
+        );
+        for i in 0..=4 {
+            let v = self.y_max * f64::from(i) / 4.0;
+            let _ = write!(
+                s,
+                r##"<text x="{}" y="{:.1}" font-size="11" text-anchor="end" fill="#555">{}</text>"##,
+                LEFT - 6.0,
+                self.y(v) + 4.0,
+                bytes(v as u64)
+            );
+        }
+        for i in 0..=4 {
+            let t = self.t0 + (self.t1 - self.t0) * i / 4;
+            // Whole seconds from the kill (no `-0`).
+            let secs = ((t - at) as f64 / 1e9).round() as i64;
+            let _ = write!(
+                s,
+                r##"<text x="{:.1}" y="{}" font-size="11" text-anchor="middle" fill="#555">{secs:+} s</text>"##,
+                self.x(t),
+                H - BOTTOM + 16.0,
+            );
+        }
+        s
+    }
+
+    fn polyline(&self, id: &str, color: &str, points: &[(i64, f64)]) -> String {
+        let pts: Vec<String> = points
+            .iter()
+            .map(|(t, v)| format!("{:.1},{:.1}", self.x(*t), self.y(*v)))
+            .collect();
+        format!(
+            r#"<polyline id="{id}" class="series" data-samples="{}" fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
+            points.len(),
+            pts.join(" ")
+        )
+    }
+
+    fn kill_marker(&self, ts: i64) -> String {
+        let x = self.x(ts);
+        format!(
+            r##"<line id="kill-marker" data-ts-ns="{ts}" x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{}" stroke="#c00" stroke-width="2" stroke-dasharray="4 3"/><text x="{x:.1}" y="{}" font-size="11" fill="#c00" text-anchor="end">kill</text>"##,
+            H - BOTTOM,
+            TOP - 6.0
+        )
+    }
+}
+
+/// The memory cgroup's usage against its limit over the lead-up.
+fn memcg_plot(k: &KillRecord) -> Option<String> {
+    let limit = k.memcg.as_ref().and_then(|m| m.limit_bytes);
+    let mut points: Vec<(i64, f64)> = k
+        .leadup
+        .iter()
+        .map(|s: &CgroupSample| (s.ts_ns, s.usage_bytes as f64))
+        .collect();
+    if let Some(u) = k.memcg.as_ref().and_then(|m| m.usage_bytes) {
+        points.push((k.ts_ns, u as f64));
+    }
+    if points.is_empty() {
+        return None;
+    }
+    points.sort_by_key(|p| p.0);
+    let top = points
+        .iter()
+        .map(|p| p.1)
+        .fold(limit.unwrap_or(0) as f64, f64::max);
+    let scale = Scale {
+        t0: points[0].0.min(k.ts_ns - 1_000_000_000),
+        t1: points[points.len() - 1].0.max(k.ts_ns) + 1_000_000_000,
+        y_max: (top * 1.1).max(1.0),
+    };
+    let mut s = scale.open("memcg-plot", "memory cgroup usage against its limit");
+    s.push_str(&scale.axes(k.ts_ns));
+    if let Some(l) = limit {
+        let y = scale.y(l as f64);
+        let _ = write!(
+            s,
+            r##"<line id="memcg-limit" data-bytes="{l}" x1="{LEFT}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#e67e00" stroke-width="2"/><text x="{}" y="{:.1}" font-size="11" fill="#e67e00">limit {}</text>"##,
+            W - RIGHT,
+            LEFT + 6.0,
+            y - 4.0,
+            bytes(l)
+        );
+    }
+    s.push_str(&scale.polyline("memcg-usage", "#1f6feb", &points));
+    s.push_str(&scale.kill_marker(k.ts_ns));
+    s.push_str("</svg>");
+    Some(s)
+}
+
+/// `s` escaped for HTML (and SVG) text.
+fn esc(s: &str) -> String {
+    html! { (s) }.into_string()
+}
+
+/// The tasks of the cgroup at the kill, by RSS.
+fn tasks_chart(k: &KillRecord) -> Option<String> {
+    if k.tasks.is_empty() {
+        return None;
+    }
+    let rows = k.tasks.iter().take(20).collect::<Vec<_>>();
+    let max = rows.iter().map(|t| t.rss_kb).max().unwrap_or(1).max(1) as f64;
+    let h = 22.0 * rows.len() as f64 + 10.0;
+    let mut s = format!(
+        r#"<svg id="tasks-chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {h}" width="{W}" height="{h}" role="img" aria-label="tasks of the cgroup at the kill">"#
+    );
+    for (i, t) in rows.iter().enumerate() {
+        let y = 5.0 + 22.0 * i as f64;
+        let w = (W - 260.0) * t.rss_kb as f64 / max;
+        let color = if t.victim { "#c00" } else { "#6e7781" };
+        let _ = write!(
+            s,
+            r#"<text x="190" y="{:.1}" font-size="12" text-anchor="end">{} ({})</text><rect class="task" data-pid="{}" data-rss-kb="{}" data-victim="{}" x="200" y="{y:.1}" width="{w:.1}" height="16" fill="{color}"/><text x="{:.1}" y="{:.1}" font-size="12">{}</text>"#,
+            y + 12.0,
+            esc(&t.comm),
+            t.pid,
+            t.pid,
+            t.rss_kb,
+            t.victim,
+            205.0 + w,
+            y + 12.0,
+            bytes(t.rss_kb * 1024)
+        );
+    }
+    s.push_str("</svg>");
+    Some(s)
+}
+
+/// NVML's device figures over time, with the victim's share.
+fn gpu_plot(g: &GpuTimeline, kill_ns: i64) -> Option<String> {
+    if g.used.is_empty() {
+        return None;
+    }
+    let ts = g.used.iter().map(|p| p.0);
+    let scale = Scale {
+        t0: ts.clone().min()?.min(kill_ns - 1_000_000_000),
+        t1: ts.max()?.max(kill_ns) + 1_000_000_000,
+        y_max: (g.total.max(1) as f64) * 1.05,
+    };
+    let id = format!("gpu-{}-plot", g.device);
+    let mut s = scale.open(&id, "GPU memory over time");
+    s.push_str(&scale.axes(kill_ns));
+    let total_y = scale.y(g.total as f64);
+    let _ = write!(
+        s,
+        r##"<line id="gpu-{}-total" data-bytes="{}" x1="{LEFT}" y1="{total_y:.1}" x2="{}" y2="{total_y:.1}" stroke="#e67e00" stroke-width="2"/>"##,
+        g.device,
+        g.total,
+        W - RIGHT
+    );
+    let used: Vec<(i64, f64)> = g.used.iter().map(|(t, v)| (*t, *v as f64)).collect();
+    s.push_str(&scale.polyline(&format!("gpu-{}-used", g.device), "#1f6feb", &used));
+    let nvml: Vec<(i64, f64)> = g
+        .victim
+        .iter()
+        .filter_map(|(t, n, _)| Some((*t, (*n)? as f64)))
+        .collect();
+    if !nvml.is_empty() {
+        s.push_str(&scale.polyline(&format!("gpu-{}-victim", g.device), "#c00", &nvml));
+    }
+    let traced: Vec<(i64, f64)> = g
+        .victim
+        .iter()
+        .filter_map(|(t, _, tr)| Some((*t, (*tr)? as f64)))
+        .collect();
+    if !traced.is_empty() {
+        s.push_str(&scale.polyline(
+            &format!("gpu-{}-victim-traced", g.device),
+            "#8250df",
+            &traced,
+        ));
+    }
+    s.push_str(&scale.kill_marker(kill_ns));
+    s.push_str("</svg>");
+    Some(s)
+}
+
+/// The growth sites as a flame graph (inferno), bytes in KiB.
+fn growth_flame(k: &KillRecord) -> Option<String> {
+    let g = k.growth.as_ref()?;
+    let folded: Vec<String> = g
+        .sites
+        .iter()
+        .filter(|s| s.bytes >= 1024)
+        .map(|s| {
+            let stack: Vec<String> = s
+                .frames
+                .iter()
+                .rev()
+                .map(|f| {
+                    f.function
+                        .clone()
+                        .or_else(|| f.module.clone())
+                        .unwrap_or_else(|| "?".into())
+                        .replace(';', ":")
+                })
+                .collect();
+            format!("{} {}", stack.join(";"), s.bytes / 1024)
+        })
+        .collect();
+    if folded.is_empty() {
+        return None;
+    }
+    let mut opts = inferno::flamegraph::Options::default();
+    opts.title = format!("Where pid {} grew (KiB faulted in)", g.pid);
+    opts.count_name = "KiB".into();
+    opts.deterministic = true;
+    opts.image_width = Some(W as usize);
+    let mut svg = Vec::new();
+    inferno::flamegraph::from_lines(&mut opts, folded.iter().map(String::as_str), &mut svg).ok()?;
+    let svg = String::from_utf8(svg).ok()?;
+    // Inline: drop the XML prologue and doctype.
+    let start = svg.find("<svg")?;
+    Some(svg[start..].replacen("<svg", r#"<svg id="growth-flame""#, 1))
+}
+
+/// The node's offset from UTC now, as `+01:00`.
+fn utc_offset() -> String {
+    let now = libc::time_t::try_from(crate::util::time::wall_now_ns() / 1_000_000_000).unwrap_or(0);
+    // SAFETY: localtime_r writes into the tm given; both live on the stack.
+    let off = unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&now, &mut tm).is_null() {
+            0
+        } else {
+            tm.tm_gmtoff
+        }
+    };
+    let sign = if off < 0 { '-' } else { '+' };
+    format!("{sign}{:02}:{:02}", off.abs() / 3600, off.abs() % 3600 / 60)
+}
+
+fn kill_section(p: &KillPage) -> Markup {
+    let e = &p.explanation;
+    let k = &e.kill;
+    let v = &k.victim;
+    let title = format!(
+        "{} (pid {}) killed {}",
+        v.comm,
+        v.pid,
+        if k.ts_ns > 631_152_000_000_000_000 {
+            format!("at {}", format_wall(k.ts_ns))
+        } else {
+            format!("{:.6} s after boot", k.ts_ns as f64 / 1e9)
+        }
+    );
+    let id =
+        e.id.map(|i| format!("kill-{i}"))
+            .unwrap_or_else(|| format!("kill-pid-{}", v.pid));
+    html! {
+        section.kill id=(id) data-pid=(v.pid) data-ts-ns=(k.ts_ns) {
+            h2 { (title) }
+            p.verdict { strong { "Verdict: " } (e.verdict.summary) }
+            details open {
+                summary { "Explanation" }
+                pre { (render_text(e)) }
+            }
+            h3 { "Memory cgroup" }
+            @match memcg_plot(k) {
+                Some(svg) => {
+                    p.caption {
+                        "Usage of " code { (k.memcg.as_ref().map(|m| m.path.as_str()).or(v.memcg.as_deref()).unwrap_or("?")) }
+                        " against its limit over the stored lead-up; the dashed line is the kill."
+                    }
+                    (PreEscaped(svg))
+                }
+                None => p.none { "No samples of its memory cgroup were stored before this kill." }
+            }
+            @if let Some(svg) = tasks_chart(k) {
+                h3 { "Tasks of the cgroup at the kill (RSS)" }
+                (PreEscaped(svg))
+            }
+            @for g in &p.gpu {
+                @if let Some(svg) = gpu_plot(g, k.ts_ns) {
+                    h3 { "GPU " (g.device) }
+                    p.caption { "Device memory in use (blue), what NVML charged the victim (red) and what its traced CUDA calls held (purple)." }
+                    (PreEscaped(svg))
+                }
+            }
+            @if let Some(svg) = growth_flame(k) {
+                h3 { "Where its memory grew" }
+                (PreEscaped(svg))
+            }
+        }
+    }
+}
+
+/// The page for `pages` (latest first), made on `host`.
+pub fn html(pages: &[KillPage], host: &str) -> String {
+    let now = crate::util::time::wall_now_ns();
+    let page = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { "tracer report: " (pages.len()) " kill(s) on " (host) }
+                style { (PreEscaped(CSS)) }
+            }
+            body {
+                header {
+                    h1 { "OOM kills on " (host) }
+                    p.meta {
+                        (pages.len()) " kill(s). Made " (format_wall(now))
+                        ". Times are UTC (this node's clock is UTC" (utc_offset()) ")."
+                    }
+                }
+                @for p in pages { (kill_section(p)) }
+            }
+        }
+    };
+    page.into_string()
+}
+
+const CSS: &str = "body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:820px;color:#1f2328}\
+h1{font-size:1.5rem}h2{font-size:1.2rem;border-top:1px solid #d0d7de;padding-top:1rem}\
+h3{font-size:1rem;margin-bottom:.3rem}pre{background:#f6f8fa;padding:.8rem;overflow-x:auto;font-size:12px}\
+.verdict{background:#fff8c5;padding:.5rem}.caption,.meta,.none{color:#57606a;font-size:.9rem}\
+svg{display:block;max-width:100%;height:auto}";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{KillRecord, MemcgAtKill, TaskAtKill, Victim};
+
+    const MIB: u64 = 1 << 20;
+
+    fn kill() -> KillRecord {
+        let t0 = 1_750_000_000_000_000_000i64;
+        KillRecord {
+            ts_ns: t0 + 10_000_000_000,
+            victim: Victim {
+                pid: 42,
+                comm: "<script>alert(1)</script>".into(),
+                ..Default::default()
+            },
+            memcg: Some(MemcgAtKill {
+                path: "/job".into(),
+                limit_bytes: Some(100 * MIB),
+                usage_bytes: Some(100 * MIB),
+                ..Default::default()
+            }),
+            leadup: (0..10)
+                .map(|i| CgroupSample {
+                    ts_ns: t0 + i * 1_000_000_000,
+                    usage_bytes: (10 + 9 * i as u64) * MIB,
+                    limit_bytes: Some(100 * MIB),
+                    ..Default::default()
+                })
+                .collect(),
+            tasks: vec![TaskAtKill {
+                pid: 42,
+                comm: "a&b".into(),
+                rss_kb: 90 * 1024,
+                victim: true,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_gpu_timeline_plots_the_device_the_victim_and_its_traced_bytes() {
+        let t0 = 1_750_000_000_000_000_000i64;
+        let g = GpuTimeline {
+            device: 3,
+            total: 80 << 30,
+            used: (0..5)
+                .map(|i| (t0 + i * 1_000_000_000, (60 + i as u64) << 30))
+                .collect(),
+            victim: (0..5)
+                .map(|i| {
+                    (
+                        t0 + i * 1_000_000_000,
+                        Some((40 + i as u64) << 30),
+                        Some(38 << 30),
+                    )
+                })
+                .collect(),
+        };
+        let svg = gpu_plot(&g, t0 + 5_000_000_000).unwrap();
+        assert!(svg.contains(r#"id="gpu-3-used" class="series" data-samples="5""#));
+        assert!(svg.contains(r#"id="gpu-3-victim" class="series" data-samples="5""#));
+        assert!(svg.contains(r#"id="gpu-3-victim-traced""#));
+        assert!(svg.contains(&format!(r#"id="gpu-3-total" data-bytes="{}""#, 80u64 << 30)));
+        assert!(svg.contains(r#"id="kill-marker""#));
+        assert_eq!(gpu_plot(&GpuTimeline::default(), t0), None);
+    }
+
+    #[test]
+    fn the_page_plots_usage_limit_and_kill_and_escapes_names() {
+        let k = kill();
+        let e = crate::explain::explain(Some(7), k.clone(), Vec::new(), None);
+        let page = html(
+            &[KillPage {
+                explanation: e,
+                gpu: Vec::new(),
+            }],
+            "node-1",
+        );
+        assert!(page.starts_with("<!DOCTYPE html>"));
+        assert!(
+            !page.contains("<script>alert"),
+            "the victim's name is escaped"
+        );
+        assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        assert!(page.contains(r#"data-pid="42" data-rss-kb="92160""#));
+        assert!(page.contains("a&amp;b (42)"));
+        // 10 lead-up samples and the kernel's figure at the kill.
+        assert!(page.contains(r#"id="memcg-usage" class="series" data-samples="11""#));
+        // The limit line sits where the scale puts 100 MiB.
+        let scale = Scale {
+            t0: k.leadup[0].ts_ns,
+            t1: k.ts_ns + 1_000_000_000,
+            y_max: 110.0 * MIB as f64,
+        };
+        let y = scale.y(100.0 * MIB as f64);
+        assert!(
+            page.contains(&format!(
+                r#"data-bytes="{}" x1="{LEFT}" y1="{y:.1}""#,
+                100 * MIB
+            )),
+            "{page}"
+        );
+        assert!(page.contains(r#"id="kill-marker""#));
+        assert!(
+            !page.contains("<link") && !page.contains("<script src") && !page.contains("url("),
+            "nothing is fetched from elsewhere"
+        );
+    }
+}
