@@ -561,6 +561,11 @@ fn gpu_memory_per_device_and_container_with_the_simulated_nvml() {
         Some(4096.0 * MIB as f64)
     );
     assert_eq!(
+        series(&body, "tracer_gpu_memory_reserved_bytes", ""),
+        Some(512.0 * MIB as f64),
+        "the simulated driver reserves 512 MiB: {body}"
+    );
+    assert_eq!(
         series(&body, "tracer_gpu_memory_untraced_bytes", ""),
         Some(300.0 * MIB as f64),
         "the context NVML charges and no call accounts for: {body}"

@@ -87,7 +87,8 @@ pub fn run() -> anyhow::Result<()> {
 /// `<sys/sdt.h>` for the test program with PyTorch's USDT probes,
 /// `systemd-analyze` for the shipped unit, systemd-journal-remote to
 /// write the journal files `explain --journal-dir` reads in its test, and
-/// Chromium, the headless browser the HTML report's test renders it in.
+/// Chromium, the headless browser the HTML report's test renders it in,
+/// and tmux, the terminal the full-screen `top` is driven in by its test.
 fn test_packages() -> anyhow::Result<()> {
     let wanted = [
         ("libjemalloc2", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
@@ -103,6 +104,7 @@ fn test_packages() -> anyhow::Result<()> {
         ),
         ("systemd", "/usr/bin/systemd-analyze"),
         ("chromium", "/usr/bin/chromium"),
+        ("tmux", "/usr/bin/tmux"),
         (
             "systemd-journal-remote",
             "/lib/systemd/systemd-journal-remote",

@@ -9,6 +9,7 @@ pub mod growth;
 pub mod record;
 pub mod report;
 pub mod top;
+pub mod top_tui;
 
 use std::{path::PathBuf, process::ExitCode};
 

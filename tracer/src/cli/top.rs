@@ -70,6 +70,9 @@ pub struct Row {
     pub pids: Vec<u32>,
     /// Container of a process.
     pub container: Option<String>,
+    /// Its memory cgroup (a container's: its processes').
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memcg: Option<String>,
     /// Host RSS, bytes (a container: its processes').
     pub host_rss: u64,
     /// Memory cgroup usage, bytes.
@@ -185,6 +188,7 @@ pub fn snapshot(
             pid: Some(p.info.pid),
             pids: vec![p.info.pid],
             container: p.owner.short().or_else(|| p.memcg.clone()),
+            memcg: p.memcg.clone(),
             host_rss: rss,
             memcg_usage: usage,
             memcg_limit: limit,
@@ -222,6 +226,7 @@ pub fn snapshot(
         // Processes of one container share its memory cgroup, or its parent.
         if g.memcg_usage.is_none() {
             (g.memcg_usage, g.memcg_limit) = (r.memcg_usage, r.memcg_limit);
+            g.memcg = r.memcg.clone();
         }
         g.pressure_pct = g.pressure_pct.max(r.pressure_pct);
     }
@@ -328,6 +333,14 @@ pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
         Err(e) => (None, Some(format!("no GPU figures: {}", super::chain(&e)))),
     };
     let store = Store::open_ro(&args.store.path).ok();
+    if !args.json && !args.once && std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        super::top_tui::run(
+            &args,
+            || snapshot(store.as_ref(), nvml.as_ref(), args.rows, &args.host_root),
+            nvml_note,
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut out = std::io::stdout().lock();
     loop {
         let t0 = Instant::now();

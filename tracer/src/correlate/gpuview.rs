@@ -105,6 +105,7 @@ pub fn build(
             total: d.total,
             used: d.used,
             free: d.free,
+            reserved: d.reserved,
             processes,
             containers,
             xids: Vec::new(),

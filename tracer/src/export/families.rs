@@ -251,6 +251,11 @@ impl Feeds {
                 per(|d| d.free as f64),
             ),
             gauge(
+                "tracer_gpu_memory_reserved_bytes",
+                "Device memory the driver reserves (neither used nor free), per NVML.",
+                per(|d| d.reserved as f64),
+            ),
+            gauge(
                 "tracer_gpu_memory_total_bytes",
                 "Device memory, per NVML.",
                 per(|d| d.total as f64),

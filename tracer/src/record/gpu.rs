@@ -74,6 +74,9 @@ pub struct DevicePicture {
     pub used: u64,
     /// Free, bytes.
     pub free: u64,
+    /// Reserved by the driver, bytes (neither used nor free).
+    #[serde(default)]
+    pub reserved: u64,
     /// Processes on it, most memory first.
     pub processes: Vec<ProcGpu>,
     /// Containers on it, most memory first.
