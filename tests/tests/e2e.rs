@@ -31,6 +31,26 @@ fn memhog(cg: &TestCgroup, step_mib: u64, interval_ms: u64, max_mib: Option<u64>
     Proc::spawn(cmd)
 }
 
+/// `tracer explain --log - ARGS` with `log` on its standard input.
+fn explain_stdin(log: &str, args: &[&str]) -> std::process::Output {
+    use std::io::Write as _;
+    let mut child = Command::new(tracer_e2e::tracer_bin())
+        .args(["explain", "--log", "-"])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("tracer explain --log -");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(log.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// `explain --pid` JSON once the kill is recorded and joined with the
 /// kernel's report (or after `timeout`, whatever is there).
 fn explain_pid(store: &std::path::Path, pid: u32, want_kmsg: bool) -> Value {
@@ -552,23 +572,10 @@ fn explain_reads_saved_kernel_logs() {
         assert!(out.status.success(), "{out:?}");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    let explain_log = |log: &str, extra: &[&str]| -> std::process::Output {
-        use std::io::Write as _;
-        let mut child = Command::new(tracer_e2e::tracer_bin())
-            .args(["explain", "--log", "-", "--pid", &pid.to_string()])
-            .args(extra)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("tracer explain --log -");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(log.as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
+    let explain_log = |log: &str, extra: &[&str]| {
+        let mut args = vec!["--pid".to_string(), pid.to_string()];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        explain_stdin(log, &args.iter().map(String::as_str).collect::<Vec<_>>())
     };
     let json = |log: &str| -> Value {
         let out = explain_log(log, &["--format", "json"]);
@@ -616,7 +623,6 @@ fn explain_reads_saved_kernel_logs() {
 /// of the incident belongs to it, and says so in the verdict.
 #[test]
 fn a_memory_oom_group_kill_is_explained_as_one_incident() {
-    use std::io::Write as _;
     let log = "\
 [ 5120.100000] stress invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0
 [ 5120.100010] CPU: 1 UID: 0 PID: 4205 Comm: stress Not tainted 6.8.0-49-generic #49-Ubuntu
@@ -638,21 +644,9 @@ fn a_memory_oom_group_kill_is_explained_as_one_incident() {
 [ 5120.130000] oom_reaper: reaped process 4205 (stress), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB
 ";
     let run = |extra: &[&str]| {
-        let mut child = Command::new(tracer_e2e::tracer_bin())
-            .args(["explain", "--log", "-", "--all"])
-            .args(extra)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("tracer explain --log -");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(log.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
+        let mut args = vec!["--all"];
+        args.extend_from_slice(extra);
+        let out = explain_stdin(log, &args);
         assert!(out.status.success(), "{out:?}");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };

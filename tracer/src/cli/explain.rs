@@ -200,11 +200,7 @@ pub(super) fn stored(
 
 /// Runs `explain`.
 pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
-    let since_ns = args
-        .since
-        .map(|d| wall_now_ns() - d.as_nanos() as i64)
-        .unwrap_or(0);
-    let limit = if args.all { usize::MAX } else { 1 };
+    let (since_ns, limit) = super::window(args.since, args.all);
     if args.gpu_oom {
         return gpu_ooms(&args, since_ns, limit);
     }

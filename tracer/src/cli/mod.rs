@@ -50,6 +50,15 @@ pub enum Command {
     Doctor(doctor::DoctorArgs),
 }
 
+/// Kills to read for `--since D` and `--all`: the oldest wall ns, and how
+/// many (the latest only, without `--all`).
+pub(crate) fn window(since: Option<std::time::Duration>, all: bool) -> (i64, usize) {
+    let since_ns = since
+        .map(|d| crate::util::time::wall_now_ns() - d.as_nanos() as i64)
+        .unwrap_or(0);
+    (since_ns, if all { usize::MAX } else { 1 })
+}
+
 /// The store option every subcommand that reads or writes it takes.
 #[derive(Debug, Clone, clap::Args)]
 pub struct StoreArg {

@@ -8,7 +8,6 @@ use super::StoreArg;
 use crate::{
     report::{GpuTimeline, KillPage, html},
     store::Store,
-    util::time::wall_now_ns,
 };
 
 /// Options of `tracer report`.
@@ -57,11 +56,7 @@ fn gpu_timelines(store: &Store, k: &crate::record::KillRecord) -> anyhow::Result
 
 /// Runs `report`.
 pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
-    let since_ns = args
-        .since
-        .map(|d| wall_now_ns() - d.as_nanos() as i64)
-        .unwrap_or(0);
-    let limit = if args.all { usize::MAX } else { 1 };
+    let (since_ns, limit) = super::window(args.since, args.all);
     let store = Store::open_ro(&args.store.path)?;
     let found = super::explain::stored(&store, since_ns, args.pid, limit, |k| k)?;
     if found.is_empty() {
