@@ -316,7 +316,17 @@ fn sigkill_from_another_process_names_the_sender() {
         Some(libc::SIGKILL)
     );
 
-    let v = explain_pid(&store, victim.pid(), false);
+    // The victim's memory comes with the record, or from its exit just
+    // after (the kill is stored first): wait for it.
+    let v = explain_json(
+        &[
+            "--store",
+            store.to_str().unwrap(),
+            "--pid",
+            &victim.pid().to_string(),
+        ],
+        |v| v["kill"]["victim"]["memory"]["source"].is_string(),
+    );
     let k = &v["kill"];
     assert_eq!(k["killer"]["kind"], "userspace");
     assert_eq!(k["killer"]["sender"]["pid"], killer_pid);
@@ -888,7 +898,7 @@ fn explain_reads_the_kernel_messages_of_a_saved_journal() {
     assert_eq!(kills[1]["kill"]["killer"]["constraint"], "cpuset");
     // The journal's wall times (to the microsecond).
     assert_eq!(
-        kills[1]["kill"]["ts_ns"], 1_740_996_000_000_060_000i64,
+        kills[1]["kill"]["ts_ns"], 1_740_996_000_000_070_000i64,
         "{all:#}"
     );
     assert!(

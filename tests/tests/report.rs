@@ -111,20 +111,29 @@ fn a_recorded_kill_renders_in_a_real_browser_with_its_plot_tasks_and_growth() {
         out
     };
     let dom = String::from_utf8(browser(&["--dump-dom".into()]).stdout).unwrap();
+    // Element ids are prefixed with their kill's section id.
+    let section = dom
+        .find("class=\"kill\" id=\"")
+        .map(|at| {
+            let rest = &dom[at + "class=\"kill\" id=\"".len()..];
+            rest[..rest.find('"').unwrap()].to_string()
+        })
+        .unwrap_or_else(|| panic!("no kill section: {dom}"));
+    let id = |name: &str| format!("{section}-{name}");
 
     // The usage series: one point per sample it says it has, several.
-    let usage = tag(&dom, "memcg-usage").unwrap_or_else(|| panic!("no usage series: {dom}"));
+    let usage = tag(&dom, &id("memcg-usage")).unwrap_or_else(|| panic!("no usage series: {dom}"));
     let samples = num(usage, "data-samples") as usize;
     assert!(samples >= 3, "{usage}");
     assert_eq!(attr(usage, "points").unwrap().split(' ').count(), samples);
     // The limit line sits where the plot's scale puts the limit.
-    let plot = tag(&dom, "memcg-plot").unwrap();
+    let plot = tag(&dom, &id("memcg-plot")).unwrap();
     let (top, height, y_max) = (
         num(plot, "data-plot-top"),
         num(plot, "data-plot-height"),
         num(plot, "data-y-max"),
     );
-    let line = tag(&dom, "memcg-limit").unwrap();
+    let line = tag(&dom, &id("memcg-limit")).unwrap();
     assert_eq!(num(line, "data-bytes"), limit as f64, "{line}");
     let want_y = top + height * (1.0 - limit as f64 / y_max);
     let y1 = num(line, "y1");
@@ -134,7 +143,7 @@ fn a_recorded_kill_renders_in_a_real_browser_with_its_plot_tasks_and_growth() {
     );
     assert_eq!(num(line, "y1"), num(line, "y2"));
     // The kill is marked inside the plot, right of every sample.
-    let marker = tag(&dom, "kill-marker").unwrap();
+    let marker = tag(&dom, &id("kill-marker")).unwrap();
     let x = num(marker, "x1");
     let last_x = attr(usage, "points")
         .unwrap()
@@ -156,7 +165,9 @@ fn a_recorded_kill_renders_in_a_real_browser_with_its_plot_tasks_and_growth() {
         "{dom}"
     );
     // Where it grew, as a flame graph naming memhog's code.
-    let flame = dom.find("id=\"growth-flame\"").expect("a flame graph");
+    let flame = dom
+        .find(&format!("id=\"{}\"", id("growth-flame")))
+        .expect("a flame graph");
     assert!(dom[flame..].contains("memhog::main"), "{}", &dom[flame..]);
 
     // Written as root: never through a link planted where the page goes.

@@ -95,9 +95,19 @@ fn kills_from_journal(
             _ => anyhow::anyhow!("running journalctl: {e}"),
         })?;
     let stdout = child.stdout.take().expect("piped");
+    // Its complaints are read beside its output: a full stderr pipe must
+    // not stall it.
+    let mut stderr = child.stderr.take().expect("piped");
+    let complaints = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut stderr, &mut buf);
+        buf
+    });
     let read = kills_in(std::io::BufReader::new(stdout));
     let out = child.wait_with_output()?;
-    let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    let said = String::from_utf8_lossy(&complaints.join().unwrap_or_default())
+        .trim()
+        .to_string();
     if !out.status.success() {
         anyhow::bail!(
             "journalctl failed ({}): {}",

@@ -118,18 +118,23 @@ fn pct(used: u64, limit: Option<u64>) -> f64 {
     }
 }
 
-/// One refresh: every row, most pressed first, and the GPU view.
+/// One refresh: every row, most pressed first, and the GPU view. `kube`
+/// names pods; it is kept from one refresh to the next (what it learnt,
+/// and when it last looked).
 pub fn snapshot(
     store: Option<&Store>,
     nvml: Option<&nvml_wrapper::Nvml>,
     rows: usize,
-    host_root: &std::path::Path,
+    kube: &mut Option<crate::model::kube::KubeResolver>,
 ) -> (Vec<Row>, GpuView) {
     let layout = CgroupLayout::detect();
     let v1 = layout.memory_is_v1();
     let mut model = ProcessTable::new(layout.clone(), 0, 1 << 20);
-    model.set_kube(crate::model::kube::KubeResolver::new(host_root));
+    if let Some(k) = kube.take() {
+        model.set_kube(k);
+    }
     model.seed();
+    *kube = model.take_kube();
     let now = wall_now_ns();
     let sample = nvml.map(nvml::sample);
     let ledgers = StoredLedgers(match (store, &sample) {
@@ -333,10 +338,11 @@ pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
         Err(e) => (None, Some(format!("no GPU figures: {}", super::chain(&e)))),
     };
     let store = Store::open_ro(&args.store.path).ok();
+    let mut kube = Some(crate::model::kube::KubeResolver::new(&args.host_root));
     if !args.json && !args.once && std::io::IsTerminal::is_terminal(&std::io::stdout()) {
         super::top_tui::run(
             &args,
-            || snapshot(store.as_ref(), nvml.as_ref(), args.rows, &args.host_root),
+            || snapshot(store.as_ref(), nvml.as_ref(), args.rows, &mut kube),
             nvml_note,
         )?;
         return Ok(ExitCode::SUCCESS);
@@ -344,7 +350,7 @@ pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     loop {
         let t0 = Instant::now();
-        let (rows, view) = snapshot(store.as_ref(), nvml.as_ref(), args.rows, &args.host_root);
+        let (rows, view) = snapshot(store.as_ref(), nvml.as_ref(), args.rows, &mut kube);
         if args.json {
             for d in &view.devices {
                 let v = serde_json::json!({ "type": "device", "device": d.device, "total": d.total, "used": d.used, "free": d.free, "containers": d.containers });

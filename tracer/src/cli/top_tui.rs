@@ -13,7 +13,7 @@ use std::{
 
 use ratatui::{
     Frame,
-    crossterm::event::{self, Event, KeyCode, KeyEventKind},
+    crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers},
     layout::{Constraint, Layout},
     style::{Color, Modifier, Style},
     text::{Line, Span},
@@ -427,9 +427,17 @@ pub fn run(
             if event::poll(wait.min(Duration::from_millis(250)))?
                 && let Event::Key(k) = event::read()?
                 && k.kind == KeyEventKind::Press
-                && !app.key(k.code)
             {
-                return Ok(());
+                // Raw mode: Ctrl-C is a key, and it quits.
+                let ctrl = k
+                    .modifiers
+                    .intersects(KeyModifiers::CONTROL | KeyModifiers::ALT);
+                if ctrl && k.code == KeyCode::Char('c') {
+                    return Ok(());
+                }
+                if !ctrl && !app.key(k.code) {
+                    return Ok(());
+                }
             }
         }
     })();

@@ -415,6 +415,17 @@ impl Assembler {
                 cgroup: cgroup.to_string(),
             }));
         }
+        // Kernels before 5.0 name a memcg kill on this line, which the
+        // kernel prints even when it rate-limits the header.
+        if text.starts_with("Memory cgroup out of memory: Kill process ") {
+            self.memcg_kill = true;
+            return None;
+        }
+        // A group kill's members follow its announcement at once: any
+        // other line ends it.
+        if self.group.is_some() && parse_killed(text).is_none() {
+            self.group = None;
+        }
         if let Some((comm, rest)) = text.split_once(" invoked oom-killer: ") {
             *self = Self::default();
             self.started_us = Some(rec.ts_us);
@@ -453,10 +464,6 @@ impl Assembler {
         }
         // Lines of a report only count after its header.
         self.started_us?;
-        if text.starts_with("Memory cgroup out of memory: Kill process ") {
-            self.memcg_kill = true;
-            return None;
-        }
         if let Some(rest) = text.strip_prefix("Task in ")
             && let Some((task, limit)) = rest.split_once(" killed as a result of limit of ")
         {

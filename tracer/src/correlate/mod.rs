@@ -398,7 +398,7 @@ pub fn merge_report(
             "the constraint is inferred from the kill line"
         };
         rec.gaps.push(Gap::Note(format!(
-            "no oom-kill summary line (a kernel before 4.19 prints none): {from}"
+            "no oom-kill summary line (a kernel before 4.19 prints none, or the line was lost): {from}"
         )));
     } else if report.summary.is_none() {
         let stale = match rec
@@ -425,6 +425,15 @@ pub fn merge_report(
     }
     rec.killer.kind = KillerKind::KernelOom;
     rec.killer.constraint = Some(constraint_name(report.constraint()).into());
+    // A warning is about one cgroup's limit: it stays with a kill at that
+    // limit only.
+    if rec
+        .warning
+        .as_ref()
+        .is_some_and(|w| !warning::applies(w, report))
+    {
+        rec.warning = None;
+    }
     if report.oom_group.is_some() {
         rec.oom_group = report.oom_group.clone();
     }

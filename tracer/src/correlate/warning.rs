@@ -11,12 +11,20 @@ use crate::{
     record::{PressureEvent, WarningReason, WarningState},
 };
 
+/// Whether warning `w` is about the limit the kernel's `report` says was
+/// hit: a memcg OOM of that very cgroup (a warning about another cgroup's
+/// limit, or a node-wide OOM, is not this kill's).
+pub fn applies(w: &PressureEvent, report: &crate::collect::kmsg::OomReport) -> bool {
+    report.constraint() == "CONSTRAINT_MEMCG" && report.oom_memcg().is_none_or(|m| m == w.memcg)
+}
+
 /// The growth rate is fitted over this much of the latest samples.
 pub const RATE_WINDOW_NS: i64 = 10_000_000_000;
 /// A warning ends once its condition (loosened by half) has not held for this long.
 pub const CALM_NS: i64 = 10_000_000_000;
 
-/// Usage growth over `samples`, bytes per second: the least-squares slope
+/// Working-set growth over `samples` (usage less inactive file cache,
+/// which reclaim takes first), bytes per second: the least-squares slope
 /// (None: fewer than three samples, or under two seconds of them).
 pub fn growth_rate(samples: &[CgroupSample]) -> Option<f64> {
     let (first, last) = (samples.first()?, samples.last()?);
@@ -26,15 +34,20 @@ pub fn growth_rate(samples: &[CgroupSample]) -> Option<f64> {
     let n = samples.len() as f64;
     let t = |s: &CgroupSample| (s.ts_ns - first.ts_ns) as f64 / 1e9;
     let (mt, mu) = samples.iter().fold((0.0, 0.0), |(a, b), s| {
-        (a + t(s) / n, b + s.usage_bytes as f64 / n)
+        (a + t(s) / n, b + s.working_set() as f64 / n)
     });
     let (mut num, mut den) = (0.0, 0.0);
     for s in samples {
-        num += (t(s) - mt) * (s.usage_bytes as f64 - mu);
+        num += (t(s) - mt) * (s.working_set() as f64 - mu);
         den += (t(s) - mt).powi(2);
     }
     (den > 0.0).then(|| num / den)
 }
+
+/// Growth under this share of the limit per second is noise, not a trend.
+const MIN_RATE_OF_LIMIT: f64 = 0.002;
+/// Samples needed before a warning (about four seconds of them).
+const MIN_SAMPLES: usize = 5;
 
 /// What one window says: rate, projected seconds to the limit, and
 /// whether it is within `before_s` (or `psi` percent) or within a looser
@@ -50,7 +63,11 @@ impl Reading {
         let last = samples.last()?;
         let rate = growth_rate(samples);
         let projected = match (rate, last.limit_bytes) {
-            (Some(r), Some(l)) if r > 0.0 => Some(l.saturating_sub(last.usage_bytes) as f64 / r),
+            (Some(r), Some(l))
+                if samples.len() >= MIN_SAMPLES && r > 0.0 && r >= l as f64 * MIN_RATE_OF_LIMIT =>
+            {
+                Some(l.saturating_sub(last.working_set()) as f64 / r)
+            }
             _ => None,
         };
         Some((
@@ -65,7 +82,7 @@ impl Reading {
 
     /// Why it is warned at `before_s` and `psi_pct` (scaled by `factor`).
     fn reason(&self, before_s: f64, psi_pct: Option<f64>, factor: f64) -> Option<WarningReason> {
-        if self.projected.is_some_and(|p| p <= before_s * factor) {
+        if before_s > 0.0 && self.projected.is_some_and(|p| p <= before_s * factor) {
             return Some(WarningReason::Growth);
         }
         match (self.psi, psi_pct) {
@@ -139,6 +156,11 @@ impl WarnGate {
                 Some(event(WarningState::Recovered, reason))
             }
         }
+    }
+
+    /// Whether PSI is watched (`--warn-psi`).
+    pub fn watches_psi(&self) -> bool {
+        self.psi_pct.is_some()
     }
 
     /// Whether `path` is warned about now.
@@ -268,6 +290,26 @@ mod tests {
         // 1 MiB/s with 1 GiB left: 17 minutes away.
         let slow = ramp(0, 10, 10 * MIB, MIB, 1 << 30);
         assert_eq!(g.sample("/slow", &slow, 9_000_000_000), None);
+    }
+
+    #[test]
+    fn page_cache_at_the_limit_and_noise_are_not_warned() {
+        let mut g = WarnGate::new(60.0, None);
+        // 199 MiB of 200 MiB in use, 150 MiB of it inactive file cache,
+        // jittering by a few KiB: nothing to warn about.
+        let s: Vec<_> = ramp(0, 10, 199 * MIB, 0, 200 * MIB)
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut x)| {
+                x.usage_bytes += (i as u64 % 3) * 4096;
+                x.inactive_file = Some(150 * MIB);
+                x
+            })
+            .collect();
+        assert_eq!(g.sample("/cache", &s, 9_000_000_000), None);
+        // Three samples are too few to call a trend.
+        let short = ramp(0, 3, 150 * MIB, 10 * MIB, 200 * MIB);
+        assert_eq!(g.sample("/new", &short, 2_000_000_000), None);
     }
 
     #[test]

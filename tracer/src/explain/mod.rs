@@ -115,10 +115,13 @@ impl Explanation {
         all.sort_by_key(|(ts, k)| (*ts, k.pid));
         all.dedup_by_key(|(_, k)| k.pid);
         self.incident = all.into_iter().map(|(_, k)| k).collect();
+        // The other kills' records are as stored: their names are escaped
+        // here (the verdict is printed to terminals).
+        let esc = |s: &str| crate::util::term::escape(s).into_owned();
         let names = self
             .incident
             .iter()
-            .map(|k| format!("{} (pid {})", k.comm, k.pid))
+            .map(|k| format!("{} (pid {})", esc(&k.comm), k.pid))
             .collect::<Vec<_>>()
             .join(", ");
         let n = self.incident.len();
@@ -127,14 +130,17 @@ impl Explanation {
         if chosen.pid == self.kill.victim.pid {
             let _ = write!(
                 self.verdict.summary,
-                "; memory.oom.group is set on {group}, so the kernel killed every task in it as one incident ({n} kill{plural} known: {names})"
+                "; memory.oom.group is set on {}, so the kernel killed every task in it as one incident ({n} kill{plural} known: {names})",
+                esc(&group)
             );
         } else {
             self.verdict = Verdict {
                 cause: Cause::OomGroup,
                 summary: format!(
-                    "killed with its group, not for its own memory: memory.oom.group is set on {group}, so when the kernel chose {} (pid {}) it killed every task in it as one incident ({n} kill{plural} known: {names})",
-                    chosen.comm, chosen.pid
+                    "killed with its group, not for its own memory: memory.oom.group is set on {}, so when the kernel chose {} (pid {}) it killed every task in it as one incident ({n} kill{plural} known: {names})",
+                    esc(&group),
+                    esc(&chosen.comm),
+                    chosen.pid
                 ),
             };
         }

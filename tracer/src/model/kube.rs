@@ -38,6 +38,8 @@ pub struct KubeNames {
 const RESCAN: Duration = Duration::from_secs(1);
 /// An OCI bundle that did not name a container is read again after this.
 const BUNDLE_RETRY: Duration = Duration::from_secs(10);
+/// A pod or container not found is looked for again after this.
+const MISS_RETRY: Duration = Duration::from_secs(10);
 /// Names kept (pods and containers each); past it the oldest knowledge is
 /// dropped in bulk and what still exists is read again.
 const KEEP: usize = 65_536;
@@ -55,10 +57,14 @@ pub struct KubeResolver {
     root: PathBuf,
     /// Pod UID -> (namespace, pod).
     pods: HashMap<String, (String, String)>,
-    /// Container id -> container name.
-    containers: HashMap<String, String>,
+    /// Container id -> container name (None: known to have none, as a
+    /// pod's sandbox).
+    containers: HashMap<String, Option<String>>,
     scanned: Option<Instant>,
     bundles_tried: HashMap<String, Instant>,
+    /// Pods and containers looked for and not found, and when: looked for
+    /// again only after [`MISS_RETRY`].
+    misses: HashMap<String, Instant>,
     /// Pods and containers named since the last [`Self::take_new`].
     fresh: HashSet<String>,
 }
@@ -130,7 +136,8 @@ fn from_annotations(
                 is_name,
             )
         })
-        .flatten();
+        .flatten()
+        .filter(|c| c != "POD");
     (
         get(
             &[
@@ -160,6 +167,7 @@ impl KubeResolver {
             containers: HashMap::new(),
             scanned: None,
             bundles_tried: HashMap::new(),
+            misses: HashMap::new(),
             fresh: HashSet::new(),
         }
     }
@@ -175,18 +183,33 @@ impl KubeResolver {
             return;
         };
         let id = owner.container_id.as_deref();
-        if !self.complete(uid, id) && self.scanned.is_none_or(|t| t.elapsed() >= RESCAN) {
-            self.scan();
-        }
-        if !self.complete(uid, id)
-            && let Some(id) = id
-        {
-            self.read_bundle(id, uid);
+        let key = id.unwrap_or(uid);
+        let may_look = self
+            .misses
+            .get(key)
+            .is_none_or(|t| t.elapsed() >= MISS_RETRY);
+        if !self.complete(uid, id) && may_look {
+            if self.scanned.is_none_or(|t| t.elapsed() >= RESCAN) {
+                self.scan();
+            }
+            if !self.complete(uid, id)
+                && let Some(id) = id
+            {
+                self.read_bundle(id, uid);
+            }
+            if self.complete(uid, id) {
+                self.misses.remove(key);
+            } else {
+                if self.misses.len() >= KEEP {
+                    self.misses.clear();
+                }
+                self.misses.insert(key.to_string(), Instant::now());
+            }
         }
         owner.kube = self.pods.get(uid).map(|(ns, pod)| KubeNames {
             namespace: ns.clone(),
             pod: pod.clone(),
-            container: id.and_then(|id| self.containers.get(id)).cloned(),
+            container: id.and_then(|id| self.containers.get(id)).cloned().flatten(),
         });
     }
 
@@ -222,7 +245,12 @@ impl KubeResolver {
         }
         for name in list("var/log/containers") {
             if let Some((ctr, id)) = parse_container_link(&name) {
-                Self::keep(&mut self.containers, id, ctr.to_string(), &mut self.fresh);
+                Self::keep(
+                    &mut self.containers,
+                    id,
+                    Some(ctr.to_string()),
+                    &mut self.fresh,
+                );
             }
         }
     }
@@ -266,9 +294,9 @@ impl KubeResolver {
             {
                 Self::keep(&mut self.pods, uid, (ns, pod), &mut self.fresh);
             }
-            if let Some(ctr) = ctr {
-                Self::keep(&mut self.containers, id, ctr, &mut self.fresh);
-            }
+            // A sandbox (or CRI-O's infra container, `POD`) has no
+            // container name: known, so never looked for again.
+            Self::keep(&mut self.containers, id, ctr, &mut self.fresh);
             return;
         }
     }
@@ -425,6 +453,15 @@ mod tests {
         r.fill(&mut o);
         let k = o.kube.expect("the sandbox's pod");
         assert_eq!((k.pod.as_str(), k.container), ("job-1", None));
+        // Known to have no name: the files are not read again for it.
+        let scanned = r.scanned;
+        std::thread::sleep(RESCAN);
+        let mut again = owner_of(&format!("/kubepods/pod{uid3}/{c3}"));
+        r.fill(&mut again);
+        assert_eq!(
+            r.scanned, scanned,
+            "no scan for a sandbox known to have no name"
+        );
     }
 
     #[test]
@@ -465,6 +502,22 @@ mod tests {
         ] {
             assert_eq!(parse_container_link(&bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_pod_not_found_is_looked_for_again_only_after_a_while() {
+        let root = tempfile::tempdir().unwrap();
+        let mut r = KubeResolver::new(root.path());
+        let path = format!("/kubepods/pod{UID}/{}", id('9'));
+        r.fill(&mut owner_of(&path));
+        let first = r.scanned.expect("looked once");
+        std::thread::sleep(RESCAN);
+        r.fill(&mut owner_of(&path));
+        assert_eq!(
+            r.scanned,
+            Some(first),
+            "a miss is not looked for every second"
+        );
     }
 
     #[test]

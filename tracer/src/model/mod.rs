@@ -120,6 +120,13 @@ impl ProcessTable {
         }
     }
 
+    /// Takes the resolver back (to keep what it learnt for another table).
+    pub fn take_kube(&mut self) -> Option<kube::KubeResolver> {
+        self.kube
+            .take()
+            .map(|k| k.into_inner().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// Who owns the cgroup at `path`, with its Kubernetes names when they
     /// are looked up and found.
     pub fn owner_of(&self, path: &str) -> Owner {

@@ -34,6 +34,18 @@ pub struct CgroupSample {
     /// Major faults so far (`pgmajfault` of memory.stat: this cgroup's own
     /// on v1, with its descendants' on v2).
     pub major_faults: Option<u64>,
+    /// Inactive file cache, bytes (reclaimed first: usage minus this is
+    /// the working set, as the kubelet counts it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inactive_file: Option<u64>,
+}
+
+impl CgroupSample {
+    /// Usage the kernel cannot simply drop: usage minus inactive file cache.
+    pub fn working_set(&self) -> u64 {
+        self.usage_bytes
+            .saturating_sub(self.inactive_file.unwrap_or(0))
+    }
 }
 
 /// Limits at or above this are "no limit" (v1 prints PAGE_COUNTER_MAX pages).
@@ -55,6 +67,7 @@ pub fn read_cgroup(dir: &Path, v1: bool, ts_ns: i64) -> Option<CgroupSample> {
         s.oom_kills = keyed(&oc, "oom_kill");
         let stat = fs::read_to_string(dir.join("memory.stat")).unwrap_or_default();
         s.major_faults = keyed(&stat, "pgmajfault");
+        s.inactive_file = keyed(&stat, "total_inactive_file");
     } else {
         s.usage_bytes = num("memory.current")?;
         s.limit_bytes = num("memory.max").filter(|&l| l < UNLIMITED);
@@ -63,6 +76,7 @@ pub fn read_cgroup(dir: &Path, v1: bool, ts_ns: i64) -> Option<CgroupSample> {
         s.oom_kills = keyed(&ev, "oom_kill");
         let stat = fs::read_to_string(dir.join("memory.stat")).unwrap_or_default();
         s.major_faults = keyed(&stat, "pgmajfault");
+        s.inactive_file = keyed(&stat, "inactive_file");
         let psi = fs::read_to_string(dir.join("memory.pressure")).unwrap_or_default();
         (s.psi_some_avg10, s.psi_full_avg10) = parse_psi(&psi);
     }

@@ -864,10 +864,14 @@ impl Engine {
         let mut by: std::collections::BTreeMap<String, ContainerCuda> = Default::default();
         let get = |pid: u32| {
             let p = self.model.get(pid);
-            let name = p
-                .and_then(|p| p.owner.short().or_else(|| p.memcg.clone()))
+            // Names read now (a process's may not have been readable at its exec).
+            let owner = p.and_then(|p| Some(self.model.owner_of(p.memcg.as_deref()?)));
+            let name = owner
+                .as_ref()
+                .and_then(|o| o.short())
+                .or_else(|| p.and_then(|p| p.memcg.clone()))
                 .unwrap_or_default();
-            (name, p.and_then(|p| p.owner.kube.clone()))
+            (name, owner.and_then(|o| o.kube))
         };
         let mut add = |pid: u32, f: &dyn Fn(&mut ContainerCuda)| {
             let (name, kube) = get(pid);
@@ -915,10 +919,9 @@ impl Engine {
         let mut events = Vec::new();
         for path in paths.iter().filter(|p| p.as_str() != "/") {
             // Most cgroups have no limit and no PSI: nothing to fit.
-            let worth = self
-                .sampler
-                .latest(path)
-                .is_some_and(|s| s.limit_bytes.is_some() || s.psi_some_avg10.is_some());
+            let worth = self.sampler.latest(path).is_some_and(|s| {
+                s.limit_bytes.is_some() || (gate.watches_psi() && s.psi_some_avg10.is_some())
+            });
             if worth || gate.is_warned(path) {
                 let window = self.sampler.window(path, since);
                 events.extend(gate.sample(path, &window, now));
@@ -1107,7 +1110,11 @@ impl Engine {
                     .as_ref()
                     .map(|m| m.path.as_str())
                     .or(k.victim.memcg.as_deref());
-                if let Some(w) = memcg.and_then(|m| gate.standing(m)) {
+                if let Some(w) = memcg.and_then(|m| gate.standing(m))
+                    && k.kmsg
+                        .as_ref()
+                        .is_none_or(|r| crate::correlate::warning::applies(w, r))
+                {
                     k.warning = Some(w.clone());
                 }
             }

@@ -1,5 +1,5 @@
 //! `tracer report --html`: kills as one self-contained HTML page (inline
-//! CSS and SVG, no script or font from elsewhere: it opens offline, in any
+//! CSS, SVG and script, nothing from elsewhere: it opens offline, in any
 //! browser, attached to a ticket). Per kill: the explanation, the memory
 //! cgroup's usage against its limit over the stored lead-up with the kill
 //! marked, the tasks of the cgroup as bars, the GPU timeline of the
@@ -8,9 +8,10 @@
 //!
 //! The HTML is built with maud (every value escaped by construction: a
 //! victim's name is whatever its process chose). The plots are SVG written
-//! here: their elements carry ids and `data-` attributes (the plotted
-//! values, the scale) that a reader's script or a test can check, which a
-//! plotting crate's output does not.
+//! here: their elements carry ids (prefixed with their kill's section id)
+//! and `data-` attributes (the plotted values, the scale) that a reader's
+//! script or a test can check, which a plotting crate's output does not.
+//! The flame graph is inferno's, with its inline script (zoom, search).
 
 use std::fmt::Write as _;
 
@@ -125,18 +126,19 @@ impl Scale {
         )
     }
 
-    fn kill_marker(&self, ts: i64) -> String {
+    fn kill_marker(&self, p: &str, ts: i64) -> String {
         let x = self.x(ts);
         format!(
-            r##"<line id="kill-marker" data-ts-ns="{ts}" x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{}" stroke="#c00" stroke-width="2" stroke-dasharray="4 3"/><text x="{x:.1}" y="{}" font-size="11" fill="#c00" text-anchor="end">kill</text>"##,
+            r##"<line id="{p}-kill-marker" class="kill-marker" data-ts-ns="{ts}" x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{}" stroke="#c00" stroke-width="2" stroke-dasharray="4 3"/><text x="{x:.1}" y="{}" font-size="11" fill="#c00" text-anchor="end">kill</text>"##,
             H - BOTTOM,
             TOP - 6.0
         )
     }
 }
 
-/// The memory cgroup's usage against its limit over the lead-up.
-fn memcg_plot(k: &KillRecord) -> Option<String> {
+/// The memory cgroup's usage against its limit over the lead-up (element
+/// ids prefixed with `p`, the kill's section).
+fn memcg_plot(p: &str, k: &KillRecord) -> Option<String> {
     let limit = k.memcg.as_ref().and_then(|m| m.limit_bytes);
     let mut points: Vec<(i64, f64)> = k
         .leadup
@@ -159,21 +161,24 @@ fn memcg_plot(k: &KillRecord) -> Option<String> {
         t1: points[points.len() - 1].0.max(k.ts_ns) + 1_000_000_000,
         y_max: (top * 1.1).max(1.0),
     };
-    let mut s = scale.open("memcg-plot", "memory cgroup usage against its limit");
+    let mut s = scale.open(
+        &format!("{p}-memcg-plot"),
+        "memory cgroup usage against its limit",
+    );
     s.push_str(&scale.axes(k.ts_ns));
     if let Some(l) = limit {
         let y = scale.y(l as f64);
         let _ = write!(
             s,
-            r##"<line id="memcg-limit" data-bytes="{l}" x1="{LEFT}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#e67e00" stroke-width="2"/><text x="{}" y="{:.1}" font-size="11" fill="#e67e00">limit {}</text>"##,
+            r##"<line id="{p}-memcg-limit" data-bytes="{l}" x1="{LEFT}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#e67e00" stroke-width="2"/><text x="{}" y="{:.1}" font-size="11" fill="#e67e00">limit {}</text>"##,
             W - RIGHT,
             LEFT + 6.0,
             y - 4.0,
             bytes(l)
         );
     }
-    s.push_str(&scale.polyline("memcg-usage", "#1f6feb", &points));
-    s.push_str(&scale.kill_marker(k.ts_ns));
+    s.push_str(&scale.polyline(&format!("{p}-memcg-usage"), "#1f6feb", &points));
+    s.push_str(&scale.kill_marker(p, k.ts_ns));
     s.push_str("</svg>");
     Some(s)
 }
@@ -184,7 +189,7 @@ fn esc(s: &str) -> String {
 }
 
 /// The tasks of the cgroup at the kill, by RSS.
-fn tasks_chart(k: &KillRecord) -> Option<String> {
+fn tasks_chart(p: &str, k: &KillRecord) -> Option<String> {
     if k.tasks.is_empty() {
         return None;
     }
@@ -192,7 +197,7 @@ fn tasks_chart(k: &KillRecord) -> Option<String> {
     let max = rows.iter().map(|t| t.rss_kb).max().unwrap_or(1).max(1) as f64;
     let h = 22.0 * rows.len() as f64 + 10.0;
     let mut s = format!(
-        r#"<svg id="tasks-chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {h}" width="{W}" height="{h}" role="img" aria-label="tasks of the cgroup at the kill">"#
+        r#"<svg id="{p}-tasks-chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {h}" width="{W}" height="{h}" role="img" aria-label="tasks of the cgroup at the kill">"#
     );
     for (i, t) in rows.iter().enumerate() {
         let y = 5.0 + 22.0 * i as f64;
@@ -217,7 +222,7 @@ fn tasks_chart(k: &KillRecord) -> Option<String> {
 }
 
 /// NVML's device figures over time, with the victim's share.
-fn gpu_plot(g: &GpuTimeline, kill_ns: i64) -> Option<String> {
+fn gpu_plot(p: &str, g: &GpuTimeline, kill_ns: i64) -> Option<String> {
     if g.used.is_empty() {
         return None;
     }
@@ -227,26 +232,26 @@ fn gpu_plot(g: &GpuTimeline, kill_ns: i64) -> Option<String> {
         t1: ts.max()?.max(kill_ns) + 1_000_000_000,
         y_max: (g.total.max(1) as f64) * 1.05,
     };
-    let id = format!("gpu-{}-plot", g.device);
+    let id = format!("{p}-gpu-{}-plot", g.device);
     let mut s = scale.open(&id, "GPU memory over time");
     s.push_str(&scale.axes(kill_ns));
     let total_y = scale.y(g.total as f64);
     let _ = write!(
         s,
-        r##"<line id="gpu-{}-total" data-bytes="{}" x1="{LEFT}" y1="{total_y:.1}" x2="{}" y2="{total_y:.1}" stroke="#e67e00" stroke-width="2"/>"##,
+        r##"<line id="{p}-gpu-{}-total" data-bytes="{}" x1="{LEFT}" y1="{total_y:.1}" x2="{}" y2="{total_y:.1}" stroke="#e67e00" stroke-width="2"/>"##,
         g.device,
         g.total,
         W - RIGHT
     );
     let used: Vec<(i64, f64)> = g.used.iter().map(|(t, v)| (*t, *v as f64)).collect();
-    s.push_str(&scale.polyline(&format!("gpu-{}-used", g.device), "#1f6feb", &used));
+    s.push_str(&scale.polyline(&format!("{p}-gpu-{}-used", g.device), "#1f6feb", &used));
     let nvml: Vec<(i64, f64)> = g
         .victim
         .iter()
         .filter_map(|(t, n, _)| Some((*t, (*n)? as f64)))
         .collect();
     if !nvml.is_empty() {
-        s.push_str(&scale.polyline(&format!("gpu-{}-victim", g.device), "#c00", &nvml));
+        s.push_str(&scale.polyline(&format!("{p}-gpu-{}-victim", g.device), "#c00", &nvml));
     }
     let traced: Vec<(i64, f64)> = g
         .victim
@@ -255,18 +260,18 @@ fn gpu_plot(g: &GpuTimeline, kill_ns: i64) -> Option<String> {
         .collect();
     if !traced.is_empty() {
         s.push_str(&scale.polyline(
-            &format!("gpu-{}-victim-traced", g.device),
+            &format!("{p}-gpu-{}-victim-traced", g.device),
             "#8250df",
             &traced,
         ));
     }
-    s.push_str(&scale.kill_marker(kill_ns));
+    s.push_str(&scale.kill_marker(p, kill_ns));
     s.push_str("</svg>");
     Some(s)
 }
 
 /// The growth sites as a flame graph (inferno), bytes in KiB.
-fn growth_flame(k: &KillRecord) -> Option<String> {
+fn growth_flame(p: &str, k: &KillRecord) -> Option<String> {
     let g = k.growth.as_ref()?;
     let folded: Vec<String> = g
         .sites
@@ -301,7 +306,7 @@ fn growth_flame(k: &KillRecord) -> Option<String> {
     let svg = String::from_utf8(svg).ok()?;
     // Inline: drop the XML prologue and doctype.
     let start = svg.find("<svg")?;
-    Some(svg[start..].replacen("<svg", r#"<svg id="growth-flame""#, 1))
+    Some(svg[start..].replacen("<svg", &format!(r#"<svg id="{p}-growth-flame""#), 1))
 }
 
 /// The node's offset from UTC now, as `+01:00`.
@@ -346,7 +351,7 @@ fn kill_section(p: &KillPage) -> Markup {
                 pre { (render_text(e)) }
             }
             h3 { "Memory cgroup" }
-            @match memcg_plot(k) {
+            @match memcg_plot(&id, k) {
                 Some(svg) => {
                     p.caption {
                         "Usage of " code { (k.memcg.as_ref().map(|m| m.path.as_str()).or(v.memcg.as_deref()).unwrap_or("?")) }
@@ -356,18 +361,18 @@ fn kill_section(p: &KillPage) -> Markup {
                 }
                 None => p.none { "No samples of its memory cgroup were stored before this kill." }
             }
-            @if let Some(svg) = tasks_chart(k) {
+            @if let Some(svg) = tasks_chart(&id, k) {
                 h3 { "Tasks of the cgroup at the kill (RSS)" }
                 (PreEscaped(svg))
             }
             @for g in &p.gpu {
-                @if let Some(svg) = gpu_plot(g, k.ts_ns) {
+                @if let Some(svg) = gpu_plot(&id, g, k.ts_ns) {
                     h3 { "GPU " (g.device) }
                     p.caption { "Device memory in use (blue), what NVML charged the victim (red) and what its traced CUDA calls held (purple)." }
                     (PreEscaped(svg))
                 }
             }
-            @if let Some(svg) = growth_flame(k) {
+            @if let Some(svg) = growth_flame(&id, k) {
                 h3 { "Where its memory grew" }
                 (PreEscaped(svg))
             }
@@ -468,13 +473,16 @@ mod tests {
                 })
                 .collect(),
         };
-        let svg = gpu_plot(&g, t0 + 5_000_000_000).unwrap();
-        assert!(svg.contains(r#"id="gpu-3-used" class="series" data-samples="5""#));
-        assert!(svg.contains(r#"id="gpu-3-victim" class="series" data-samples="5""#));
-        assert!(svg.contains(r#"id="gpu-3-victim-traced""#));
-        assert!(svg.contains(&format!(r#"id="gpu-3-total" data-bytes="{}""#, 80u64 << 30)));
-        assert!(svg.contains(r#"id="kill-marker""#));
-        assert_eq!(gpu_plot(&GpuTimeline::default(), t0), None);
+        let svg = gpu_plot("k", &g, t0 + 5_000_000_000).unwrap();
+        assert!(svg.contains(r#"id="k-gpu-3-used" class="series" data-samples="5""#));
+        assert!(svg.contains(r#"id="k-gpu-3-victim" class="series" data-samples="5""#));
+        assert!(svg.contains(r#"id="k-gpu-3-victim-traced""#));
+        assert!(svg.contains(&format!(
+            r#"id="k-gpu-3-total" data-bytes="{}""#,
+            80u64 << 30
+        )));
+        assert!(svg.contains(r#"id="k-kill-marker""#));
+        assert_eq!(gpu_plot("k", &GpuTimeline::default(), t0), None);
     }
 
     #[test]
@@ -497,7 +505,7 @@ mod tests {
         assert!(page.contains(r#"data-pid="42" data-rss-kb="92160""#));
         assert!(page.contains("a&amp;b (42)"));
         // 10 lead-up samples and the kernel's figure at the kill.
-        assert!(page.contains(r#"id="memcg-usage" class="series" data-samples="11""#));
+        assert!(page.contains(r#"id="kill-7-memcg-usage" class="series" data-samples="11""#));
         // The limit line sits where the scale puts 100 MiB.
         let scale = Scale {
             t0: k.leadup[0].ts_ns,
@@ -512,7 +520,7 @@ mod tests {
             )),
             "{page}"
         );
-        assert!(page.contains(r#"id="kill-marker""#));
+        assert!(page.contains(r#"id="kill-7-kill-marker""#));
         assert!(
             !page.contains("<link") && !page.contains("<script src") && !page.contains("url("),
             "nothing is fetched from elsewhere"
