@@ -840,11 +840,9 @@ fn cpu_over(pid: u32, secs: u64) -> anyhow::Result<f64> {
     Ok((c1 - c0) / t0.elapsed().as_secs_f64() * 100.0)
 }
 
-/// NVML sampling on the simulated library with 8 devices and 64 processes:
-/// time per sample and recorder CPU at 1 s and 100 ms, beside a recorder
-/// without NVML; timeline growth, projected to a day after downsampling.
-fn nvml_cost(bins: &crate::Bins, secs: u64) -> anyhow::Result<String> {
-    let dir = tempfile::tempdir()?;
+/// The simulated NVML library and the environment that makes it show 8
+/// devices of 80 GiB with 8 processes each.
+fn eight_simulated_gpus() -> (String, [(&'static str, String); 3]) {
     let nvml = tracer_e2e::simcuda_dir()
         .join("libnvidia-ml.so.1")
         .display()
@@ -854,6 +852,15 @@ fn nvml_cost(bins: &crate::Bins, secs: u64) -> anyhow::Result<String> {
         ("SIMNVML_FAKE_PROCS", "8".to_string()),
         ("SIMCUDA_DEVICE_MEM", (80u64 << 30).to_string()),
     ];
+    (nvml, env)
+}
+
+/// NVML sampling on the simulated library with 8 devices and 64 processes:
+/// time per sample and recorder CPU at 1 s and 100 ms, beside a recorder
+/// without NVML; timeline growth, projected to a day after downsampling.
+fn nvml_cost(bins: &crate::Bins, secs: u64) -> anyhow::Result<String> {
+    let dir = tempfile::tempdir()?;
+    let (nvml, env) = eight_simulated_gpus();
     let mut rows = Vec::new();
     let mut bytes_per_row = 0.0;
     for interval in ["1s", "100ms"] {
@@ -1155,15 +1162,7 @@ fn scrape_cost(bins: &crate::Bins, secs: u64, kills: usize) -> anyhow::Result<St
     let containers: Vec<TestCgroup> = (0..100)
         .map(|i| TestCgroup::container(&format!("{:064x}", 0xbe0c_0000_u64 + i), 256 * MIB))
         .collect();
-    let nvml = tracer_e2e::simcuda_dir()
-        .join("libnvidia-ml.so.1")
-        .display()
-        .to_string();
-    let env = [
-        ("SIMNVML_DEVICES", "8".to_string()),
-        ("SIMNVML_FAKE_PROCS", "8".to_string()),
-        ("SIMCUDA_DEVICE_MEM", (80u64 << 30).to_string()),
-    ];
+    let (nvml, env) = eight_simulated_gpus();
     let start = |name: &str, port: u16| {
         let addr = format!("127.0.0.1:{port}");
         let mut args = vec![

@@ -156,24 +156,7 @@ fn start_otlp(
         },
         describe_gpu_oom: crate::explain::gpu::verdict,
     })?;
-    let authority = url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap_or("");
-    let with_port = if authority
-        .rsplit_once(':')
-        .is_some_and(|(_, p)| !p.ends_with(']'))
-    {
-        authority.to_string()
-    } else {
-        format!("{authority}:80")
-    };
-    let answers = std::net::ToSocketAddrs::to_socket_addrs(&with_port)
-        .ok()
-        .and_then(|mut a| a.next())
-        .is_some_and(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_secs(1)).is_ok());
-    if answers {
+    if crate::export::otlp::answers(url, Duration::from_secs(1)) {
         tracing::info!(
             "otlp: sending to {url} (metrics every {:?})",
             args.otlp_interval

@@ -273,7 +273,7 @@ pub struct OomGroup {
 }
 
 /// The members of a group kill follow its announcement within this.
-const GROUP_SPAN_US: u64 = 2_000_000;
+pub const GROUP_SPAN_US: u64 = 2_000_000;
 
 /// `Tasks in /x are going to be killed due to memory.oom.group set`.
 fn parse_oom_group(text: &str) -> Option<&str> {

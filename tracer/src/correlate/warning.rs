@@ -49,9 +49,8 @@ const MIN_RATE_OF_LIMIT: f64 = 0.002;
 /// Samples needed before a warning (about four seconds of them).
 const MIN_SAMPLES: usize = 5;
 
-/// What one window says: rate, projected seconds to the limit, and
-/// whether it is within `before_s` (or `psi` percent) or within a looser
-/// `factor` of it.
+/// What one window says: the growth rate, the seconds to the limit at
+/// that rate (when it is a trend), and PSI.
 struct Reading {
     rate: Option<f64>,
     projected: Option<f64>,

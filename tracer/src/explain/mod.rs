@@ -520,7 +520,6 @@ pub fn explain(
 /// it in 40 s`.
 fn warned(w: &crate::record::PressureEvent, kill_ns: i64) -> String {
     let lead = (kill_ns - w.ts_ns) as f64 / 1e9;
-    let cgroup = format!(" ({})", w.memcg);
     let why = match (w.reason, w.projected_s, w.rate_bytes_per_s, w.limit_bytes) {
         (crate::record::WarningReason::Growth, Some(p), Some(r), Some(l)) => format!(
             "growing {}/s at {} of its limit of {}, projected to reach it in {p:.0} s",
@@ -533,7 +532,7 @@ fn warned(w: &crate::record::PressureEvent, kill_ns: i64) -> String {
             w.psi_some_avg10.unwrap_or(0.0)
         ),
     };
-    format!("{lead:.1} s before the kill{cgroup}: {why}")
+    format!("{lead:.1} s before the kill ({}): {why}", w.memcg)
 }
 
 /// A command line on one line (newlines shown as `\n`), cut at `max` chars.

@@ -119,19 +119,34 @@ impl OtlpLost {
 
 /// Checks an `--otlp` URL: `http://host[:port][/path]`.
 pub fn check_url(url: &str) -> Result<String, OtlpError> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| OtlpError::Url(url.into()))?;
-    let host = rest.split('/').next().unwrap_or("");
+    authority(url).ok_or_else(|| OtlpError::Url(url.into()))?;
+    Ok(url.trim_end_matches('/').to_string())
+}
+
+/// The `host:port` of an `http://` URL (port 80 when none is given), or
+/// None when it is not one.
+fn authority(url: &str) -> Option<String> {
+    let host = url.strip_prefix("http://")?.split('/').next()?;
+    let port = host
+        .rsplit_once(':')
+        .map(|(_, p)| p)
+        .filter(|p| !p.ends_with(']'));
     let bad = host.is_empty()
         || host.chars().any(|c| c.is_whitespace() || c.is_control())
-        || host
-            .rsplit_once(':')
-            .is_some_and(|(_, p)| !p.ends_with(']') && p.parse::<u16>().is_err());
-    if bad {
-        return Err(OtlpError::Url(url.into()));
+        || port.is_some_and(|p| p.parse::<u16>().is_err());
+    match (bad, port) {
+        (true, _) => None,
+        (false, Some(_)) => Some(host.to_string()),
+        (false, None) => Some(format!("{host}:80")),
     }
-    Ok(url.trim_end_matches('/').to_string())
+}
+
+/// Whether something accepts a connection at `url`'s host and port within
+/// `timeout` (a receiver that does not is said at start, not fatal).
+pub fn answers(url: &str, timeout: Duration) -> bool {
+    authority(url)
+        .and_then(|a| std::net::ToSocketAddrs::to_socket_addrs(&a).ok()?.next())
+        .is_some_and(|a| std::net::TcpStream::connect_timeout(&a, timeout).is_ok())
 }
 
 #[derive(Debug)]

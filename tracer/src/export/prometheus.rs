@@ -76,9 +76,10 @@ pub enum MetricsError {
 
 /// The `namespace`, `pod` and `container` labels of an owner.
 pub fn owner_labels(o: Option<&Owner>) -> Vec<(&'static str, String)> {
-    let kube = o.and_then(|o| o.kube.as_ref());
-    let short = o.and_then(Owner::short).unwrap_or_default();
-    who(kube, if kube.is_some() { "" } else { &short })
+    who(
+        o.and_then(|o| o.kube.as_ref()),
+        &o.and_then(Owner::short).unwrap_or_default(),
+    )
 }
 
 /// One kill series: who killed, under which constraint, in which cgroup.

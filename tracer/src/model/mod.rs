@@ -105,19 +105,9 @@ impl ProcessTable {
     }
 
     /// Names pods' processes (namespace, pod, container) from the node's
-    /// files under the resolver's root, from now on.
+    /// files under the resolver's root, from now on (set before seeding).
     pub fn set_kube(&mut self, r: kube::KubeResolver) {
         self.kube = Some(std::sync::Mutex::new(r));
-        let pids: Vec<u32> = self.procs.keys().copied().collect();
-        for pid in pids {
-            let memcg = self.procs[&pid].memcg.clone();
-            if let Some(m) = memcg {
-                let o = self.owner_of(&m);
-                if let Some(p) = self.procs.get_mut(&pid) {
-                    p.owner = o;
-                }
-            }
-        }
     }
 
     /// Takes the resolver back (to keep what it learnt for another table).
@@ -152,8 +142,12 @@ impl ProcessTable {
         &self.layout
     }
 
-    fn make(&self, info: ProcInfo) -> Process {
-        let memcg = info.cgroups.memory_path(&self.layout).map(String::from);
+    /// A process of the table: in `kernel_memcg` when the kernel said
+    /// where it is (it wins over /proc, which may be read late), else in
+    /// the memory cgroup its /proc entries name.
+    fn make(&self, info: ProcInfo, kernel_memcg: Option<String>) -> Process {
+        let memcg =
+            kernel_memcg.or_else(|| info.cgroups.memory_path(&self.layout).map(String::from));
         let owner = self.owner_of(
             memcg
                 .as_deref()
@@ -172,7 +166,7 @@ impl ProcessTable {
     /// fixture): placed in its cgroups as a seeded one would be.
     pub fn add(&mut self, info: ProcInfo) {
         let pid = info.pid;
-        let p = self.make(info);
+        let p = self.make(info, None);
         self.insert(pid, p);
     }
 
@@ -180,7 +174,7 @@ impl ProcessTable {
     pub fn seed(&mut self) {
         for pid in proc::all_pids() {
             if let Ok(info) = proc::read(pid) {
-                let p = self.make(info);
+                let p = self.make(info, None);
                 self.insert(pid, p);
                 self.stats.seeded += 1;
             }
@@ -221,7 +215,7 @@ impl ProcessTable {
                 ..Default::default()
             }),
         };
-        let p = self.make(info);
+        let p = self.make(info, None);
         self.insert(child, p);
     }
 
@@ -266,11 +260,7 @@ impl ProcessTable {
             exe: Some(filename.into()),
             ..prev
         };
-        let mut p = self.make(info);
-        if let Some(path) = kernel_memcg {
-            p.owner = self.owner_of(&path);
-            p.memcg = Some(path);
-        }
+        let p = self.make(info, kernel_memcg);
         self.insert(pid, p);
         self.reads.push_back((pid, ts_ns));
         self.unread.insert(pid, ts_ns);
@@ -308,11 +298,7 @@ impl ProcessTable {
         }
         let Ok(info) = proc::read(pid) else { return };
         let kernel_memcg = old.memcg.clone();
-        let mut p = self.make(info);
-        if let Some(path) = kernel_memcg {
-            p.owner = self.owner_of(&path);
-            p.memcg = Some(path);
-        }
+        let p = self.make(info, kernel_memcg);
         self.insert(pid, p);
     }
 
@@ -388,7 +374,7 @@ impl ProcessTable {
         self.read_pending(pid);
         if !self.procs.contains_key(&pid) {
             let info = proc::read(pid).ok()?;
-            let p = self.make(info);
+            let p = self.make(info, None);
             self.insert(pid, p);
         }
         self.procs.get(&pid)
@@ -522,7 +508,7 @@ mod tests {
     #[test]
     fn fork_copies_the_parent_and_exit_is_kept_then_pruned() {
         let mut t = table();
-        let parent = t.make(info(4_000_000, "/kubepods/burstable/podabc/x"));
+        let parent = t.make(info(4_000_000, "/kubepods/burstable/podabc/x"), None);
         t.insert(4_000_000, parent);
         t.on_fork(4_000_000, 4_000_001, "worker");
         let child = t.get(4_000_001).unwrap();
@@ -546,7 +532,7 @@ mod tests {
     fn memcgs_include_ancestors_and_members_include_children() {
         let mut t = table();
         for (pid, cg) in [(1, "/a/b"), (2, "/a/c"), (3, "/ab")] {
-            let p = t.make(info(pid, cg));
+            let p = t.make(info(pid, cg), None);
             t.insert(pid, p);
         }
         let set: Vec<_> = t.memcgs_in_use().into_iter().collect();
@@ -555,7 +541,7 @@ mod tests {
         members.sort();
         assert_eq!(members, [1, 2], "/ab is not under /a");
         // A process that moves (exec in a new cgroup) leaves its old one.
-        let moved = t.make(info(1, "/ab"));
+        let moved = t.make(info(1, "/ab"), None);
         t.insert(1, moved);
         let mut members: Vec<u32> = t.in_memcg("/a", 0).map(|p| p.info.pid).collect();
         members.sort();
@@ -579,7 +565,7 @@ mod tests {
     #[test]
     fn an_exit_seen_before_its_fork_leaves_no_live_ghost() {
         let mut t = table();
-        let parent = t.make(info(50, "/storm"));
+        let parent = t.make(info(50, "/storm"), None);
         t.insert(50, parent);
         t.on_exit(51, 2_000);
         t.on_fork_at(50, 51, "child", 1_000);
@@ -598,11 +584,11 @@ mod tests {
         let layout = CgroupLayout::default();
         let mut t = ProcessTable::new(layout, i64::MAX, 2);
         for pid in [10, 11] {
-            let p = t.make(info(pid, "/"));
+            let p = t.make(info(pid, "/"), None);
             t.insert(pid, p);
         }
         t.on_exit(10, 5);
-        let p = t.make(info(12, "/"));
+        let p = t.make(info(12, "/"), None);
         t.insert(12, p);
         assert!(t.get(10).is_none() && t.get(11).is_some() && t.get(12).is_some());
     }

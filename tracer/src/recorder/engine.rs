@@ -873,24 +873,30 @@ impl Engine {
                 .unwrap_or_default();
             (name, owner.and_then(|o| o.kube))
         };
-        let mut add = |pid: u32, f: &dyn Fn(&mut ContainerCuda)| {
+        // (pid, its allocator's allocated and reserved, its pinned host bytes)
+        let held = ledgers
+            .allocators()
+            .into_iter()
+            .map(|(pid, a)| (pid, Some((a.allocated, a.reserved)), 0))
+            .chain(
+                ledgers
+                    .pinned_by_pid()
+                    .into_iter()
+                    .map(|(pid, n)| (pid, None, n)),
+            );
+        for (pid, allocator, pinned) in held {
             let (name, kube) = get(pid);
             let c = by.entry(name.clone()).or_insert_with(|| ContainerCuda {
                 container: name,
                 kube,
                 ..Default::default()
             });
-            f(c);
-        };
-        for (pid, a) in ledgers.allocators() {
-            add(pid, &|c| {
+            if let Some((allocated, reserved)) = allocator {
                 let e = c.allocator.get_or_insert((0, 0));
-                e.0 += a.allocated;
-                e.1 += a.reserved;
-            });
-        }
-        for (pid, n) in ledgers.pinned_by_pid() {
-            add(pid, &|c| c.pinned_host += n);
+                e.0 += allocated;
+                e.1 += reserved;
+            }
+            c.pinned_host += pinned;
         }
         by.into_values().collect()
     }
@@ -905,9 +911,6 @@ impl Engine {
         })
     }
 
-    /// Memory cgroups that reach the pressure threshold get their heap
-    /// traced, and lose it once calm; both moments are stored as events
-    /// (`heap_pressure`).
     /// Warns about the sampled memory cgroups about to reach their limit
     /// (and says when they no longer are): a `pressure` event stored,
     /// counted and exported.
@@ -980,6 +983,9 @@ impl Engine {
         }
     }
 
+    /// Memory cgroups that reach the pressure threshold get their heap
+    /// traced, and lose it once calm; both moments are stored as events
+    /// (`heap_pressure`).
     fn heap_on_pressure(&mut self, paths: &std::collections::BTreeSet<String>, now: i64) {
         let (Some(gate), Some(watcher)) = (&mut self.pressure, &self.watcher) else {
             return;
@@ -1249,17 +1255,18 @@ impl Engine {
     /// reports say so themselves).
     fn on_oom_group(&mut self, g: &crate::collect::kmsg::OomGroup) -> Result<(), StoreError> {
         let since = self.clock.kmsg_to_wall(g.ts_us) - 10_000_000_000;
+        let reported = |r: &KillRecord| r.kmsg.as_ref().map(|k| k.ts_us);
         let first = self
             .kills
             .recent_since(since)
-            .filter(|(_, r)| r.oom_group.is_none())
-            .filter_map(|(id, r)| Some((r.kmsg.as_ref()?.ts_us, id)))
-            .filter(|(ts, _)| *ts <= g.ts_us && g.ts_us - ts <= 2_000_000)
-            .max();
-        let Some((_, id)) = first else {
-            return Ok(());
-        };
-        let Some((_, rec)) = self.kills.recent_since(since).find(|(i, _)| *i == id) else {
+            .filter(|(_, r)| {
+                r.oom_group.is_none()
+                    && reported(r).is_some_and(|ts| {
+                        ts <= g.ts_us && g.ts_us - ts <= crate::collect::kmsg::GROUP_SPAN_US
+                    })
+            })
+            .max_by_key(|(_, r)| reported(r));
+        let Some((id, rec)) = first else {
             return Ok(());
         };
         rec.oom_group = Some(g.cgroup.clone());

@@ -278,4 +278,29 @@ mod tests {
             assert!(matches!(open_private(&f), Err(UnsafePath::Owner { .. })));
         }
     }
+
+    #[test]
+    fn another_programs_file_is_read_only_when_it_is_a_small_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let small = dir.path().join("config.json");
+        std::fs::write(&small, b"{}").unwrap();
+        assert_eq!(read_capped(&small, 16).unwrap(), b"{}");
+        // Larger than the cap: refused, not read into memory.
+        std::fs::write(&small, vec![b' '; 64]).unwrap();
+        assert!(read_capped(&small, 16).is_err());
+        // A FIFO with no writer: refused at once, not waited on.
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo on a path in a directory this test owns.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let t0 = std::time::Instant::now();
+        assert!(read_capped(&fifo, 16).is_err());
+        assert!(t0.elapsed() < std::time::Duration::from_secs(1));
+        // A directory, and a link to the small file (followed: not ours to guard).
+        assert!(read_capped(dir.path(), 16).is_err());
+        std::fs::write(&small, b"{}").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&small, &link).unwrap();
+        assert_eq!(read_capped(&link, 16).unwrap(), b"{}");
+    }
 }
