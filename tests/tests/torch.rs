@@ -15,7 +15,13 @@ const MIB: u64 = 1 << 20;
 
 fn torchalloc(env: &[(&str, String)]) -> CudaLoad {
     let d = simcuda_dir();
-    let mut cmd = Command::new(d.join("torchalloc"));
+    let bin = d.join("torchalloc");
+    assert!(
+        bin.exists(),
+        "{} was not built: <sys/sdt.h> was missing (cargo xtask setup installs systemtap-sdt-dev)",
+        bin.display()
+    );
+    let mut cmd = Command::new(bin);
     cmd.arg(d.join("libcudart.so.12"))
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
     CudaLoad::spawn(cmd)
