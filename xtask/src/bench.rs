@@ -188,9 +188,15 @@ fn growth_cost(bins: &crate::Bins, rounds: usize, mib: u64) -> anyhow::Result<St
     // The first round faults in the page tables too; not measured.
     toucher.cmd("go");
     let churn_n = 500;
-    let configs: [(&str, Option<&[&str]>); 3] = [
+    // The floor: the recorder with the growth programs attached to their
+    // hooks but returning at once, what any program there costs.
+    let configs: [(&str, Option<&[&str]>); 4] = [
         ("untraced", None),
         ("tracer record --growth off", Some(&["--growth", "off"])),
+        (
+            "floor: empty programs on the growth hooks",
+            Some(&["--growth", "floor"]),
+        ),
         ("tracer record (growth attribution, the default)", Some(&[])),
     ];
     // Round by round, every configuration in turn: drift of the machine
@@ -250,6 +256,12 @@ fn growth_cost(bins: &crate::Bins, rounds: usize, mib: u64) -> anyhow::Result<St
             },
         ));
     }
+    let (floor, full) = (&results[2].1, &results[3].1);
+    out.push_str(&format!(
+        "\nGrowth attribution over the floor, same round: page touch {}, churn {}.\n",
+        paired(&full.touch, &floor.touch),
+        paired(&full.churn, &floor.churn),
+    ));
     out.push_str(
         "\nTargets: at most 5 % slower on the page-touch loop, at most 1 % on the churn \
          workload, no sample lost. Medians over the rounds, and the median (with the \

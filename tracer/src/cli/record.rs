@@ -543,6 +543,7 @@ async fn record(
             "growth: sampling the page faults of {} processes (one sample per {})",
             match args.growth {
                 GrowthMode::All => "all",
+                GrowthMode::Floor => "no (empty programs on the hooks)",
                 _ => "memory-limited",
             },
             crate::util::units::bytes(args.growth_sample_bytes)

@@ -30,12 +30,17 @@ pub enum GrowthMode {
     /// The processes userspace selects (`tracer growth`).
     #[value(skip)]
     Selected,
+    /// Nobody, with the programs attached all the same: each returns at
+    /// once, so what is left is what the hooks themselves cost on every
+    /// fault (the floor of `cargo xtask bench --only growth`).
+    #[value(hide = true)]
+    Floor,
 }
 
 impl GrowthMode {
     fn wire(self) -> u32 {
         match self {
-            GrowthMode::Off => mode::OFF,
+            GrowthMode::Off | GrowthMode::Floor => mode::OFF,
             GrowthMode::Limited => mode::LIMITED,
             GrowthMode::All => mode::ALL,
             GrowthMode::Selected => mode::SELECTED,
