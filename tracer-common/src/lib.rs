@@ -44,8 +44,6 @@ pub mod maps {
     pub const MEMCG_COUNTS: &str = "MEMCG_COUNTS";
     /// `LruHashMap<u64, CudaInflight>`: the CUDA call in flight per thread.
     pub const CUDA_INFLIGHT: &str = "CUDA_INFLIGHT";
-    /// `LruHashMap<u64, i32>`: the current CUDA device per thread.
-    pub const CUDA_THREAD_DEVICE: &str = "CUDA_THREAD_DEV";
     /// `LruHashMap<u64, i32>`: the device of each CUDA context.
     pub const CUDA_CTX_DEVICE: &str = "CUDA_CTX_DEV";
     /// Heap calls in flight per thread.
@@ -635,8 +633,10 @@ pub struct CudaInflight {
     pub aux: u64,
     /// Device the call names (`cudaSetDevice`, `cuMemCreate`), else -1.
     pub device: i32,
-    /// Explicit padding.
-    pub _pad: u32,
+    /// The device this thread last made current (`cudaSetDevice`, a
+    /// context of a known device made current), -1 when unknown: kept
+    /// across calls, since the entry stays while the thread does.
+    pub thread_device: i32,
 }
 const _: () = assert!(size_of::<CudaInflight>() == 56);
 

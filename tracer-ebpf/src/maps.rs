@@ -41,11 +41,6 @@ pub static MEMCG_COUNTS: LruPerCpuHashMap<MemcgCountKey, u64> =
 pub static CUDA_INFLIGHT: LruHashMap<u64, CudaInflight> =
     LruHashMap::with_max_entries(CUDA_THREAD_ENTRIES, 0);
 
-/// The CUDA device each thread last made current.
-#[map(name = "CUDA_THREAD_DEV")]
-pub static CUDA_THREAD_DEVICE: LruHashMap<u64, i32> =
-    LruHashMap::with_max_entries(CUDA_THREAD_ENTRIES, 0);
-
 /// The device of each CUDA context seen created.
 #[map(name = "CUDA_CTX_DEV")]
 pub static CUDA_CTX_DEVICE: LruHashMap<u64, i32> =

@@ -20,8 +20,8 @@ use tracer_common::{
 };
 
 use crate::{
-    maps::{CUDA_CTX_DEVICE, CUDA_INFLIGHT, CUDA_THREAD_DEVICE},
-    util::{Ring, header},
+    maps::{CUDA_CTX_DEVICE, CUDA_INFLIGHT},
+    util::{Ring, header_at},
 };
 
 /// A frame older than this lost its return (the thread died in the call).
@@ -62,6 +62,7 @@ fn try_entry(ctx: &ProbeContext) -> Option<()> {
         depth: 1,
         ts_ns: now,
         device: -1,
+        thread_device: -1,
         ..Default::default()
     };
     match shape {
@@ -96,7 +97,10 @@ fn try_entry(ctx: &ProbeContext) -> Option<()> {
         // written in place: an LRU insert and delete per call were about 40%
         // of what these programs add to a call (BENCHMARKS.md).
         // SAFETY: as above.
-        Some(open) => unsafe { *open = f },
+        Some(open) => unsafe {
+            f.thread_device = (*open).thread_device;
+            *open = f
+        },
         None => CUDA_INFLIGHT.insert(&tid, &f, 0).ok()?,
     }
     Some(())
@@ -144,7 +148,7 @@ fn try_return(ctx: &RetProbeContext) -> Option<()> {
     };
     let shape = cuda::shape(f.func)?;
     let mut out = CudaCall {
-        header: header(kind::CUDA_CALL),
+        header: header_at(kind::CUDA_CALL, tid, now),
         func: f.func,
         ret,
         size: f.size,
@@ -169,26 +173,23 @@ fn try_return(ctx: &RetProbeContext) -> Option<()> {
                 out.ptr = 0;
             }
         }
-        Shape::SetDevice if ok => {
-            let _ = CUDA_THREAD_DEVICE.insert(&tid, &f.device, 0);
-        }
+        // SAFETY: this thread's live map value, as above.
+        Shape::SetDevice if ok => unsafe { (*open).thread_device = f.device },
         Shape::RetainContext if ok => {
             let _ = CUDA_CTX_DEVICE.insert(&out.ptr, &f.device, 0);
         }
         Shape::SetContext if ok => {
             // SAFETY: reading a plain i32 map value.
             if let Some(dev) = unsafe { CUDA_CTX_DEVICE.get(&f.aux) } {
-                let _ = CUDA_THREAD_DEVICE.insert(&tid, dev, 0);
+                // SAFETY: this thread's live map value, as above.
+                unsafe { (*open).thread_device = *dev };
                 out.device = *dev;
             }
         }
         _ => {}
     }
     if out.device < 0 {
-        // SAFETY: reading a plain i32 map value.
-        out.device = unsafe { CUDA_THREAD_DEVICE.get(&tid) }
-            .copied()
-            .unwrap_or(-1);
+        out.device = f.thread_device;
     }
     let ring = if ret == cuda::OUT_OF_MEMORY && cuda::allocates(f.func) {
         Ring::Critical
