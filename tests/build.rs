@@ -100,7 +100,9 @@ fn main() {
     // systemtap-sdt-dev, which `cargo xtask setup` installs). setup itself
     // is built with this crate on a fresh machine, before the header is
     // there: then the program is left out (its test says so) and this
-    // script runs again once the header appears.
+    // script runs at every build until it is built. (Watching the header
+    // would not do: dpkg gives it the package's mtime, older than this
+    // script's last run, and cargo would call the script fresh.)
     let torch = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("manifest dir"))
         .join("c/torchalloc.c")
         .display()
@@ -108,9 +110,11 @@ fn main() {
     if std::path::Path::new(SDT_H).exists() {
         run(&["-o".into(), o("torchalloc"), torch, "-ldl".into()]);
     } else {
-        let _ = std::fs::remove_file(out.join("torchalloc"));
+        let missing = out.join("torchalloc");
+        let _ = std::fs::remove_file(&missing);
         println!("cargo:warning=no {SDT_H} (cargo xtask setup installs it): torchalloc not built");
-        println!("cargo:rerun-if-changed={SDT_H}");
+        // A path that does not exist makes cargo run this script again.
+        println!("cargo:rerun-if-changed={}", missing.display());
     }
     println!("cargo:rustc-env=SIMCUDA_DIR={}", out.display());
     println!("cargo:rerun-if-changed=c");
