@@ -31,6 +31,11 @@ pub static DATA: RingBuf = RingBuf::with_byte_size(ring::DATA_BYTES, 0);
 #[map(name = "RING_DROPS")]
 pub static RING_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(ring::COUNT, 0);
 
+/// Bytes submitted to each ring by this CPU since it last looked at how
+/// much the ring holds (`ring::LOOK_BYTES`).
+#[map(name = "RING_PACE")]
+pub static RING_PACE: PerCpuArray<u64> = PerCpuArray::with_max_entries(ring::COUNT, 0);
+
 /// Per memory cgroup counters of the memcg event items we aggregate.
 #[map(name = "MEMCG_COUNTS")]
 pub static MEMCG_COUNTS: LruPerCpuHashMap<MemcgCountKey, u64> =

@@ -13,7 +13,7 @@ use aya_ebpf::{
 };
 use tracer_common::{EventHeader, FIELD_ABSENT, ProbeConfig, ring};
 
-use crate::maps::{CONFIG, CRITICAL, DATA, OOM, RING_DROPS};
+use crate::maps::{CONFIG, CRITICAL, DATA, OOM, RING_DROPS, RING_PACE};
 
 /// The configuration written by userspace.
 #[inline(always)]
@@ -59,16 +59,20 @@ pub fn read_data_loc_str(ctx: &TracePointContext, idx: usize, dst: &mut [u8]) ->
 #[inline(always)]
 pub fn header(kind: u32) -> EventHeader {
     // SAFETY: helper without arguments, valid in every program type we use.
-    header_at(kind, bpf_get_current_pid_tgid(), unsafe {
-        bpf_ktime_get_boot_ns()
-    })
+    let ts = unsafe { bpf_ktime_get_boot_ns() };
+    header_with(
+        kind,
+        bpf_get_current_pid_tgid(),
+        ts,
+        bpf_get_current_comm().unwrap_or_default(),
+    )
 }
 
-/// [`header`] with the `pid_tgid` and `bpf_ktime_get_boot_ns` the program
-/// read already: the clock costs about 55 ns a read on this project's
-/// test VM (an indirect call to the clocksource under retpolines).
+/// [`header`] from what the program read already: the clock (about 55 ns
+/// a read on this project's test VM) and the thread's name (about 80 ns)
+/// are the dearest parts of a header.
 #[inline(always)]
-pub fn header_at(kind: u32, pid_tgid: u64, ts_boot_ns: u64) -> EventHeader {
+pub fn header_with(kind: u32, pid_tgid: u64, ts_boot_ns: u64, comm: [u8; 16]) -> EventHeader {
     EventHeader {
         kind,
         // SAFETY: helper without arguments, valid in every program type we use.
@@ -76,7 +80,7 @@ pub fn header_at(kind: u32, pid_tgid: u64, ts_boot_ns: u64) -> EventHeader {
         ts_boot_ns,
         pid: (pid_tgid >> 32) as u32,
         tid: pid_tgid as u32,
-        comm: bpf_get_current_comm().unwrap_or_default(),
+        comm,
     }
 }
 
@@ -135,17 +139,29 @@ impl Ring {
         }
     }
 
-    fn submit_flags(self) -> u64 {
+    fn submit_flags(self, bytes: u64) -> u64 {
         match self {
             Ring::Critical | Ring::Oom => BPF_RB_FORCE_WAKEUP as u64,
-            Ring::Data => self.lazy_flags(),
+            Ring::Data => self.lazy_flags(bytes),
         }
     }
 
     /// No wakeup per event: userspace polls, and is woken only when a
-    /// burst has piled up.
+    /// burst has piled up. Whether one has is looked at once this CPU has
+    /// submitted [`ring::LOOK_BYTES`] since its last look (`bytes` now).
     #[inline(always)]
-    fn lazy_flags(self) -> u64 {
+    fn lazy_flags(self, bytes: u64) -> u64 {
+        if let Some(pace) = RING_PACE.get_ptr_mut(self.index()) {
+            // SAFETY: this CPU's slot; a program does not migrate while it
+            // runs, and one interleaving on this CPU only shifts a look.
+            unsafe {
+                *pace += bytes;
+                if *pace < ring::LOOK_BYTES {
+                    return BPF_RB_NO_WAKEUP as u64;
+                }
+                *pace = 0;
+            }
+        }
         if self.map().query(BPF_RB_AVAIL_DATA as u64) >= ring::DATA_WAKEUP_BYTES {
             BPF_RB_FORCE_WAKEUP as u64
         } else {
@@ -195,7 +211,7 @@ impl<T> Reserved<T> {
     /// Submits a slot filled through `as_mut_ptr`.
     #[inline(always)]
     pub fn submit(self) {
-        let flags = self.ring.submit_flags();
+        let flags = self.ring.submit_flags(size_of::<T>() as u64);
         self.entry.submit(flags);
     }
 
@@ -213,7 +229,7 @@ impl<T> Reserved<T> {
     #[inline(always)]
     pub fn submit_value_lazily(mut self, value: T) {
         self.entry.write(value);
-        let flags = self.ring.lazy_flags();
+        let flags = self.ring.lazy_flags(size_of::<T>() as u64);
         self.entry.submit(flags);
     }
 }

@@ -15,6 +15,8 @@ use std::{
 use anyhow::{Context as _, bail};
 use tracer_e2e::{Attach, CudaLoad, Proc, Recorder, TestCgroup};
 
+use crate::progstats::{self, ProgStats};
+
 const MIB: u64 = 1 << 20;
 
 /// Benchmark sizes.
@@ -210,6 +212,29 @@ fn growth_cost(bins: &crate::Bins, rounds: usize, mib: u64) -> anyhow::Result<St
             growth_round(bins, *args, &mut toucher, &churn_cg, churn_n, into)?;
         }
     }
+    // ns a program run in the kernel, one more page-touch round under the
+    // floor and under the default, with the run-time statistics on.
+    let stats = ProgStats::start()?;
+    let mut in_kernel = Vec::new();
+    for (name, args) in &configs[2..] {
+        let dir = tempfile::tempdir()?;
+        let rec = Recorder::start_bin(
+            &bins.tracer,
+            &dir.path().join("growth.db"),
+            args.unwrap_or_default(),
+            false,
+        );
+        toucher.cmd("round");
+        let before = stats.snapshot();
+        toucher.cmd("round");
+        let ran = progstats::between(&before, &stats.snapshot());
+        rec.stop();
+        in_kernel.push(format!(
+            "{name}: {}",
+            progstats::describe(&ran, &["growth_"])
+        ));
+    }
+    drop(stats);
     toucher.exit();
     let base_touch = median(results[0].1.touch.clone());
     let base_churn = median(results[0].1.churn.clone());
@@ -258,9 +283,12 @@ fn growth_cost(bins: &crate::Bins, rounds: usize, mib: u64) -> anyhow::Result<St
     }
     let (floor, full) = (&results[2].1, &results[3].1);
     out.push_str(&format!(
-        "\nGrowth attribution over the floor, same round: page touch {}, churn {}.\n",
+        "\nGrowth attribution over the floor, same round: page touch {}, churn {}.\n\n\
+         In the kernel, ns a program run over one more page-touch round each, the \
+         kernel's run-time statistics on (they add about 45 ns to every run): {}.\n",
         paired(&full.touch, &floor.touch),
         paired(&full.churn, &floor.churn),
+        in_kernel.join("; "),
     ));
     out.push_str(
         "\nTargets: at most 5 % slower on the page-touch loop, at most 1 % on the churn \
@@ -739,6 +767,7 @@ fn cuda_real_cost(bins: &crate::Bins, pairs: u64) -> anyhow::Result<String> {
         tracer_e2e::driver_libs().context("cargo xtask setup fetches the driver libraries")?;
     let cudart = tracer_e2e::real_cudart();
     let mut rows = String::new();
+    let mut kernel = String::new();
     for (label, runtime, driver, drv) in [
         (
             "libcuda.so.535.261.03 (Debian libcuda1): cuMemAlloc_v2 + cuMemFree_v2 -> 3",
@@ -762,6 +791,7 @@ fn cuda_real_cost(bins: &crate::Bins, pairs: u64) -> anyhow::Result<String> {
         let mut target = CudaLoad::spawn(cmd);
         let [plain, entry, floor, ours] =
             attach_rounds(bins, &mut target, |t| loop_any(t, pairs, drv))?;
+        let in_kernel = attach_program_cost(bins, &mut target, |t| loop_any(t, pairs, drv))?;
         let (p, e, f, o) = (
             median(plain.clone()),
             median(entry.clone()),
@@ -776,13 +806,43 @@ fn cuda_real_cost(bins: &crate::Bins, pairs: u64) -> anyhow::Result<String> {
         rows.push_str(&format!(
             "|  rounds | {plain:.0?} | {entry:.0?} | {floor:.0?} | {ours:.0?} | | |\n"
         ));
+        kernel.push_str(&format!("- {label}: {in_kernel}\n"));
     }
     Ok(format!(
         "### CUDA call cost on the real libraries ({pairs} pairs per loop, ns per pair, median of 3 interleaved rounds)\n\n\
          | library and calls | untraced | floor at the entries | floor at the placed sites | tracer | tracer / floor | placement's gain (entry floor / placed floor) |\n\
          |---|---|---|---|---|---|---|\n{rows}\n\
-         Target: tracer within 1.3x of the floor (empty programs at the same sites).\n"
+         Target: tracer within 1.3x of the floor (empty programs at the same sites).\n\n\
+         In the kernel, ns a program run (one more loop each, the kernel's run-time \
+         statistics on, which add about 45 ns to every run):\n\n{kernel}"
     ))
+}
+
+/// ns a program run, in the kernel, of the empty programs at the placed
+/// sites and of tracer's: one loop under each with the kernel's run-time
+/// statistics on (their own rounds: the statistics slow every program).
+fn attach_program_cost(
+    bins: &crate::Bins,
+    target: &mut CudaLoad,
+    mut measure: impl FnMut(&mut CudaLoad) -> anyhow::Result<f64>,
+) -> anyhow::Result<String> {
+    let stats = ProgStats::start()?;
+    let mut parts = Vec::new();
+    for (label, args) in [
+        ("floor", &["--summary-only", "--floor"][..]),
+        ("tracer", &["--summary-only"][..]),
+    ] {
+        let a = Attach::start_bin(&bins.tracer, target.pid(), args);
+        let before = stats.snapshot();
+        measure(target)?;
+        let ran = progstats::between(&before, &stats.snapshot());
+        a.stop();
+        parts.push(format!(
+            "{label}: {}",
+            progstats::describe(&ran, &["cuda_"])
+        ));
+    }
+    Ok(parts.join("; "))
 }
 
 /// What a traced caching allocator's block costs: tests/c/torchalloc.c

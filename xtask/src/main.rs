@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod progstats;
 mod setup;
 
 use std::{

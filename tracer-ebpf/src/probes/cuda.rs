@@ -7,7 +7,7 @@
 use aya_ebpf::{
     EbpfContext,
     helpers::{
-        bpf_get_current_pid_tgid, bpf_probe_read_user,
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_user,
         generated::{bpf_get_attach_cookie, bpf_ktime_get_boot_ns},
     },
     macros::{uprobe, uretprobe},
@@ -21,7 +21,7 @@ use tracer_common::{
 
 use crate::{
     maps::{CUDA_CTX_DEVICE, CUDA_INFLIGHT},
-    util::{Ring, header_at},
+    util::{Ring, header_with},
 };
 
 /// A frame older than this lost its return (the thread died in the call).
@@ -62,9 +62,9 @@ fn try_entry(ctx: &ProbeContext) -> Option<()> {
         depth: 1,
         ts_ns: now,
         device: -1,
-        thread_device: -1,
         ..Default::default()
     };
+    f.thread.device = -1;
     match shape {
         Shape::Alloc => (f.out_addr, f.size) = (arg(0), arg(1)),
         // Pitch: the pitch out-pointer in aux, width in ptr, height in size.
@@ -98,7 +98,7 @@ fn try_entry(ctx: &ProbeContext) -> Option<()> {
         // of what these programs add to a call (BENCHMARKS.md).
         // SAFETY: as above.
         Some(open) => unsafe {
-            f.thread_device = (*open).thread_device;
+            f.thread = (*open).thread;
             *open = f
         },
         None => CUDA_INFLIGHT.insert(&tid, &f, 0).ok()?,
@@ -147,8 +147,19 @@ fn try_return(ctx: &RetProbeContext) -> Option<()> {
             .flatten()
     };
     let shape = cuda::shape(f.func)?;
+    let comm = if now.saturating_sub(f.thread.comm_ns) < cuda::COMM_FRESH_NS {
+        f.thread.comm
+    } else {
+        let comm = bpf_get_current_comm().unwrap_or_default();
+        // SAFETY: this thread's live map value, as above.
+        unsafe {
+            (*open).thread.comm = comm;
+            (*open).thread.comm_ns = now;
+        }
+        comm
+    };
     let mut out = CudaCall {
-        header: header_at(kind::CUDA_CALL, tid, now),
+        header: header_with(kind::CUDA_CALL, tid, now, comm),
         func: f.func,
         ret,
         size: f.size,
@@ -174,7 +185,7 @@ fn try_return(ctx: &RetProbeContext) -> Option<()> {
             }
         }
         // SAFETY: this thread's live map value, as above.
-        Shape::SetDevice if ok => unsafe { (*open).thread_device = f.device },
+        Shape::SetDevice if ok => unsafe { (*open).thread.device = f.device },
         Shape::RetainContext if ok => {
             let _ = CUDA_CTX_DEVICE.insert(&out.ptr, &f.device, 0);
         }
@@ -182,14 +193,14 @@ fn try_return(ctx: &RetProbeContext) -> Option<()> {
             // SAFETY: reading a plain i32 map value.
             if let Some(dev) = unsafe { CUDA_CTX_DEVICE.get(&f.aux) } {
                 // SAFETY: this thread's live map value, as above.
-                unsafe { (*open).thread_device = *dev };
+                unsafe { (*open).thread.device = *dev };
                 out.device = *dev;
             }
         }
         _ => {}
     }
     if out.device < 0 {
-        out.device = f.thread_device;
+        out.device = f.thread.device;
     }
     let ring = if ret == cuda::OUT_OF_MEMORY && cuda::allocates(f.func) {
         Ring::Critical
