@@ -169,6 +169,17 @@ impl Ring {
         }
     }
 
+    /// Copies `value` into the ring: one helper call where a reservation
+    /// and a submit are two, for small events built on the stack. Counts
+    /// a drop when the ring is full.
+    #[inline(always)]
+    pub fn output<T>(self, value: &T) {
+        let flags = self.submit_flags(size_of::<T>() as u64);
+        if self.map().output::<T>(value, flags).is_err() {
+            count_drop(self.index());
+        }
+    }
+
     /// Reserves room for a `T`; counts a drop when the ring is full.
     #[inline(always)]
     pub fn reserve<T: 'static>(self) -> Option<Reserved<T>> {

@@ -207,7 +207,7 @@ fn try_return(ctx: &RetProbeContext) -> Option<()> {
     } else {
         Ring::Data
     };
-    ring.reserve::<CudaCall>()?.submit_value(out);
+    ring.output(&out);
     Some(())
 }
 

@@ -49,7 +49,7 @@ fn try_probe(ctx: &ProbeContext) -> Option<()> {
         }
         out.args[i] = read_arg(ctx, &spec.args[i]).unwrap_or(0);
     }
-    Ring::Data.reserve::<UsdtEvent>()?.submit_value(out);
+    Ring::Data.output(&out);
     Some(())
 }
 
