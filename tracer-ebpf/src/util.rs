@@ -11,7 +11,7 @@ use aya_ebpf::{
     maps::{RingBuf, ring_buf::RingBufEntry},
     programs::TracePointContext,
 };
-use tracer_common::{EventHeader, FIELD_ABSENT, ProbeConfig, ring};
+use tracer_common::{COMM_LEN, EventHeader, FIELD_ABSENT, ProbeConfig, ring};
 
 use crate::maps::{CONFIG, CRITICAL, DATA, OOM, RING_DROPS, RING_PACE};
 
@@ -72,7 +72,7 @@ pub fn header(kind: u32) -> EventHeader {
 /// a read on this project's test VM) and the thread's name (about 80 ns)
 /// are the dearest parts of a header.
 #[inline(always)]
-pub fn header_with(kind: u32, pid_tgid: u64, ts_boot_ns: u64, comm: [u8; 16]) -> EventHeader {
+pub fn header_with(kind: u32, pid_tgid: u64, ts_boot_ns: u64, comm: [u8; COMM_LEN]) -> EventHeader {
     EventHeader {
         kind,
         // SAFETY: helper without arguments, valid in every program type we use.

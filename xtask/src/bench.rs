@@ -15,7 +15,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use tracer_e2e::{Attach, CudaLoad, Proc, Recorder, TestCgroup};
 
-use crate::progstats::{self, ProgStats};
+use crate::progstats::ProgStats;
 
 const MIB: u64 = 1 << 20;
 
@@ -225,14 +225,12 @@ fn growth_cost(bins: &crate::Bins, rounds: usize, mib: u64) -> anyhow::Result<St
             false,
         );
         toucher.cmd("round");
-        let before = stats.snapshot();
-        toucher.cmd("round");
-        let ran = progstats::between(&before, &stats.snapshot());
+        let ran = stats.around(&["growth_"], || {
+            toucher.cmd("round");
+            Ok(())
+        })?;
         rec.stop();
-        in_kernel.push(format!(
-            "{name}: {}",
-            progstats::describe(&ran, &["growth_"])
-        ));
+        in_kernel.push(format!("{name}: {ran}"));
     }
     drop(stats);
     toucher.exit();
@@ -833,14 +831,9 @@ fn attach_program_cost(
         ("tracer", &["--summary-only"][..]),
     ] {
         let a = Attach::start_bin(&bins.tracer, target.pid(), args);
-        let before = stats.snapshot();
-        measure(target)?;
-        let ran = progstats::between(&before, &stats.snapshot());
+        let ran = stats.around(&["cuda_"], || measure(target).map(drop))?;
         a.stop();
-        parts.push(format!(
-            "{label}: {}",
-            progstats::describe(&ran, &["cuda_"])
-        ));
+        parts.push(format!("{label}: {ran}"));
     }
     Ok(parts.join("; "))
 }

@@ -30,8 +30,20 @@ impl ProgStats {
         Ok(Self { _on: on })
     }
 
+    /// Runs `work` and describes (as [`describe`]) what the programs named
+    /// with one of `prefixes` did meanwhile.
+    pub fn around(
+        &self,
+        prefixes: &[&str],
+        work: impl FnOnce() -> anyhow::Result<()>,
+    ) -> anyhow::Result<String> {
+        let before = self.snapshot();
+        work()?;
+        Ok(describe(&between(&before, &self.snapshot()), prefixes))
+    }
+
     /// Every loaded program's counters now.
-    pub fn snapshot(&self) -> Snapshot {
+    fn snapshot(&self) -> Snapshot {
         Snapshot(
             loaded_programs()
                 .filter_map(Result::ok)
@@ -49,7 +61,7 @@ impl ProgStats {
 
 /// Runs and nanoseconds per program name, summed over the programs that ran
 /// between two snapshots (a name the kernel cut to 15 bytes keeps its cut).
-pub fn between(before: &Snapshot, after: &Snapshot) -> HashMap<String, (u64, u64)> {
+fn between(before: &Snapshot, after: &Snapshot) -> HashMap<String, (u64, u64)> {
     let mut out: HashMap<String, (u64, u64)> = HashMap::new();
     for (id, (name, runs, ns)) in &after.0 {
         let (r0, n0) = before.0.get(id).map_or((0, 0), |(_, r, n)| (*r, *n));
@@ -64,15 +76,11 @@ pub fn between(before: &Snapshot, after: &Snapshot) -> HashMap<String, (u64, u64
 }
 
 /// `name N ns` for the programs whose name starts with one of `prefixes`
-/// (names are cut to 15 bytes by the kernel), most runs first.
-pub fn describe(ran: &HashMap<String, (u64, u64)>, prefixes: &[&str]) -> String {
+/// (shorter than the 15 bytes the kernel keeps of a name), most runs first.
+fn describe(ran: &HashMap<String, (u64, u64)>, prefixes: &[&str]) -> String {
     let mut rows: Vec<_> = ran
         .iter()
-        .filter(|(n, _)| {
-            prefixes
-                .iter()
-                .any(|p| n.starts_with(p) || p.starts_with(n.as_str()))
-        })
+        .filter(|(n, _)| prefixes.iter().any(|p| n.starts_with(p)))
         .collect();
     rows.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(b.0)));
     rows.iter()
@@ -96,11 +104,14 @@ mod tests {
             (2, ("cuda_return".into(), 10, 2000)),
             // Loaded in between: all of its runs count.
             (3, ("cuda_entry".into(), 100, 30000)),
+            // A program without a name is nobody's.
+            (4, (String::new(), 5, 500)),
         ]));
         let ran = between(&before, &after);
         assert_eq!(ran["cuda_entry"], (200, 50000));
         assert!(!ran.contains_key("cuda_return"), "no run, no row");
         assert_eq!(describe(&ran, &["cuda_"]), "cuda_entry 250 ns");
         assert_eq!(describe(&ran, &["growth_"]), "");
+        assert_eq!(ran[""], (5, 500));
     }
 }

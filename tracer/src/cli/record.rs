@@ -539,15 +539,20 @@ async fn record(
     }
     if let Some(g) = growth_maps {
         engine.set_growth(g);
-        tracing::info!(
-            "growth: sampling the page faults of {} processes (one sample per {})",
-            match args.growth {
-                GrowthMode::All => "all",
-                GrowthMode::Floor => "no (empty programs on the hooks)",
-                _ => "memory-limited",
-            },
-            crate::util::units::bytes(args.growth_sample_bytes)
-        );
+        match args.growth {
+            GrowthMode::Floor => tracing::info!(
+                "growth: programs on the page-fault hooks that follow nobody (the benchmark's floor)"
+            ),
+            mode => tracing::info!(
+                "growth: sampling the page faults of {} processes (one sample per {})",
+                if mode == GrowthMode::All {
+                    "all"
+                } else {
+                    "memory-limited"
+                },
+                crate::util::units::bytes(args.growth_sample_bytes)
+            ),
+        }
     }
     engine.set_started(attach_ns);
     // Records say GPU data is missing when GPUs were asked for.

@@ -223,6 +223,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_floor_mode_is_off_in_the_kernel_and_hidden_from_help() {
+        use clap::ValueEnum as _;
+        // Parsable (the benchmark passes it), not offered.
+        assert_eq!(GrowthMode::from_str("floor", false), Ok(GrowthMode::Floor));
+        let floor = GrowthMode::Floor.to_possible_value().expect("a value");
+        assert!(floor.is_hide_set());
+        // Its programs follow nobody, as with growth off.
+        assert_eq!(GrowthMode::Floor.wire(), mode::OFF);
+        assert_eq!(GrowthMode::Off.wire(), mode::OFF);
+        // `selected` is userspace's own, never parsed.
+        assert!(GrowthMode::from_str("selected", false).is_err());
+    }
+
+    #[test]
     fn limits_are_found_in_this_kernels_memory_cgroups() {
         let Some(btf) = super::super::btf::tests::kernel_btf() else {
             return;
