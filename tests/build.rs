@@ -53,7 +53,13 @@ fn main() {
         o("libnvidia-ml.so.1"),
         s("nvml.c"),
     ]);
-    run(&["-o".into(), o("cudaload"), s("cudaload.c"), "-ldl".into()]);
+    run(&[
+        "-o".into(),
+        o("cudaload"),
+        s("cudaload.c"),
+        "-ldl".into(),
+        "-lpthread".into(),
+    ]);
     run(&[
         "-DSIMCUDA_STATIC".into(),
         "-DCUDALOAD_STATIC".into(),

@@ -20,11 +20,19 @@
  *   rate CALLS_PER_S SECONDS BYTES [drv]
  *                                    paced cudaMalloc + cudaFree pairs (cuMemAlloc_v2 +
  *                                    cuMemFree_v2 with "drv"); replies "ok CALLS PER_S"
+ *   slotmate SLOTS BYTES_A BYTES_B   makes a thread whose id equals this one's modulo SLOTS;
+ *                                    this thread sets device 1, the mate device 2, then this
+ *                                    thread's cudaMalloc(BYTES_A) and, 100 ms into it, the
+ *                                    mate's cudaMalloc(BYTES_B) (SIMCUDA_ALLOC_DELAY_MS holds
+ *                                    them open): "ok TID MATE_TID PTR_A PTR_B"
  *   dlopen RUNTIME.so [DRIVER.so]    load libraries now
  *   addr SYMBOL                      the address the process calls it at
  *   exit                             exit without freeing anything */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,6 +101,80 @@ static void reply(int r) {
 }
 static void *ptr(const char *s) { return (void *)(uintptr_t)strtoull(s, NULL, 0); }
 #define NEED(f) if (!p_##f) { printf("err -1 no %s\n", #f); continue; }
+
+/* A thread sharing the calling thread's id modulo `slots`, and the steps
+ * the two take in turn. */
+struct mate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned slots;
+    pid_t want, tid;
+    int seen, step, r;
+    size_t bytes;
+    void *p;
+};
+
+static void mate_go(struct mate *m, int step) {
+    pthread_mutex_lock(&m->mu);
+    m->step = step;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void mate_wait(struct mate *m, int step) {
+    pthread_mutex_lock(&m->mu);
+    while (m->step < step) pthread_cond_wait(&m->cv, &m->mu);
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void *mate_main(void *arg) {
+    struct mate *m = arg;
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    int match = (unsigned)tid % m->slots == (unsigned)m->want % m->slots;
+    pthread_mutex_lock(&m->mu);
+    m->seen = 1;
+    if (match) m->tid = tid;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    if (!match) return NULL;
+    mate_wait(m, 2);
+    m->r = p_cudaSetDevice(2);
+    mate_go(m, 3);
+    mate_wait(m, 4);
+    struct timespec t = {0, 100000000};
+    nanosleep(&t, NULL);
+    if (!m->r) m->r = p_cudaMalloc(&m->p, m->bytes);
+    mate_go(m, 5);
+    return NULL;
+}
+
+/* Runs `slotmate`; 0 or the first error. */
+static int slotmate(unsigned slots, size_t bytes_a, size_t bytes_b, pid_t *mate_tid, void **pa, void **pb) {
+    struct mate m = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, slots ? slots : 1,
+                      (pid_t)syscall(SYS_gettid), 0, 0, 0, 0, bytes_b, NULL };
+    pthread_t t;
+    for (int tries = 0; !m.tid; tries++) {
+        if (tries > (1 << 22)) return -3;
+        m.seen = 0;
+        if (pthread_create(&t, NULL, mate_main, &m)) return -4;
+        pthread_mutex_lock(&m.mu);
+        while (!m.seen) pthread_cond_wait(&m.cv, &m.mu);
+        int found = m.tid != 0;
+        pthread_mutex_unlock(&m.mu);
+        if (!found) pthread_join(t, NULL);
+    }
+    int r = p_cudaSetDevice(1);
+    if (!r) current_device = 1;
+    mate_go(&m, 2);
+    mate_wait(&m, 3);
+    mate_go(&m, 4);
+    if (!r) r = p_cudaMalloc(pa, bytes_a);
+    mate_wait(&m, 5);
+    pthread_join(t, NULL);
+    *mate_tid = m.tid;
+    *pb = m.p;
+    return r ? r : m.r;
+}
 
 int main(int argc, char **argv) {
 #ifdef CUDALOAD_STATIC
@@ -235,6 +317,14 @@ int main(int argc, char **argv) {
             clock_gettime(CLOCK_MONOTONIC, &t);
             double el = (t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9;
             if (r) printf("err %d\n", r); else printf("ok %zu %.0f\n", calls, calls / el);
+        }
+        else if (!strcmp(cmd, "slotmate")) {
+            NEED(cudaMalloc); NEED(cudaSetDevice);
+            pid_t mate = 0;
+            void *pb = NULL;
+            int r = slotmate((unsigned)n, strtoull(b, NULL, 0), strtoull(c, NULL, 0), &mate, &p, &pb);
+            if (r) printf("err %d\n", r);
+            else printf("ok %d %d %p %p\n", (int)syscall(SYS_gettid), (int)mate, p, pb);
         }
         else if (!strcmp(cmd, "dlopen")) { reply(load(a, b[0] ? b : NULL) ? -1 : 0); }
         else if (!strcmp(cmd, "exit")) { return 0; }

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_DEVICES 8
 #define MAGIC 0x51c0dau
@@ -58,9 +59,21 @@ static void uncharge(int dev, size_t size) {
     pthread_mutex_unlock(&mu);
 }
 
+/* SIMCUDA_ALLOC_DELAY_MS: every device allocation takes this long, as a
+ * real one may (read once; tests use it to hold calls open at once). */
+static long alloc_delay_ms = -1;
+
 /* Device memory: host memory behind a header that remembers the charge. */
 static CUresult device_alloc(CUdeviceptr *dptr, size_t size, int touch) {
     if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+    if (alloc_delay_ms < 0) {
+        const char *d = getenv("SIMCUDA_ALLOC_DELAY_MS");
+        alloc_delay_ms = d ? atol(d) : 0;
+    }
+    if (alloc_delay_ms > 0) {
+        struct timespec t = { alloc_delay_ms / 1000, (alloc_delay_ms % 1000) * 1000000 };
+        nanosleep(&t, NULL);
+    }
     int dev = current_device;
     CUresult r = charge(dev, size);
     if (r) return r;

@@ -187,6 +187,57 @@ fn runtime_over_driver_counts_once_and_vmm_maps() {
     assert_eq!(report["ledger"]["vmm_mapped_bytes"], 0);
 }
 
+/// Two threads whose ids are equal modulo the number of per-thread slots
+/// of the CUDA programs, in calls at the same time: each call is seen once,
+/// with its own thread's size and device (the slot's owner keeps it, the
+/// other thread's call goes to the spill map, and a thread taking its slot
+/// back gets its device from the per-thread device map).
+#[test]
+fn threads_sharing_a_slot_keep_their_own_calls_and_devices() {
+    if !privileged() {
+        return;
+    }
+    let mut target = CudaLoad::sim(&[("SIMCUDA_DEVICES", "3"), ("SIMCUDA_ALLOC_DELAY_MS", "400")]);
+    let attach = Attach::start(target.pid(), &[]);
+    let out = target.ok(&format!(
+        "slotmate {} {} {}",
+        tracer_common::CUDA_SLOTS,
+        MIB,
+        2 * MIB
+    ));
+    let (tid, mate): (u64, u64) = (out[0].parse().unwrap(), out[1].parse().unwrap());
+    assert_ne!(tid, mate);
+    assert_eq!(
+        tid % u64::from(tracer_common::CUDA_SLOTS),
+        mate % u64::from(tracer_common::CUDA_SLOTS)
+    );
+    let calls = attach.wait_calls(2, |c| func(c) == "cudaMalloc");
+    let by = |t: u64| {
+        calls
+            .iter()
+            .find(|c| c["tid"] == t)
+            .unwrap_or_else(|| panic!("no cudaMalloc of thread {t}: {calls:?}"))
+    };
+    assert_eq!(by(tid)["size"], MIB);
+    assert_eq!(by(tid)["device"], 1);
+    assert_eq!(by(mate)["size"], 2 * MIB);
+    assert_eq!(by(mate)["device"], 2);
+    // The calls were open at once: each took the driver's 400 ms.
+    for c in &calls {
+        assert!(c["latency_ns"].as_u64().unwrap() >= 400_000_000, "{c}");
+    }
+    let all = attach.of_type("call");
+    let count = |f: &str| all.iter().filter(|c| func(c) == f).count();
+    assert_eq!(count("cudaMalloc"), 2, "{all:?}");
+    assert_eq!(count("cuMemAlloc_v2"), 0, "nested in cudaMalloc: {all:?}");
+    assert_eq!(count("cudaSetDevice"), 2, "{all:?}");
+    let report = attach.stop();
+    assert_eq!(
+        report["ledger"]["by_kind"]["device"]["outstanding"],
+        3 * MIB
+    );
+}
+
 #[test]
 fn a_library_loaded_after_attach_is_picked_up() {
     if !privileged() {

@@ -42,8 +42,14 @@ pub mod maps {
     /// `LruPerCpuHashMap<MemcgCountKey, u64>`: per memory cgroup counters of the
     /// memcg events we aggregate in the kernel (reclaim, OOM kills).
     pub const MEMCG_COUNTS: &str = "MEMCG_COUNTS";
-    /// `LruHashMap<u64, CudaInflight>`: the CUDA call in flight per thread.
+    /// `Array<CudaInflight>`: each thread's CUDA state, in the slot of its
+    /// thread id ([`super::CUDA_SLOTS`]).
+    pub const CUDA_SLOTS: &str = "CUDA_SLOTS";
+    /// `LruHashMap<u64, CudaInflight>`: the CUDA call in flight of a thread
+    /// whose slot holds another thread's open call.
     pub const CUDA_INFLIGHT: &str = "CUDA_INFLIGHT";
+    /// `LruHashMap<u64, i32>`: the device each thread last made current.
+    pub const CUDA_THREAD_DEVICE: &str = "CUDA_THREAD_DEV";
     /// `LruHashMap<u64, i32>`: the device of each CUDA context.
     pub const CUDA_CTX_DEVICE: &str = "CUDA_CTX_DEV";
     /// Heap calls in flight per thread.
@@ -169,6 +175,17 @@ pub mod ring {
 
 /// Threads with a CUDA call in flight, and threads/contexts with a device.
 pub const CUDA_THREAD_ENTRIES: u32 = 16384;
+
+/// Slots of `CUDA_SLOTS`, one per thread id modulo this (a power of two).
+/// Array slots cost the programs no map lookup (the verifier inlines an
+/// array's), where a hash map's cost about 30 ns a call on the test VM.
+pub const CUDA_SLOTS: u32 = 16384;
+const _: () = assert!(CUDA_SLOTS.is_power_of_two());
+
+/// Entries of `CUDA_INFLIGHT`: threads whose slot another thread's call
+/// held when they called (two threads with ids equal modulo
+/// [`CUDA_SLOTS`], in calls at once).
+pub const CUDA_SPILL_ENTRIES: u32 = 1024;
 
 /// Entries of `MEMCG_COUNTS` (LRU: an idle cgroup's counters age out).
 pub const MEMCG_COUNTS_ENTRIES: u32 = 8192;
@@ -627,6 +644,9 @@ pub mod cuda {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CudaInflight {
+    /// The thread (pid_tgid) this state belongs to: in `CUDA_SLOTS`, the
+    /// slot's current owner.
+    pub owner: u64,
     /// Function id ([`cuda`]).
     pub func: u32,
     /// Probed calls open on this thread (1 = only the outermost).
@@ -648,7 +668,7 @@ pub struct CudaInflight {
     /// What the thread's entry keeps across its calls.
     pub thread: CudaThread,
 }
-const _: () = assert!(size_of::<CudaInflight>() == 88);
+const _: () = assert!(size_of::<CudaInflight>() == 96);
 
 /// What a thread's [`CudaInflight`] entry keeps from call to call (the
 /// entry stays while the thread does).

@@ -41,9 +41,21 @@ pub static RING_PACE: PerCpuArray<u64> = PerCpuArray::with_max_entries(ring::COU
 pub static MEMCG_COUNTS: LruPerCpuHashMap<MemcgCountKey, u64> =
     LruPerCpuHashMap::with_max_entries(MEMCG_COUNTS_ENTRIES, 0);
 
-/// The outermost probed CUDA call in flight, per thread (pid_tgid).
+/// Each thread's CUDA state (its outermost call in flight, its device and
+/// name), in slot `tid % CUDA_SLOTS`, owned by the thread that called last.
+#[map(name = "CUDA_SLOTS")]
+pub static CUDA_SLOTS: Array<CudaInflight> = Array::with_max_entries(tracer_common::CUDA_SLOTS, 0);
+
+/// The outermost probed CUDA call in flight of a thread whose slot held
+/// another thread's open call when it called, per thread (pid_tgid).
 #[map(name = "CUDA_INFLIGHT")]
 pub static CUDA_INFLIGHT: LruHashMap<u64, CudaInflight> =
+    LruHashMap::with_max_entries(tracer_common::CUDA_SPILL_ENTRIES, 0);
+
+/// The device each thread last made current, per thread (pid_tgid): what a
+/// thread's slot starts from when it takes the slot back.
+#[map(name = "CUDA_THREAD_DEV")]
+pub static CUDA_THREAD_DEVICE: LruHashMap<u64, i32> =
     LruHashMap::with_max_entries(CUDA_THREAD_ENTRIES, 0);
 
 /// The device of each CUDA context seen created.

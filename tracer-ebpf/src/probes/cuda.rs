@@ -14,13 +14,13 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use tracer_common::{
-    CudaCall, CudaInflight,
+    CudaCall, CudaInflight, CudaThread,
     cuda::{self, Shape},
     kind,
 };
 
 use crate::{
-    maps::{CUDA_CTX_DEVICE, CUDA_INFLIGHT},
+    maps::{CUDA_CTX_DEVICE, CUDA_INFLIGHT, CUDA_SLOTS, CUDA_THREAD_DEVICE},
     util::{Ring, header_with},
 };
 
@@ -38,19 +38,91 @@ pub fn cuda_entry(ctx: ProbeContext) -> u32 {
     }
 }
 
+/// Whether `f` holds a call that is still open (not one whose thread died
+/// in it).
+///
+/// # Safety
+/// `f` points at a live map value.
+#[inline(always)]
+unsafe fn open_call(f: *const CudaInflight, now: u64) -> bool {
+    // SAFETY: the caller's contract.
+    unsafe { (*f).depth > 0 && now.saturating_sub((*f).ts_ns) < STALE_NS }
+}
+
+/// The slot of thread `tid` in `CUDA_SLOTS`.
+#[inline(always)]
+fn slot_of(tid: u64) -> Option<*mut CudaInflight> {
+    CUDA_SLOTS.get_ptr_mut(tid as u32 & (tracer_common::CUDA_SLOTS - 1))
+}
+
+/// What a thread's state starts from when it takes a slot or a spill
+/// entry: the device it last made current, its name read at its next return.
+#[inline(always)]
+fn fresh_thread(tid: u64) -> CudaThread {
+    CudaThread {
+        // SAFETY: reading a plain i32 map value.
+        device: unsafe { CUDA_THREAD_DEVICE.get(&tid) }
+            .copied()
+            .unwrap_or(-1),
+        ..Default::default()
+    }
+}
+
+/// The state of thread `tid` for a call entering now: its slot, which it
+/// takes when the thread there has no call open; else its entry in the
+/// spill map, made here if it has none.
+#[inline(always)]
+fn entry_state(tid: u64, now: u64) -> Option<*mut CudaInflight> {
+    let slot = slot_of(tid)?;
+    // SAFETY: live map values; a slot is written by the programs of the
+    // threads that share it, and a race between two of them (ids equal
+    // modulo CUDA_SLOTS, entering at the same instant on two CPUs) can
+    // mix their states, never reach outside the value.
+    unsafe {
+        if (*slot).owner == tid {
+            return Some(slot);
+        }
+        let spilled = CUDA_INFLIGHT.get_ptr_mut(&tid);
+        if let Some(s) = spilled
+            && open_call(s, now)
+        {
+            return Some(s);
+        }
+        if !open_call(slot, now) {
+            (*slot).owner = tid;
+            (*slot).depth = 0;
+            (*slot).thread = fresh_thread(tid);
+            return Some(slot);
+        }
+        // Another thread's call holds the slot: this call goes to the
+        // spill map, starting from the thread's device as last recorded.
+        let thread = fresh_thread(tid);
+        if let Some(s) = spilled {
+            (*s).depth = 0;
+            (*s).thread = thread;
+            return Some(s);
+        }
+        let fresh = CudaInflight {
+            owner: tid,
+            thread,
+            ..Default::default()
+        };
+        CUDA_INFLIGHT.insert(&tid, &fresh, 0).ok()?;
+        CUDA_INFLIGHT.get_ptr_mut(&tid)
+    }
+}
+
 fn try_entry(ctx: &ProbeContext) -> Option<()> {
     let tid = bpf_get_current_pid_tgid();
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_boot_ns() };
-    let slot = CUDA_INFLIGHT.get_ptr_mut(&tid);
-    if let Some(open) = slot {
-        // SAFETY: a live map value owned by this thread's key; only this
-        // thread's probes touch it.
-        unsafe {
-            if (*open).depth > 0 && now.saturating_sub((*open).ts_ns) < STALE_NS {
-                (*open).depth += 1;
-                return Some(());
-            }
+    let open = entry_state(tid, now)?;
+    // SAFETY: a live map value of this thread; only its probes write it
+    // (see entry_state for a slot shared with another thread).
+    unsafe {
+        if open_call(open, now) {
+            (*open).depth += 1;
+            return Some(());
         }
     }
     // SAFETY: the context pointer is the one the kernel passed to this program.
@@ -58,13 +130,13 @@ fn try_entry(ctx: &ProbeContext) -> Option<()> {
     let shape = cuda::shape(func)?;
     let arg = |n: usize| ctx.arg::<u64>(n).unwrap_or(0);
     let mut f = CudaInflight {
+        owner: tid,
         func,
         depth: 1,
         ts_ns: now,
         device: -1,
         ..Default::default()
     };
-    f.thread.device = -1;
     match shape {
         Shape::Alloc => (f.out_addr, f.size) = (arg(0), arg(1)),
         // Pitch: the pitch out-pointer in aux, width in ptr, height in size.
@@ -92,16 +164,13 @@ fn try_entry(ctx: &ProbeContext) -> Option<()> {
             }
         }
     }
-    match slot {
-        // The thread's entry stays between calls (depth 0 when idle) and is
-        // written in place: an LRU insert and delete per call were about 40%
-        // of what these programs add to a call (BENCHMARKS.md).
-        // SAFETY: as above.
-        Some(open) => unsafe {
-            f.thread = (*open).thread;
-            *open = f
-        },
-        None => CUDA_INFLIGHT.insert(&tid, &f, 0).ok()?,
+    // The thread's state stays between calls (depth 0 when idle) and is
+    // written in place: an LRU insert and delete per call were about 40%
+    // of what these programs add to a call (BENCHMARKS.md).
+    // SAFETY: as above.
+    unsafe {
+        f.thread = (*open).thread;
+        *open = f;
     }
     Some(())
 }
@@ -119,8 +188,14 @@ pub fn cuda_return(ctx: RetProbeContext) -> u32 {
 
 fn try_return(ctx: &RetProbeContext) -> Option<()> {
     let tid = bpf_get_current_pid_tgid();
-    let open = CUDA_INFLIGHT.get_ptr_mut(&tid)?;
-    // SAFETY: a live map value owned by this thread's key.
+    let slot = slot_of(tid)?;
+    // SAFETY: reading a live map value; see entry_state.
+    let open = if unsafe { (*slot).owner } == tid {
+        slot
+    } else {
+        CUDA_INFLIGHT.get_ptr_mut(&tid)?
+    };
+    // SAFETY: a live map value of this thread.
     let f = unsafe {
         match (*open).depth {
             // No call open on this thread (a return whose entry came
@@ -185,7 +260,10 @@ fn try_return(ctx: &RetProbeContext) -> Option<()> {
             }
         }
         // SAFETY: this thread's live map value, as above.
-        Shape::SetDevice if ok => unsafe { (*open).thread.device = f.device },
+        Shape::SetDevice if ok => unsafe {
+            (*open).thread.device = f.device;
+            let _ = CUDA_THREAD_DEVICE.insert(&tid, &f.device, 0);
+        },
         Shape::RetainContext if ok => {
             let _ = CUDA_CTX_DEVICE.insert(&out.ptr, &f.device, 0);
         }
@@ -195,6 +273,7 @@ fn try_return(ctx: &RetProbeContext) -> Option<()> {
                 // SAFETY: this thread's live map value, as above.
                 unsafe { (*open).thread.device = *dev };
                 out.device = *dev;
+                let _ = CUDA_THREAD_DEVICE.insert(&tid, dev, 0);
             }
         }
         _ => {}
