@@ -54,6 +54,14 @@ fn names_build_index(kill: &Value, text: &str, limit: u64) {
     let sites = g["sites"].as_array().expect("sites");
     assert_eq!(function(&sites[0]["frames"], 0), "build_index", "{g:#}");
     assert_eq!(function(&sites[0]["frames"], 1), "main", "{g:#}");
+    // The whole main-thread stack was copied and unwound, up to the
+    // program's first frame (the copy ends where the stack began).
+    let frames = sites[0]["frames"].as_array().expect("frames");
+    assert_eq!(
+        frames.last().map(|f| f["function"].as_str()),
+        Some(Some("_start")),
+        "{g:#}"
+    );
     // About the limit was faulted in (one sample per MiB: within a third).
     let bytes = g["bytes"].as_u64().unwrap();
     assert!(

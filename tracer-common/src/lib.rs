@@ -797,8 +797,9 @@ pub struct ProbeConfig {
     /// css_set the `subsys[memory_cgrp_id]` slot (a `cgroup_subsys_state *`),
     /// `cgroup_subsys_state.cgroup`, `cgroup.kn`, `kernfs_node.id` (u64, 5.5+).
     pub memcg_chain: [u32; 5],
-    /// Explicit padding.
-    pub _pad: u32,
+    /// Offset of `mm_struct.start_stack` (from BTF): where the main
+    /// thread's stack began at exec; 0 = unknown.
+    pub mm_start_stack_off: u32,
 }
 const _: () = assert!(size_of::<ProbeConfig>() == 104);
 
@@ -812,7 +813,7 @@ impl ProbeConfig {
             mm_rss_off: [0; 3],
             memcg_counted_items: [-1; MEMCG_COUNTED_ITEMS],
             memcg_chain: [0; 5],
-            _pad: 0,
+            mm_start_stack_off: 0,
         }
     }
 }

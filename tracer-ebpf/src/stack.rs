@@ -66,6 +66,36 @@ pub fn syscall_args() -> Option<(u64, u64, u64)> {
 /// stack limit (8 MiB).
 const FP_PLAUSIBLE: u64 = 8 << 20;
 
+/// Bytes copied above `mm->start_stack`: `argc` and the start of `argv`,
+/// always mapped (the kernel puts the arguments, the environment and the
+/// auxiliary vector there, far more than this), for an unwinder that
+/// reads at the outermost frame's boundary.
+const ABOVE_START: u64 = 64;
+
+/// Where the current process's main thread's stack began at exec
+/// (`mm->start_stack`, its first stack pointer, with `argc` there); 0 when
+/// unknown (a kernel thread, or offsets missing from BTF).
+#[inline(always)]
+fn main_stack_start() -> u64 {
+    let c = crate::util::config();
+    if c.task_mm_off == 0 || c.mm_start_stack_off == 0 {
+        return 0;
+    }
+    // SAFETY: a task pointer from the kernel, read through
+    // bpf_probe_read_kernel (which faults safely) at offsets from BTF.
+    unsafe {
+        let task = aya_ebpf::helpers::bpf_get_current_task() as *const u8;
+        let Ok(mm) = bpf_probe_read_kernel(task.add(c.task_mm_off as usize).cast::<*const u8>())
+        else {
+            return 0;
+        };
+        if mm.is_null() {
+            return 0;
+        }
+        bpf_probe_read_kernel(mm.add(c.mm_start_stack_off as usize).cast::<u64>()).unwrap_or(0)
+    }
+}
+
 /// Fills the registers, the kernel's frame-pointer walk and a copy of the
 /// top of the user stack into the sample at `ev`; false when no byte of the
 /// stack could be copied.
@@ -99,19 +129,35 @@ pub unsafe fn fill<C: EbpfContext>(
             0
         };
         (*ev).fp_len = if fp_bytes > 0 { fp_bytes as u32 / 8 } else { 0 };
-        // A read fails as a whole when the stack mapping ends inside it
-        // (the main thread's stack ends a few KiB above main's frame, by a
-        // random amount): copy up to page boundaries, the most first.
         let dst = (&raw mut (*ev).stack).cast::<u8>();
-        let to_page_end = 4096 - (sp & 4095);
+        let read = |want: u32| {
+            aya_ebpf::helpers::generated::bpf_probe_read_user(dst.cast(), want, sp as *const _) == 0
+        };
         let mut len = 0u32;
-        for pages in [2u64, 1, 0] {
-            let want = (to_page_end + pages * 4096).min(heap::STACK_BYTES as u64) as u32;
-            if aya_ebpf::helpers::generated::bpf_probe_read_user(dst.cast(), want, sp as *const _)
-                == 0
-            {
+        // The main thread near the top of its stack (most programs' stacks
+        // are shallower than the copy): everything from `sp` to where the
+        // stack began is mapped, so one copy of just that. A copy running
+        // past the mapping's end fails only after the kernel has taken
+        // and fixed up a fault, which cost about half of each sample.
+        let start = main_stack_start();
+        if start > sp && start - sp + ABOVE_START <= heap::STACK_BYTES as u64 {
+            let want = (start - sp + ABOVE_START) as u32;
+            if read(want) {
                 len = want;
-                break;
+            }
+        }
+        // Elsewhere a read fails as a whole when the stack mapping ends
+        // inside it (a thread's stack near its top, or a main thread's
+        // stack page swapped out): copy up to page boundaries, the most
+        // first.
+        if len == 0 {
+            let to_page_end = 4096 - (sp & 4095);
+            for pages in [2u64, 1, 0] {
+                let want = (to_page_end + pages * 4096).min(heap::STACK_BYTES as u64) as u32;
+                if read(want) {
+                    len = want;
+                    break;
+                }
             }
         }
         (*ev).stack_len = len;

@@ -196,6 +196,14 @@ pub fn build(tracefs: &Path, btf: &KernelBtf) -> Result<(ProbeConfig, LayoutNote
         }
         (Err(e), _) | (_, Err(e)) => notes.missing_fields.push(format!("RSS at exit ({e})")),
     }
+    // Where the main thread's stack starts: stack copies stop there
+    // instead of faulting past its top (a copy costs more without it).
+    match btf.member_offset("mm_struct", "start_stack") {
+        Ok(off) => cfg.mm_start_stack_off = off,
+        Err(e) => notes
+            .missing_fields
+            .push(format!("the main thread's stack top ({e})")),
+    }
     // The memory cgroup at exec and at the kill, from the kernel: a nicety
     // as well (the model falls back to /proc).
     match memcg_chain(btf) {
