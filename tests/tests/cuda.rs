@@ -201,15 +201,15 @@ fn threads_sharing_a_slot_keep_their_own_calls_and_devices() {
     let attach = Attach::start(target.pid(), &[]);
     let out = target.ok(&format!(
         "slotmate {} {} {}",
-        tracer_common::CUDA_SLOTS,
+        tracer_common::THREAD_SLOTS,
         MIB,
         2 * MIB
     ));
     let (tid, mate): (u64, u64) = (out[0].parse().unwrap(), out[1].parse().unwrap());
     assert_ne!(tid, mate);
     assert_eq!(
-        tid % u64::from(tracer_common::CUDA_SLOTS),
-        mate % u64::from(tracer_common::CUDA_SLOTS)
+        tid % u64::from(tracer_common::THREAD_SLOTS),
+        mate % u64::from(tracer_common::THREAD_SLOTS)
     );
     let calls = attach.wait_calls(2, |c| func(c) == "cudaMalloc");
     let by = |t: u64| {

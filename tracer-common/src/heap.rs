@@ -167,6 +167,9 @@ impl HeapConfig {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HeapInflight {
+    /// The thread (pid_tgid) this state belongs to: in `HEAP_SLOTS`, the
+    /// slot's current owner.
+    pub owner: u64,
     /// Function id.
     pub func: u32,
     /// Probed calls open on this thread (1 = only the outermost).
@@ -184,7 +187,7 @@ pub struct HeapInflight {
     /// Explicit padding.
     pub _pad: u32,
 }
-const _: () = assert!(size_of::<HeapInflight>() == 48);
+const _: () = assert!(size_of::<HeapInflight>() == 56);
 
 /// Key of a sampled live block.
 #[repr(C)]

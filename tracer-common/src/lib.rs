@@ -43,7 +43,7 @@ pub mod maps {
     /// memcg events we aggregate in the kernel (reclaim, OOM kills).
     pub const MEMCG_COUNTS: &str = "MEMCG_COUNTS";
     /// `Array<CudaInflight>`: each thread's CUDA state, in the slot of its
-    /// thread id ([`super::CUDA_SLOTS`]).
+    /// thread id ([`super::THREAD_SLOTS`]).
     pub const CUDA_SLOTS: &str = "CUDA_SLOTS";
     /// `LruHashMap<u64, CudaInflight>`: the CUDA call in flight of a thread
     /// whose slot holds another thread's open call.
@@ -54,6 +54,9 @@ pub mod maps {
     pub const CUDA_CTX_DEVICE: &str = "CUDA_CTX_DEV";
     /// Heap calls in flight per thread.
     pub const HEAP_INFLIGHT: &str = "HEAP_INFLIGHT";
+    /// `Array<HeapInflight>`: each thread's heap call in flight, in the
+    /// slot of its thread id ([`super::THREAD_SLOTS`]).
+    pub const HEAP_SLOTS: &str = "HEAP_SLOTS";
     /// Sampled live heap blocks.
     pub const HEAP_LIVE: &str = "HEAP_LIVE";
     /// Bytes to the next heap sample, per CPU.
@@ -176,16 +179,17 @@ pub mod ring {
 /// Threads with a CUDA call in flight, and threads/contexts with a device.
 pub const CUDA_THREAD_ENTRIES: u32 = 16384;
 
-/// Slots of `CUDA_SLOTS`, one per thread id modulo this (a power of two).
-/// Array slots cost the programs no map lookup (the verifier inlines an
+/// Slots of `CUDA_SLOTS` and `HEAP_SLOTS`, the per-thread state of the
+/// uprobe families: one per thread id modulo this (a power of two). Array
+/// slots cost the programs no map lookup (the verifier inlines an
 /// array's), where a hash map's cost about 30 ns a call on the test VM.
-pub const CUDA_SLOTS: u32 = 16384;
-const _: () = assert!(CUDA_SLOTS.is_power_of_two());
+pub const THREAD_SLOTS: u32 = 16384;
+const _: () = assert!(THREAD_SLOTS.is_power_of_two());
 
-/// Entries of `CUDA_INFLIGHT`: threads whose slot another thread's call
-/// held when they called (two threads with ids equal modulo
-/// [`CUDA_SLOTS`], in calls at once).
-pub const CUDA_SPILL_ENTRIES: u32 = 1024;
+/// Entries of the spill maps (`CUDA_INFLIGHT`, `HEAP_INFLIGHT`): threads
+/// whose slot another thread's call held when they called (two threads
+/// with ids equal modulo [`THREAD_SLOTS`], in calls at once).
+pub const SPILL_ENTRIES: u32 = 1024;
 
 /// Entries of `MEMCG_COUNTS` (LRU: an idle cgroup's counters age out).
 pub const MEMCG_COUNTS_ENTRIES: u32 = 8192;

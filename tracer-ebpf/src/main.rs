@@ -5,6 +5,7 @@
 
 mod maps;
 mod probes;
+mod slots;
 mod stack;
 mod util;
 

@@ -42,15 +42,16 @@ pub static MEMCG_COUNTS: LruPerCpuHashMap<MemcgCountKey, u64> =
     LruPerCpuHashMap::with_max_entries(MEMCG_COUNTS_ENTRIES, 0);
 
 /// Each thread's CUDA state (its outermost call in flight, its device and
-/// name), in slot `tid % CUDA_SLOTS`, owned by the thread that called last.
+/// name), in slot `tid % THREAD_SLOTS`, owned by the thread that called last.
 #[map(name = "CUDA_SLOTS")]
-pub static CUDA_SLOTS: Array<CudaInflight> = Array::with_max_entries(tracer_common::CUDA_SLOTS, 0);
+pub static CUDA_SLOTS: Array<CudaInflight> =
+    Array::with_max_entries(tracer_common::THREAD_SLOTS, 0);
 
 /// The outermost probed CUDA call in flight of a thread whose slot held
 /// another thread's open call when it called, per thread (pid_tgid).
 #[map(name = "CUDA_INFLIGHT")]
 pub static CUDA_INFLIGHT: LruHashMap<u64, CudaInflight> =
-    LruHashMap::with_max_entries(tracer_common::CUDA_SPILL_ENTRIES, 0);
+    LruHashMap::with_max_entries(tracer_common::SPILL_ENTRIES, 0);
 
 /// The device each thread last made current, per thread (pid_tgid): what a
 /// thread's slot starts from when it takes the slot back.
@@ -68,10 +69,17 @@ pub static CUDA_CTX_DEVICE: LruHashMap<u64, i32> =
 #[unsafe(no_mangle)]
 pub static CONFIG: ProbeConfig = ProbeConfig::empty();
 
-/// The outermost probed heap call in flight, per thread (pid_tgid).
+/// Each thread's outermost probed heap call in flight, in slot
+/// `tid % THREAD_SLOTS`, owned by the thread that called last.
+#[map(name = "HEAP_SLOTS")]
+pub static HEAP_SLOTS: Array<HeapInflight> =
+    Array::with_max_entries(tracer_common::THREAD_SLOTS, 0);
+
+/// The outermost probed heap call in flight of a thread whose slot held
+/// another thread's open call when it called, per thread (pid_tgid).
 #[map(name = "HEAP_INFLIGHT")]
 pub static HEAP_INFLIGHT: LruHashMap<u64, HeapInflight> =
-    LruHashMap::with_max_entries(CUDA_THREAD_ENTRIES, 0);
+    LruHashMap::with_max_entries(tracer_common::SPILL_ENTRIES, 0);
 
 /// Sampled heap blocks still live: (process, address) -> bytes. Not an LRU:
 /// a full map refuses (and counts) a sample rather than silently forgetting

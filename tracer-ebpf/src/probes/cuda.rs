@@ -21,6 +21,7 @@ use tracer_common::{
 
 use crate::{
     maps::{CUDA_CTX_DEVICE, CUDA_INFLIGHT, CUDA_SLOTS, CUDA_THREAD_DEVICE},
+    slots::{Frame, PerThread},
     util::{Ring, header_with},
 };
 
@@ -38,77 +39,48 @@ pub fn cuda_entry(ctx: ProbeContext) -> u32 {
     }
 }
 
-/// Whether `f` holds a call that is still open (not one whose thread died
-/// in it).
-///
-/// # Safety
-/// `f` points at a live map value.
+/// Each thread's CUDA state: its slot, or its spill entry. (Made in code,
+/// not a static: a static's pointers to maps would need data relocations,
+/// which BPF loaders do not apply.)
 #[inline(always)]
-unsafe fn open_call(f: *const CudaInflight, now: u64) -> bool {
-    // SAFETY: the caller's contract.
-    unsafe { (*f).depth > 0 && now.saturating_sub((*f).ts_ns) < STALE_NS }
-}
-
-/// The slot of thread `tid` in `CUDA_SLOTS`.
-#[inline(always)]
-fn slot_of(tid: u64) -> Option<*mut CudaInflight> {
-    CUDA_SLOTS.get_ptr_mut(tid as u32 & (tracer_common::CUDA_SLOTS - 1))
-}
-
-/// What a thread's state starts from when it takes a slot or a spill
-/// entry: the device it last made current, its name read at its next return.
-#[inline(always)]
-fn fresh_thread(tid: u64) -> CudaThread {
-    CudaThread {
-        // SAFETY: reading a plain i32 map value.
-        device: unsafe { CUDA_THREAD_DEVICE.get(&tid) }
-            .copied()
-            .unwrap_or(-1),
-        ..Default::default()
+fn threads() -> PerThread<CudaInflight> {
+    PerThread {
+        slots: &CUDA_SLOTS,
+        spill: &CUDA_INFLIGHT,
+        stale_ns: STALE_NS,
+        count: tracer_common::THREAD_SLOTS,
     }
 }
 
-/// The state of thread `tid` for a call entering now: its slot, which it
-/// takes when the thread there has no call open; else its entry in the
-/// spill map, made here if it has none.
-#[inline(always)]
-fn entry_state(tid: u64, now: u64) -> Option<*mut CudaInflight> {
-    let slot = slot_of(tid)?;
-    // SAFETY: live map values; a slot is written by the programs of the
-    // threads that share it, and a race between two of them (ids equal
-    // modulo CUDA_SLOTS, entering at the same instant on two CPUs) can
-    // mix their states, never reach outside the value.
-    unsafe {
-        if (*slot).owner == tid {
-            return Some(slot);
-        }
-        let spilled = CUDA_INFLIGHT.get_ptr_mut(&tid);
-        if let Some(s) = spilled
-            && open_call(s, now)
-        {
-            return Some(s);
-        }
-        if !open_call(slot, now) {
-            (*slot).owner = tid;
-            (*slot).depth = 0;
-            (*slot).thread = fresh_thread(tid);
-            return Some(slot);
-        }
-        // Another thread's call holds the slot: this call goes to the
-        // spill map, starting from the thread's device as last recorded.
-        let thread = fresh_thread(tid);
-        if let Some(s) = spilled {
-            (*s).depth = 0;
-            (*s).thread = thread;
-            return Some(s);
-        }
-        let fresh = CudaInflight {
-            owner: tid,
-            thread,
+impl Frame for CudaInflight {
+    #[inline(always)]
+    fn owner(&self) -> u64 {
+        self.owner
+    }
+
+    #[inline(always)]
+    fn depth(&self) -> u32 {
+        self.depth
+    }
+
+    #[inline(always)]
+    fn ts_ns(&self) -> u64 {
+        self.ts_ns
+    }
+
+    /// The thread's device as last recorded; its name read at its next
+    /// return.
+    #[inline(always)]
+    fn claim(&mut self, tid: u64) {
+        self.owner = tid;
+        self.depth = 0;
+        self.thread = CudaThread {
+            // SAFETY: reading a plain i32 map value.
+            device: unsafe { CUDA_THREAD_DEVICE.get(&tid) }
+                .copied()
+                .unwrap_or(-1),
             ..Default::default()
         };
-        CUDA_INFLIGHT.insert(&tid, &fresh, 0).ok()?;
-        CUDA_INFLIGHT.get_ptr_mut(&tid)
     }
 }
 
@@ -116,11 +88,11 @@ fn try_entry(ctx: &ProbeContext) -> Option<()> {
     let tid = bpf_get_current_pid_tgid();
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_boot_ns() };
-    let open = entry_state(tid, now)?;
+    let open = threads().entry(tid, now)?;
     // SAFETY: a live map value of this thread; only its probes write it
-    // (see entry_state for a slot shared with another thread).
+    // (see `slots` for a slot shared with another thread).
     unsafe {
-        if open_call(open, now) {
+        if threads().open(open, now) {
             (*open).depth += 1;
             return Some(());
         }
@@ -188,13 +160,7 @@ pub fn cuda_return(ctx: RetProbeContext) -> u32 {
 
 fn try_return(ctx: &RetProbeContext) -> Option<()> {
     let tid = bpf_get_current_pid_tgid();
-    let slot = slot_of(tid)?;
-    // SAFETY: reading a live map value; see entry_state.
-    let open = if unsafe { (*slot).owner } == tid {
-        slot
-    } else {
-        CUDA_INFLIGHT.get_ptr_mut(&tid)?
-    };
+    let open = threads().current(tid)?;
     // SAFETY: a live map value of this thread.
     let f = unsafe {
         match (*open).depth {

@@ -25,15 +25,62 @@ use tracer_common::{
 
 use crate::{
     maps::{
-        HEAP_BRK, HEAP_CONFIG, HEAP_COUNTDOWN, HEAP_INFLIGHT, HEAP_LIVE, HEAP_PIDS, HEAP_STATS,
-        HEAP_SYSCALLS,
+        HEAP_BRK, HEAP_CONFIG, HEAP_COUNTDOWN, HEAP_INFLIGHT, HEAP_LIVE, HEAP_PIDS, HEAP_SLOTS,
+        HEAP_STATS, HEAP_SYSCALLS,
     },
+    slots::{Frame, PerThread},
     stack::{self, user_regs},
     util::{Ring, header},
 };
 
 /// A frame older than this lost its return (the thread died in the call).
 const STALE_NS: u64 = 10_000_000_000;
+
+/// Each thread's heap call in flight: its slot, or its spill entry. (Made
+/// in code, not a static: a static's pointers to maps would need data
+/// relocations, which BPF loaders do not apply.)
+#[inline(always)]
+fn threads() -> PerThread<HeapInflight> {
+    PerThread {
+        slots: &HEAP_SLOTS,
+        spill: &HEAP_INFLIGHT,
+        stale_ns: STALE_NS,
+        count: tracer_common::THREAD_SLOTS,
+    }
+}
+
+impl Frame for HeapInflight {
+    #[inline(always)]
+    fn owner(&self) -> u64 {
+        self.owner
+    }
+
+    #[inline(always)]
+    fn depth(&self) -> u32 {
+        self.depth
+    }
+
+    #[inline(always)]
+    fn ts_ns(&self) -> u64 {
+        self.ts_ns
+    }
+
+    #[inline(always)]
+    fn claim(&mut self, tid: u64) {
+        self.owner = tid;
+        self.depth = 0;
+    }
+}
+
+/// Whether thread `tid` is inside a probed allocator call (the allocator's
+/// own system calls are its business, not the program's).
+#[inline(always)]
+fn inside_call(tid: u64) -> bool {
+    // SAFETY: reading a live map value.
+    threads()
+        .current(tid)
+        .is_some_and(|f| unsafe { (*f).depth } > 0)
+}
 /// Page size for `pvalloc`'s rounding (x86_64).
 const PAGE: u64 = 4096;
 
@@ -120,17 +167,17 @@ fn try_entry(ctx: &ProbeContext) -> Option<()> {
     }
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_boot_ns() };
-    if let Some(open) = HEAP_INFLIGHT.get_ptr_mut(&tid) {
-        // SAFETY: a live map value owned by this thread's key; only this
-        // thread's probes touch it.
-        unsafe {
-            if now.saturating_sub((*open).ts_ns) < STALE_NS {
-                (*open).depth += 1;
-                return Some(());
-            }
+    let open = threads().entry(tid, now)?;
+    // SAFETY: a live map value of this thread; only its probes write it
+    // (see `slots` for a slot shared with another thread).
+    unsafe {
+        if threads().open(open, now) {
+            (*open).depth += 1;
+            return Some(());
         }
     }
     let mut f = HeapInflight {
+        owner: tid,
         func,
         depth: 1,
         ts_ns: now,
@@ -148,7 +195,10 @@ fn try_entry(ctx: &ProbeContext) -> Option<()> {
     }
     count(stat::CALLS);
     f.how = decide(f.size);
-    HEAP_INFLIGHT.insert(&tid, &f, 0).ok()
+    // Written in place: the slot stays the thread's between calls.
+    // SAFETY: as above.
+    unsafe { *open = f };
+    Some(())
 }
 
 /// A block is gone: when it was sampled, drop it and tell userspace.
@@ -193,16 +243,22 @@ pub fn heap_return(ctx: RetProbeContext) -> u32 {
 
 fn try_return(ctx: &RetProbeContext) -> Option<()> {
     let tid = bpf_get_current_pid_tgid();
-    let open = HEAP_INFLIGHT.get_ptr_mut(&tid)?;
-    // SAFETY: a live map value owned by this thread's key.
+    let open = threads().current(tid)?;
+    // SAFETY: a live map value of this thread.
     let f = unsafe {
-        if (*open).depth > 1 {
-            (*open).depth -= 1;
-            return Some(());
+        match (*open).depth {
+            // No call open on this thread (a return whose entry came
+            // before the probe was attached).
+            0 => return Some(()),
+            1 => {}
+            _ => {
+                (*open).depth -= 1;
+                return Some(());
+            }
         }
+        (*open).depth = 0;
         *open
     };
-    let _ = HEAP_INFLIGHT.remove(&tid);
     let ret: u64 = ctx.ret();
     let shape = heap::shape(f.func)?;
     let addr = match shape {
@@ -306,7 +362,7 @@ fn traced_thread() -> Option<u64> {
     let tid = bpf_get_current_pid_tgid();
     // SAFETY: reading a plain u32 map value.
     unsafe { HEAP_PIDS.get(&((tid >> 32) as u32)) }?;
-    if HEAP_INFLIGHT.get_ptr(&tid).is_some() {
+    if inside_call(tid) {
         return None;
     }
     Some(tid)
@@ -403,7 +459,7 @@ pub fn heap_brk_enter(_ctx: TracePointContext) -> u32 {
     if unsafe { HEAP_PIDS.get(&((tid >> 32) as u32)) }.is_none() {
         return 0;
     }
-    let inside = HEAP_INFLIGHT.get_ptr(&tid).is_some();
+    let inside = inside_call(tid);
     let f = HeapInflight {
         func: heap::BRK,
         depth: if inside { 2 } else { 1 },
