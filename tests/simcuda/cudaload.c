@@ -25,12 +25,14 @@
  *                                    thread's cudaMalloc(BYTES_A) and, 100 ms into it, the
  *                                    mate's cudaMalloc(BYTES_B) (SIMCUDA_ALLOC_DELAY_MS holds
  *                                    them open): "ok TID MATE_TID PTR_A PTR_B"
+ *   rename NAME                      this thread's name (prctl PR_SET_NAME) -> "ok"
  *   dlopen RUNTIME.so [DRIVER.so]    load libraries now
  *   addr SYMBOL                      the address the process calls it at
  *   exit                             exit without freeing anything */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <stdint.h>
@@ -326,6 +328,7 @@ int main(int argc, char **argv) {
             if (r) printf("err %d\n", r);
             else printf("ok %d %d %p %p\n", (int)syscall(SYS_gettid), (int)mate, p, pb);
         }
+        else if (!strcmp(cmd, "rename")) { reply(prctl(PR_SET_NAME, a, 0, 0, 0)); }
         else if (!strcmp(cmd, "dlopen")) { reply(load(a, b[0] ? b : NULL) ? -1 : 0); }
         else if (!strcmp(cmd, "exit")) { return 0; }
         else printf("err -2 unknown command %s\n", cmd);

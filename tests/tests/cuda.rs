@@ -238,6 +238,27 @@ fn threads_sharing_a_slot_keep_their_own_calls_and_devices() {
     );
 }
 
+/// A thread's name is kept with its CUDA state and read again once it is a
+/// second old: a renamed thread's calls carry the new name within that.
+#[test]
+fn a_renamed_thread_shows_its_new_name() {
+    if !privileged() {
+        return;
+    }
+    let mut target = CudaLoad::sim(&[]);
+    let attach = Attach::start(target.pid(), &[]);
+    target.ok("malloc 4096");
+    let first = attach.wait_calls(1, |c| func(c) == "cudaMalloc");
+    assert_eq!(first[0]["comm"], "cudaload", "{first:?}");
+    target.ok("rename renamed");
+    std::thread::sleep(Duration::from_millis(1200));
+    target.ok("malloc 8192");
+    let calls = attach.wait_calls(2, |c| func(c) == "cudaMalloc");
+    assert_eq!(calls[1]["size"], 8192);
+    assert_eq!(calls[1]["comm"], "renamed", "{calls:?}");
+    attach.stop();
+}
+
 #[test]
 fn a_library_loaded_after_attach_is_picked_up() {
     if !privileged() {

@@ -335,6 +335,7 @@ impl Session {
                 "ts_ns": ts,
                 "pid": c.header.pid,
                 "tid": c.header.tid,
+                "comm": crate::collect::decode::c_str(&c.header.comm),
                 "function": func,
                 "size": c.size,
                 "ret": c.ret,
