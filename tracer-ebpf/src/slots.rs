@@ -15,13 +15,35 @@ pub trait Frame: Copy + Default {
     /// The thread (pid_tgid) it belongs to.
     fn owner(&self) -> u64;
     /// Probed calls open (0: none).
-    fn depth(&self) -> u32;
+    fn depth(&mut self) -> &mut u32;
     /// When the outermost open call entered.
     fn ts_ns(&self) -> u64;
     /// Makes it thread `tid`'s, with no call open and what a thread keeps
     /// between calls as the thread last left it.
     fn claim(&mut self, tid: u64);
 }
+
+/// The accessors of [`Frame`] for a type with `owner`, `depth` and `ts_ns`
+/// fields.
+macro_rules! frame_fields {
+    () => {
+        #[inline(always)]
+        fn owner(&self) -> u64 {
+            self.owner
+        }
+
+        #[inline(always)]
+        fn depth(&mut self) -> &mut u32 {
+            &mut self.depth
+        }
+
+        #[inline(always)]
+        fn ts_ns(&self) -> u64 {
+            self.ts_ns
+        }
+    };
+}
+pub(crate) use frame_fields;
 
 /// The slots of one family, its spill map, and how old an open call may be
 /// before it counts as lost (its thread died in it).
@@ -39,9 +61,52 @@ impl<T: Frame> PerThread<T> {
     /// # Safety
     /// `f` points at a live map value.
     #[inline(always)]
-    pub unsafe fn open(&self, f: *const T, now: u64) -> bool {
+    pub unsafe fn open(&self, f: *mut T, now: u64) -> bool {
         // SAFETY: the caller's contract.
-        unsafe { (*f).depth() > 0 && now.saturating_sub((*f).ts_ns()) < self.stale_ns }
+        unsafe { *(*f).depth() > 0 && now.saturating_sub((*f).ts_ns()) < self.stale_ns }
+    }
+
+    /// At a return, on the state `current` gave: the outermost call's
+    /// state when this return closes it (left with no call open); `None`
+    /// for a nested call's return (one fewer open) or when no call is open
+    /// (a return whose entry ran before the probe was attached).
+    ///
+    /// # Safety
+    /// `f` points at a live map value.
+    #[inline(always)]
+    pub unsafe fn leave(&self, f: *mut T) -> Option<T> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let depth = (*f).depth();
+            match *depth {
+                0 => None,
+                1 => {
+                    *depth = 0;
+                    Some(*f)
+                }
+                _ => {
+                    *depth -= 1;
+                    None
+                }
+            }
+        }
+    }
+
+    /// At an entry, on the state `entry` gave: true when a call is open
+    /// already, which this one only deepens.
+    ///
+    /// # Safety
+    /// `f` points at a live map value.
+    #[inline(always)]
+    pub unsafe fn nested(&self, f: *mut T, now: u64) -> bool {
+        // SAFETY: the caller's contract.
+        unsafe {
+            if self.open(f, now) {
+                *(*f).depth() += 1;
+                return true;
+            }
+        }
+        false
     }
 
     /// Thread `tid`'s state as it stands (at a return, or to ask whether it

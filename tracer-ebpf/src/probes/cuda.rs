@@ -21,7 +21,7 @@ use tracer_common::{
 
 use crate::{
     maps::{CUDA_CTX_DEVICE, CUDA_INFLIGHT, CUDA_SLOTS, CUDA_THREAD_DEVICE},
-    slots::{Frame, PerThread},
+    slots::{Frame, PerThread, frame_fields},
     util::{Ring, header_with},
 };
 
@@ -53,20 +53,7 @@ fn threads() -> PerThread<CudaInflight> {
 }
 
 impl Frame for CudaInflight {
-    #[inline(always)]
-    fn owner(&self) -> u64 {
-        self.owner
-    }
-
-    #[inline(always)]
-    fn depth(&self) -> u32 {
-        self.depth
-    }
-
-    #[inline(always)]
-    fn ts_ns(&self) -> u64 {
-        self.ts_ns
-    }
+    frame_fields!();
 
     /// The thread's device as last recorded; its name read at its next
     /// return.
@@ -91,11 +78,8 @@ fn try_entry(ctx: &ProbeContext) -> Option<()> {
     let open = threads().entry(tid, now)?;
     // SAFETY: a live map value of this thread; only its probes write it
     // (see `slots` for a slot shared with another thread).
-    unsafe {
-        if threads().open(open, now) {
-            (*open).depth += 1;
-            return Some(());
-        }
+    if unsafe { threads().nested(open, now) } {
+        return Some(());
     }
     // SAFETY: the context pointer is the one the kernel passed to this program.
     let func = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
@@ -162,19 +146,8 @@ fn try_return(ctx: &RetProbeContext) -> Option<()> {
     let tid = bpf_get_current_pid_tgid();
     let open = threads().current(tid)?;
     // SAFETY: a live map value of this thread.
-    let f = unsafe {
-        match (*open).depth {
-            // No call open on this thread (a return whose entry came
-            // before the probe was attached).
-            0 => return Some(()),
-            1 => {}
-            _ => {
-                (*open).depth -= 1;
-                return Some(());
-            }
-        }
-        (*open).depth = 0;
-        *open
+    let Some(f) = (unsafe { threads().leave(open) }) else {
+        return Some(());
     };
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_boot_ns() };

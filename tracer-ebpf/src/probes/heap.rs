@@ -28,7 +28,7 @@ use crate::{
         HEAP_BRK, HEAP_CONFIG, HEAP_COUNTDOWN, HEAP_INFLIGHT, HEAP_LIVE, HEAP_PIDS, HEAP_SLOTS,
         HEAP_STATS, HEAP_SYSCALLS,
     },
-    slots::{Frame, PerThread},
+    slots::{Frame, PerThread, frame_fields},
     stack::{self, user_regs},
     util::{Ring, header},
 };
@@ -50,20 +50,7 @@ fn threads() -> PerThread<HeapInflight> {
 }
 
 impl Frame for HeapInflight {
-    #[inline(always)]
-    fn owner(&self) -> u64 {
-        self.owner
-    }
-
-    #[inline(always)]
-    fn depth(&self) -> u32 {
-        self.depth
-    }
-
-    #[inline(always)]
-    fn ts_ns(&self) -> u64 {
-        self.ts_ns
-    }
+    frame_fields!();
 
     #[inline(always)]
     fn claim(&mut self, tid: u64) {
@@ -81,6 +68,7 @@ fn inside_call(tid: u64) -> bool {
         .current(tid)
         .is_some_and(|f| unsafe { (*f).depth } > 0)
 }
+
 /// Page size for `pvalloc`'s rounding (x86_64).
 const PAGE: u64 = 4096;
 
@@ -170,11 +158,8 @@ fn try_entry(ctx: &ProbeContext) -> Option<()> {
     let open = threads().entry(tid, now)?;
     // SAFETY: a live map value of this thread; only its probes write it
     // (see `slots` for a slot shared with another thread).
-    unsafe {
-        if threads().open(open, now) {
-            (*open).depth += 1;
-            return Some(());
-        }
+    if unsafe { threads().nested(open, now) } {
+        return Some(());
     }
     let mut f = HeapInflight {
         owner: tid,
@@ -245,19 +230,8 @@ fn try_return(ctx: &RetProbeContext) -> Option<()> {
     let tid = bpf_get_current_pid_tgid();
     let open = threads().current(tid)?;
     // SAFETY: a live map value of this thread.
-    let f = unsafe {
-        match (*open).depth {
-            // No call open on this thread (a return whose entry came
-            // before the probe was attached).
-            0 => return Some(()),
-            1 => {}
-            _ => {
-                (*open).depth -= 1;
-                return Some(());
-            }
-        }
-        (*open).depth = 0;
-        *open
+    let Some(f) = (unsafe { threads().leave(open) }) else {
+        return Some(());
     };
     let ret: u64 = ctx.ret();
     let shape = heap::shape(f.func)?;
