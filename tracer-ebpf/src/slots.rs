@@ -56,6 +56,12 @@ pub struct PerThread<T: 'static> {
 }
 
 impl<T: Frame> PerThread<T> {
+    /// Thread `tid`'s slot, whoever owns it now.
+    #[inline(always)]
+    fn slot(&self, tid: u64) -> Option<*mut T> {
+        self.slots.get_ptr_mut(tid as u32 & (self.count - 1))
+    }
+
     /// Whether `f` holds a call that is still open.
     ///
     /// # Safety
@@ -113,7 +119,7 @@ impl<T: Frame> PerThread<T> {
     /// is inside a call): its slot when it owns it, else its spill entry.
     #[inline(always)]
     pub fn current(&self, tid: u64) -> Option<*mut T> {
-        let slot = self.slots.get_ptr_mut(tid as u32 & (self.count - 1))?;
+        let slot = self.slot(tid)?;
         // SAFETY: reading a live map value.
         if unsafe { (*slot).owner() } == tid {
             Some(slot)
@@ -127,7 +133,7 @@ impl<T: Frame> PerThread<T> {
     /// made here if it has none.
     #[inline(always)]
     pub fn entry(&self, tid: u64, now: u64) -> Option<*mut T> {
-        let slot = self.slots.get_ptr_mut(tid as u32 & (self.count - 1))?;
+        let slot = self.slot(tid)?;
         // SAFETY: live map values. A slot is written by the programs of
         // the threads that share it; two of them entering at the same
         // instant on two CPUs can mix their states, never reach outside

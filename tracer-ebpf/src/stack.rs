@@ -77,23 +77,16 @@ const ABOVE_START: u64 = 64;
 /// unknown (a kernel thread, or offsets missing from BTF).
 #[inline(always)]
 fn main_stack_start() -> u64 {
-    let c = crate::util::config();
-    if c.task_mm_off == 0 || c.mm_start_stack_off == 0 {
+    let off = crate::util::config().mm_start_stack_off;
+    if off == 0 {
         return 0;
     }
-    // SAFETY: a task pointer from the kernel, read through
-    // bpf_probe_read_kernel (which faults safely) at offsets from BTF.
-    unsafe {
-        let task = aya_ebpf::helpers::bpf_get_current_task() as *const u8;
-        let Ok(mm) = bpf_probe_read_kernel(task.add(c.task_mm_off as usize).cast::<*const u8>())
-        else {
-            return 0;
-        };
-        if mm.is_null() {
-            return 0;
-        }
-        bpf_probe_read_kernel(mm.add(c.mm_start_stack_off as usize).cast::<u64>()).unwrap_or(0)
-    }
+    let Some(mm) = crate::util::current_mm() else {
+        return 0;
+    };
+    // SAFETY: a kernel pointer read through bpf_probe_read_kernel (which
+    // faults safely) at an offset from BTF.
+    unsafe { bpf_probe_read_kernel(mm.add(off as usize).cast::<u64>()) }.unwrap_or(0)
 }
 
 /// Fills the registers, the kernel's frame-pointer walk and a copy of the

@@ -84,6 +84,26 @@ pub fn header_with(kind: u32, pid_tgid: u64, ts_boot_ns: u64, comm: [u8; COMM_LE
     }
 }
 
+/// The current task's `mm_struct` (`task_struct.mm`, offset from BTF);
+/// `None` for a kernel thread, a task past `exit_mm()`, or an unknown
+/// offset.
+#[inline(always)]
+pub fn current_mm() -> Option<*const u8> {
+    let off = config().task_mm_off;
+    if off == 0 {
+        return None;
+    }
+    // SAFETY: bpf_get_current_task has no preconditions; the pointer is only
+    // read through bpf_probe_read_kernel, which faults safely.
+    let task = unsafe { aya_ebpf::helpers::bpf_get_current_task() } as *const u8;
+    // SAFETY: as above.
+    let mm = unsafe {
+        aya_ebpf::helpers::bpf_probe_read_kernel(task.add(off as usize).cast::<*const u8>())
+    }
+    .ok()?;
+    (!mm.is_null()).then_some(mm)
+}
+
 /// The id of the current task's memory cgroup (its kernfs node id, the
 /// inode of its directory), following the pointer chain whose offsets
 /// userspace read from BTF; 0 when any link is unknown or unreadable.

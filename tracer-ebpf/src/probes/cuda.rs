@@ -161,6 +161,13 @@ fn try_return(ctx: &RetProbeContext) -> Option<()> {
             .flatten()
     };
     let shape = cuda::shape(f.func)?;
+    // The thread's device, in its state and where it is found when the
+    // thread takes a slot back.
+    let remember_device = move |dev: i32| {
+        // SAFETY: this thread's live map value, as above.
+        unsafe { (*open).thread.device = dev };
+        let _ = CUDA_THREAD_DEVICE.insert(&tid, &dev, 0);
+    };
     let comm = if now.saturating_sub(f.thread.comm_ns) < cuda::COMM_FRESH_NS {
         f.thread.comm
     } else {
@@ -198,21 +205,15 @@ fn try_return(ctx: &RetProbeContext) -> Option<()> {
                 out.ptr = 0;
             }
         }
-        // SAFETY: this thread's live map value, as above.
-        Shape::SetDevice if ok => unsafe {
-            (*open).thread.device = f.device;
-            let _ = CUDA_THREAD_DEVICE.insert(&tid, &f.device, 0);
-        },
+        Shape::SetDevice if ok => remember_device(f.device),
         Shape::RetainContext if ok => {
             let _ = CUDA_CTX_DEVICE.insert(&out.ptr, &f.device, 0);
         }
         Shape::SetContext if ok => {
             // SAFETY: reading a plain i32 map value.
             if let Some(dev) = unsafe { CUDA_CTX_DEVICE.get(&f.aux) } {
-                // SAFETY: this thread's live map value, as above.
-                unsafe { (*open).thread.device = *dev };
+                remember_device(*dev);
                 out.device = *dev;
-                let _ = CUDA_THREAD_DEVICE.insert(&tid, dev, 0);
             }
         }
         _ => {}

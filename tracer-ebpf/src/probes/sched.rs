@@ -1,13 +1,15 @@
 //! Process lifecycle, to keep the userspace process model current.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel},
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
     macros::{raw_tracepoint, tracepoint},
     programs::{RawTracePointContext, TracePointContext},
 };
 use tracer_common::{ProcExec, ProcExit, ProcFork, field, kind};
 
-use crate::util::{Ring, config, current_memcg_id, header, read_data_loc_str, read_field};
+use crate::util::{
+    Ring, config, current_memcg_id, current_mm, header, read_data_loc_str, read_field,
+};
 
 /// `tracepoint/sched/sched_process_exec`, from `exec_binprm()` in
 /// fs/exec.c, after the new image is in place. Format: `__data_loc char[]
@@ -105,18 +107,10 @@ pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
 #[inline(always)]
 fn exit_rss() -> Option<[u64; 3]> {
     let cfg = config();
-    if cfg.task_mm_off == 0 || cfg.mm_rss_off[1] == 0 {
+    if cfg.mm_rss_off[1] == 0 {
         return None;
     }
-    // SAFETY: bpf_get_current_task has no preconditions; the pointer is only
-    // read through bpf_probe_read_kernel, at offsets from this kernel's BTF.
-    let task = unsafe { bpf_get_current_task() } as *const u8;
-    let mm =
-        unsafe { bpf_probe_read_kernel(task.add(cfg.task_mm_off as usize).cast::<*const u8>()) }
-            .ok()?;
-    if mm.is_null() {
-        return None;
-    }
+    let mm = current_mm()?;
     let mut out = [0u64; 3];
     for (i, off) in cfg.mm_rss_off.iter().enumerate() {
         if *off != 0 {
