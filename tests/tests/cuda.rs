@@ -250,12 +250,15 @@ fn a_renamed_thread_shows_its_new_name() {
     target.ok("malloc 4096");
     let first = attach.wait_calls(1, |c| func(c) == "cudaMalloc");
     assert_eq!(first[0]["comm"], "cudaload", "{first:?}");
-    target.ok("rename renamed");
+    // A hostile name (a quote, a backslash, an escape byte, a brace)
+    // stays one JSON line, the name intact.
+    let hostile = "re\"n\\\u{1b}{d";
+    target.ok(&format!("rename {hostile}"));
     std::thread::sleep(Duration::from_millis(1200));
     target.ok("malloc 8192");
     let calls = attach.wait_calls(2, |c| func(c) == "cudaMalloc");
     assert_eq!(calls[1]["size"], 8192);
-    assert_eq!(calls[1]["comm"], "renamed", "{calls:?}");
+    assert_eq!(calls[1]["comm"], hostile, "{calls:?}");
     attach.stop();
 }
 
