@@ -174,7 +174,7 @@ pub fn tracer_json(args: &[&str]) -> serde_json::Value {
 
 /// Polls `f` until it returns `Some` or `timeout` passes.
 pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let end = Instant::now() + timeout;
+    let end = Instant::now() + scaled(timeout);
     loop {
         if let Some(v) = f() {
             return Some(v);
@@ -184,6 +184,18 @@ pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Optio
         }
         thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// `d` stretched by `TRACER_E2E_TIME_SCALE` (a number, 1 unless set):
+/// a guest under software emulation (`cargo xtask vm-test`) runs the same
+/// tests some twenty times slower, and waits for them that much longer.
+pub fn scaled(d: Duration) -> Duration {
+    let scale = std::env::var("TRACER_E2E_TIME_SCALE")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 1.0)
+        .unwrap_or(1.0);
+    d.mul_f64(scale)
 }
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -244,6 +256,12 @@ impl TestCgroup {
             let d = root.join(p);
             if !d.exists() {
                 fs::create_dir(&d).unwrap_or_else(|e| panic!("mkdir {p}: {e}"));
+                // On v2 a child has a memory controller only where its
+                // parent hands it down.
+                if !v1 {
+                    fs::write(d.join("cgroup.subtree_control"), "+memory")
+                        .unwrap_or_else(|e| panic!("enable +memory in {p}: {e}"));
+                }
                 made.push(d);
             }
         }
@@ -390,17 +408,54 @@ pub fn memory_root() -> (PathBuf, bool) {
     );
 }
 
-/// `--name N` from the command line of a workload, or `default`.
-pub fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name} takes a number, got {v}"))
-        })
-        .unwrap_or(default)
+/// The numeric flags of a workload (`--name N`), each with its default.
+/// `--help` prints `usage` and the flags and exits 0; an unknown flag, a
+/// missing value or one that is not a number prints the same help on
+/// stderr and exits 2, so a mistyped flag never runs the workload with its
+/// defaults.
+pub fn flags<const N: usize>(usage: &str, defaults: [(&str, u64); N]) -> [u64; N] {
+    match parse_flags(std::env::args().skip(1), defaults) {
+        Ok(v) => v,
+        Err(why) => {
+            let help = flag_help(usage, &defaults);
+            if why.is_empty() {
+                println!("{help}");
+                std::process::exit(0);
+            }
+            eprintln!("{why}\n{help}");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn flag_help(usage: &str, defaults: &[(&str, u64)]) -> String {
+    let mut help = format!("usage: {usage}");
+    for (name, default) in defaults {
+        help.push_str(&format!("\n  {name} N  (default {default})"));
+    }
+    help
+}
+
+/// The values of `defaults` as `args` set them; `Err("")` for `--help`.
+fn parse_flags<const N: usize>(
+    args: impl IntoIterator<Item = String>,
+    defaults: [(&str, u64); N],
+) -> Result<[u64; N], String> {
+    let mut values = defaults.map(|(_, d)| d);
+    let mut args = args.into_iter();
+    while let Some(a) = args.next() {
+        if a == "--help" || a == "-h" {
+            return Err(String::new());
+        }
+        let Some(i) = defaults.iter().position(|(name, _)| *name == a) else {
+            return Err(format!("unknown argument {a:?}"));
+        };
+        let v = args.next().ok_or_else(|| format!("{a} needs a number"))?;
+        values[i] = v
+            .parse()
+            .map_err(|_| format!("{a} takes a number, got {v:?}"))?;
+    }
+    Ok(values)
 }
 
 /// Runs `memhog` (the binary at `bin`) in `cg`, growing `step_mib` every
@@ -564,7 +619,8 @@ impl Recorder {
         });
         assert!(
             ready.is_some(),
-            "recorder not ready after 30 s: {}",
+            "recorder not ready after {:?}: {}",
+            scaled(Duration::from_secs(30)),
             rec.log()
         );
         rec
@@ -922,5 +978,30 @@ impl Recorder {
     pub fn stop_summary(self) -> serde_json::Value {
         let log = self.stop();
         summary_of(&log).unwrap_or_else(|| panic!("no summary in the recorder's log: {log}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_flags;
+
+    fn parse(args: &[&str]) -> Result<[u64; 2], String> {
+        parse_flags(args.iter().map(|a| a.to_string()), [("--a", 1), ("--b", 2)])
+    }
+
+    #[test]
+    fn flags_take_defaults_values_help_and_refuse_the_rest() {
+        assert_eq!(parse(&[]), Ok([1, 2]));
+        assert_eq!(parse(&["--b", "7", "--a", "5"]), Ok([5, 7]));
+        assert_eq!(parse(&["--help"]), Err(String::new()));
+        assert_eq!(parse(&["--a", "1", "-h"]), Err(String::new()));
+        assert!(
+            parse(&["--c", "1"])
+                .unwrap_err()
+                .contains("unknown argument")
+        );
+        assert!(parse(&["--a"]).unwrap_err().contains("needs a number"));
+        assert!(parse(&["--a", "x"]).unwrap_err().contains("takes a number"));
+        assert!(parse(&["5"]).unwrap_err().contains("unknown argument"));
     }
 }

@@ -628,6 +628,53 @@ fn explain_reads_saved_kernel_logs() {
     );
 }
 
+/// A live `memory.oom.group` kill: cgroup v2 only (v1 has no such file;
+/// there the saved-log test below stands for it, and this one says it did
+/// not run). It runs in the v2 guest of `cargo xtask vm-test`. Every task
+/// of the group is killed as one incident, and each recorded kill says so.
+#[test]
+fn v2_only_a_live_memory_oom_group_kill_is_recorded_as_one_incident() {
+    if !privileged() {
+        return;
+    }
+    if tracer_e2e::memory_root().1 {
+        eprintln!("not run: memory.oom.group is cgroup v2 only, and memory is on v1 here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let cg = TestCgroup::new("oomgroup", 64 * MIB);
+    fs::write(cg.dir().join("memory.oom.group"), "1").expect("memory.oom.group");
+    let _rec = Recorder::start(&store);
+    let mut holder = memhog(&cg, 4, 10, Some(8));
+    holder.wait_line("held 8 MiB");
+    let mut grower = memhog(&cg, 2, 50, None);
+    for p in [&mut grower, &mut holder] {
+        assert_eq!(
+            p.wait_signal(Duration::from_secs(30)),
+            Some(libc::SIGKILL),
+            "every task of the group is killed"
+        );
+    }
+    let pids = [grower.pid(), holder.pid()];
+    for pid in pids {
+        let v = explain_pid(&store, pid, true);
+        let k = &v["kill"];
+        assert_eq!(k["victim"]["pid"], pid, "{v:#}");
+        assert_eq!(k["oom_group"], cg.path.as_str(), "{v:#}");
+        let mut incident: Vec<u64> = v["incident"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no incident: {v:#}"))
+            .iter()
+            .filter_map(|k| k["pid"].as_u64())
+            .collect();
+        incident.sort_unstable();
+        let mut want = pids.map(u64::from).to_vec();
+        want.sort_unstable();
+        assert_eq!(incident, want, "{v:#}");
+    }
+}
+
 /// A `memory.oom.group` kill (cgroup v2 only, so from a saved log on this
 /// v1 machine), as the kernel prints it: `explain --log` says every kill
 /// of the incident belongs to it, and says so in the verdict.

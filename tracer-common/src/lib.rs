@@ -143,6 +143,8 @@ pub mod programs {
     pub const GROWTH_CGROUP_ATTACH: &str = "growth_cgroup_attach";
     /// `vm_unmapped_area` (large reservations of followed processes).
     pub const GROWTH_MMAP: &str = "growth_mmap";
+    /// `tracepoint/oom/mark_victim`: the stack that tipped an OOM kill.
+    pub const GROWTH_OOM_TIP: &str = "growth_oom_tip";
     /// `uprobe` at every attached USDT probe (the cookie is its spec's index).
     pub const USDT_PROBE: &str = "usdt_probe";
 }

@@ -4,6 +4,7 @@ mod bench;
 mod demo;
 mod progstats;
 mod setup;
+mod vm;
 
 use std::{
     path::{Path, PathBuf},
@@ -41,6 +42,8 @@ enum Verb {
     Doctor,
     /// Set up, build, record a real OOM kill in a scratch cgroup and explain it.
     Demo,
+    /// Run the privileged end-to-end tests on other kernels, in guests.
+    VmTest(vm::Options),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +56,7 @@ fn main() -> ExitCode {
         Verb::Bench(opts) => bench::run(opts),
         Verb::Doctor => run_tracer(&["doctor".to_string()]),
         Verb::Demo => demo::run(),
+        Verb::VmTest(opts) => vm::run(opts),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -175,7 +175,7 @@ fn driver_libraries() -> anyhow::Result<()> {
     if libs.join("libcuda.so.1").exists() && libs.join("libnvidia-ml.so.1").exists() {
         return Ok(());
     }
-    private_debs(&dir, DRIVER_SOURCE, &DRIVER_PACKAGES)?;
+    private_debs(&dir, &[DRIVER_SOURCE], &DRIVER_PACKAGES)?;
     if !libs.join("libcuda.so.1").exists() || !libs.join("libnvidia-ml.so.1").exists() {
         bail!(
             "{} unpacked without libcuda.so.1 and libnvidia-ml.so.1 in {}",
@@ -200,7 +200,7 @@ fn prometheus() -> anyhow::Result<()> {
     if dir.join("root/usr/bin/promtool").exists() {
         return Ok(());
     }
-    private_debs(&dir, PROMETHEUS_SOURCE, &["prometheus"])?;
+    private_debs(&dir, &[PROMETHEUS_SOURCE], &["prometheus"])?;
     if !dir.join("root/usr/bin/promtool").exists() {
         bail!(
             "prometheus unpacked without usr/bin/promtool in {}",
@@ -234,16 +234,21 @@ fn python_tools() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Downloads `packages` from `source` and unpacks them with `dpkg-deb -x`
-/// into `dir`/root. apt-get runs with a sources list, package lists and
-/// cache of its own under `dir`/apt: the machine's apt configuration and
-/// package database are left as they are, and nothing is installed.
-fn private_debs(dir: &std::path::Path, source: &str, packages: &[&str]) -> anyhow::Result<()> {
+/// Downloads `packages` (`name` or `name=version`) from the `sources`
+/// lines and unpacks them with `dpkg-deb -x` into `dir`/root. apt-get runs
+/// with a sources list, package lists and cache of its own under `dir`/apt:
+/// the machine's apt configuration and package database are left as they
+/// are, and nothing is installed.
+pub fn private_debs(
+    dir: &std::path::Path,
+    sources: &[&str],
+    packages: &[&str],
+) -> anyhow::Result<()> {
     let apt = dir.join("apt");
     for d in ["lists/partial", "cache/archives/partial", "debs"] {
         std::fs::create_dir_all(apt.join(d))?;
     }
-    std::fs::write(apt.join("sources.list"), format!("{source}\n"))?;
+    std::fs::write(apt.join("sources.list"), sources.join("\n") + "\n")?;
     let opt = |k: &str, v: &std::path::Path| format!("-o{k}={}", v.display());
     let private = [
         opt("Dir::Etc::SourceList", &apt.join("sources.list")),

@@ -6,11 +6,12 @@
 
 use std::time::{Duration, Instant};
 
-use tracer_e2e::arg;
-
 fn main() {
-    let seconds = arg("--seconds", 10);
-    let uid = arg("--uid", 65534) as libc::uid_t;
+    let [seconds, uid] = tracer_e2e::flags(
+        "killstorm [--seconds N] [--uid N]: fork and SIGKILL children as uid N",
+        [("--seconds", 10), ("--uid", 65534)],
+    );
+    let uid = uid as libc::uid_t;
     // SAFETY: plain syscalls; order matters (group first, then user).
     unsafe {
         if libc::getuid() == 0 {

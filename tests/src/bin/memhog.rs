@@ -2,16 +2,26 @@
 //! steps, touching every page, until it reaches `--max-mib` (then holds it)
 //! or the kernel kills it.
 //!
-//! `memhog [--step-mib N] [--interval-ms N] [--max-mib N]`
+//! `memhog [--step-mib N] [--interval-ms N] [--max-mib N]`: it stops
+//! growing at `--max-mib` (1 GiB unless told), so a run outside a memory
+//! cgroup can never take the node; unknown flags are refused.
 
 use std::{io::Write as _, thread, time::Duration};
 
-use tracer_e2e::arg;
+/// The most memhog holds unless `--max-mib` says otherwise.
+const DEFAULT_MAX_MIB: u64 = 1024;
 
 fn main() {
-    let step = arg("--step-mib", 4) as usize;
-    let interval = Duration::from_millis(arg("--interval-ms", 100));
-    let max = arg("--max-mib", u64::MAX) as usize;
+    let [step, interval, max] = tracer_e2e::flags(
+        "memhog [--step-mib N] [--interval-ms N] [--max-mib N]: grow anonymous memory until the cap or an OOM kill",
+        [
+            ("--step-mib", 4),
+            ("--interval-ms", 100),
+            ("--max-mib", DEFAULT_MAX_MIB),
+        ],
+    );
+    let (step, max) = (step as usize, max as usize);
+    let interval = Duration::from_millis(interval);
     let mut held: Vec<Vec<u8>> = Vec::new();
     let mut total = 0usize;
     loop {

@@ -13,6 +13,7 @@ use aya_ebpf::{
     programs::{RawTracePointContext, TracePointContext},
 };
 use tracer_common::{
+    field,
     growth::{self, GrowthConfig, GrowthProc, GrowthSample, error_code, mode, stat},
     heap::how,
     kind,
@@ -22,7 +23,7 @@ use crate::{
     maps::{GROWTH_CONFIG, GROWTH_CPU, GROWTH_GEN, GROWTH_PROCS, GROWTH_SELECT, GROWTH_STATS},
     probes::heap::next_gap,
     stack::{self, user_regs},
-    util::{Ring, config, header},
+    util::{Ring, config, header, read_field},
 };
 
 /// User addresses end here (x86_64, 4-level and 5-level paging alike).
@@ -326,15 +327,21 @@ pub fn growth_mmap(ctx: RawTracePointContext) -> u32 {
 /// `mmap`'s system call number on x86_64.
 const SYS_MMAP: u64 = 9;
 
-/// The stack of the current task, which triggered an OOM kill of
-/// `victim_pid` (called from `oom:mark_victim`). Kernel threads and tasks
-/// without user memory have no user stack: nothing is sent.
-#[inline(always)]
-pub fn send_tip(ctx: &TracePointContext, victim_pid: u32) {
+/// `tracepoint/oom/mark_victim`, a program of its own beside the kill's
+/// (`oom_mark_victim`): the stack of the current task, which triggered the
+/// OOM kill of the victim. Kernel threads and tasks without user memory
+/// have no user stack: nothing is sent. Kept apart because it needs
+/// `bpf_get_current_task_btf` (5.11) and `bpf_task_pt_regs` (5.15), which
+/// the kill itself must not: on older kernels only this program fails.
+/// Minimum kernel: 5.15.
+#[tracepoint(category = "oom", name = "mark_victim")]
+pub fn growth_oom_tip(ctx: TracePointContext) -> u32 {
     if cfg().mode == mode::OFF {
-        return;
+        return 0;
     }
-    if send(ctx, kind::OOM_TIP, growth::TIP, victim_pid as u64, 0, 0) {
+    let victim_pid = read_field::<i32>(&ctx, field::MV_PID).unwrap_or(0) as u32;
+    if send(&ctx, kind::OOM_TIP, growth::TIP, victim_pid as u64, 0, 0) {
         count(stat::TIPS);
     }
+    0
 }

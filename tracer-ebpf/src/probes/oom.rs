@@ -79,9 +79,8 @@ fn try_mark_victim(ctx: &TracePointContext) -> Result<(), ()> {
         trigger_memcg_id: current_memcg_id(),
         victim_comm,
     });
-    // After the kill is on its ring: the stack that tipped it (large, on
-    // the data ring) can never cost the kill itself.
-    super::growth::send_tip(ctx, victim_pid);
+    // The stack that tipped the kill is `growth_oom_tip`, a program of its
+    // own on the same tracepoint: it needs helpers (5.15) this one must not.
     Ok(())
 }
 

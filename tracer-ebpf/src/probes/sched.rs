@@ -86,38 +86,49 @@ pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
     let Some(slot) = Ring::Critical.reserve::<ProcExit>() else {
         return 1;
     };
-    let rss = exit_rss();
+    // Initialised whatever happens: an `Option<[u64; 3]>` left LLVM free
+    // to read the array's stack slots uninitialised when it was `None`,
+    // which verifiers before 5.12 refuse ("invalid read from stack").
+    let mut rss = [0u64; 3];
+    let rss_known = exit_rss(&mut rss);
     // Without a wakeup: a reader woken at every process's end costs a
     // process-churning workload more than the event is worth.
     slot.submit_value_lazily(ProcExit {
         header: header(kind::PROC_EXIT),
         pid: tgid,
-        rss_known: u32::from(rss.is_some()),
-        rss_file_pages: rss.map_or(0, |r| r[0]),
-        rss_anon_pages: rss.map_or(0, |r| r[1]),
-        rss_shmem_pages: rss.map_or(0, |r| r[2]),
+        rss_known: u32::from(rss_known),
+        rss_file_pages: rss[0],
+        rss_anon_pages: rss[1],
+        rss_shmem_pages: rss[2],
     });
     0
 }
 
-/// The exiting task's RSS counters (file, anon, shmem pages), where the
-/// kernel still has its mm at this tracepoint (recent kernels fire it
-/// before `exit_mm()`, as 6.18 does; older ones give `None`). The counters are the
-/// kernel's approximate per-CPU-batched totals, as /proc reads them.
+/// Reads the exiting task's RSS counters (file, anon, shmem pages) into
+/// `out`, where the kernel still has its mm at this tracepoint (recent
+/// kernels fire it before `exit_mm()`, as 6.18 does; older ones do not):
+/// false, with `out` all zero, when they cannot be read. The counters are
+/// the kernel's approximate per-CPU-batched totals, as /proc reads them.
 #[inline(always)]
-fn exit_rss() -> Option<[u64; 3]> {
+fn exit_rss(out: &mut [u64; 3]) -> bool {
     let cfg = config();
     if cfg.mm_rss_off[1] == 0 {
-        return None;
+        return false;
     }
-    let mm = current_mm()?;
-    let mut out = [0u64; 3];
+    let Some(mm) = current_mm() else {
+        return false;
+    };
     for (i, off) in cfg.mm_rss_off.iter().enumerate() {
         if *off != 0 {
             // SAFETY: as above; a faulting read returns an error.
-            let v = unsafe { bpf_probe_read_kernel(mm.add(*off as usize).cast::<i64>()) }.ok()?;
-            out[i] = v.max(0) as u64;
+            match unsafe { bpf_probe_read_kernel(mm.add(*off as usize).cast::<i64>()) } {
+                Ok(v) => out[i] = v.max(0) as u64,
+                Err(_) => {
+                    *out = [0; 3];
+                    return false;
+                }
+            }
         }
     }
-    Some(out)
+    true
 }

@@ -196,13 +196,14 @@ pub fn checks(store: &Path, nvml_lib: Option<&Path>) -> Vec<Check> {
         None
     };
     match loaded {
-        Some(Ok((probes, statuses))) => {
+        Some(Ok((mut probes, statuses))) => {
             out.push(check(
                 "ring buffer",
                 Status::Ok,
                 "critical and data rings created",
                 None,
             ));
+            out.extend(uprobe_program_checks(&mut probes));
             for s in statuses {
                 let name = s.spec.hook.to_string();
                 out.push(match s.error {
@@ -342,6 +343,40 @@ pub fn checks(store: &Path, nvml_lib: Option<&Path>) -> Vec<Check> {
     out.push(nvml_check(nvml_lib));
     out.push(store_check(store));
     out
+}
+
+/// Whether this kernel takes the uprobe families' programs (loaded, not
+/// attached): each needs helpers newer than the kill capture does.
+fn uprobe_program_checks(probes: &mut Probes) -> Vec<Check> {
+    use crate::probes::uprobe::{CUDA, HEAP};
+    let rows: [(&str, &str, Result<(), probes::ProbeError>); 3] = [
+        (
+            "CUDA tracing",
+            "record --cuda, attach --pid",
+            probes.load_family(&CUDA, false),
+        ),
+        (
+            "heap tracing",
+            "attach --host, record --host-cgroup",
+            probes.load_family(&HEAP, false),
+        ),
+        (
+            "USDT probes",
+            "PyTorch's caching allocator probes",
+            probes.load_usdt(),
+        ),
+    ];
+    rows.into_iter()
+        .map(|(name, what, r)| match r {
+            Ok(()) => check(name, Status::Ok, format!("programs load ({what})"), None),
+            Err(e) => check(
+                name,
+                Status::Warn,
+                format!("{e}: not available on this kernel ({what})"),
+                Some("a kernel of 5.15 or newer has every helper tracer uses"),
+            ),
+        })
+        .collect()
 }
 
 /// The CUDA libraries of `pid` and the probed functions each lacks.

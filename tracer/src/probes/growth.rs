@@ -91,7 +91,7 @@ pub fn config(opts: &GrowthOptions, btf: &KernelBtf) -> (GrowthConfig, Option<St
 }
 
 /// The growth programs: (program, tracepoint, required for growth).
-pub const GROWTH_PROBES: [ProbeSpec; 4] = [
+pub const GROWTH_PROBES: [ProbeSpec; 5] = [
     ProbeSpec {
         program: programs::GROWTH_FAULT_USER,
         hook: Hook::RawTracePoint {
@@ -124,6 +124,15 @@ pub const GROWTH_PROBES: [ProbeSpec; 4] = [
         },
         required: false,
         purpose: "growth attribution: large reservations (mmap) with their stacks",
+    },
+    ProbeSpec {
+        program: programs::GROWTH_OOM_TIP,
+        hook: Hook::TracePoint {
+            category: "oom",
+            name: "mark_victim",
+        },
+        required: false,
+        purpose: "growth attribution: the stack of the allocation that tipped an OOM kill",
     },
 ];
 

@@ -13,6 +13,7 @@ pub mod placement;
 pub mod tracefs;
 pub mod uprobe;
 pub mod usdt;
+pub mod verifier;
 pub mod watch;
 
 use std::{collections::HashMap, path::PathBuf};
@@ -62,15 +63,14 @@ pub enum ProbeError {
         source: aya::EbpfError,
     },
     /// A program was refused by the verifier or could not be attached.
-    #[error("probe {program} ({hook})")]
+    #[error("probe {program} ({hook}): {why}")]
     Program {
         /// Program name.
         program: &'static str,
         /// The hook, as `tracepoint/oom/mark_victim`.
         hook: String,
-        /// aya's error, with the verifier log when the load failed.
-        #[source]
-        source: ProgramError,
+        /// Why, in one line (the verifier's log goes to the debug log).
+        why: String,
     },
     /// A program or map is not in the object (a build mismatch).
     #[error("the eBPF object has no {what} called {name}; rebuild tracer")]
@@ -374,7 +374,7 @@ impl Probes {
                     return Err(ProbeError::Program {
                         program: spec.program,
                         hook: spec.hook.to_string(),
-                        source,
+                        why: verifier::brief(spec.program, &source),
                     });
                 }
                 Err(Unavailable::Hook(why)) if spec.required => {
@@ -391,7 +391,10 @@ impl Probes {
                     });
                 }
                 Err(e) => {
-                    let why = e.to_string();
+                    let why = match &e {
+                        Unavailable::Program(p) => verifier::brief(spec.program, p),
+                        e => e.to_string(),
+                    };
                     tracing::warn!(
                         "probe {} unavailable ({why}): no {} will be recorded",
                         spec.hook,
@@ -473,7 +476,7 @@ impl Unavailable {
             Unavailable::Program(source) => ProbeError::Program {
                 program: name,
                 hook: "uprobe".into(),
-                source,
+                why: verifier::brief(name, &source),
             },
             _ => ProbeError::Missing {
                 what: "program",

@@ -393,7 +393,7 @@ impl Probes {
             prog.load().map_err(|source| ProbeError::Program {
                 program: name,
                 hook: "uprobe".into(),
-                source,
+                why: super::verifier::brief(name, &source),
             })?;
         }
         Ok(())
