@@ -144,10 +144,16 @@ fn run_tracer(args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The debug binaries the end-to-end tests start (target/debug/tracer,
+/// memhog, killstorm).
+pub fn build_test_bins() -> anyhow::Result<()> {
+    sh(cargo().args(["build", "-p", "tracer", "-p", "tracer-e2e", "--bins"]))
+}
+
 fn test() -> anyhow::Result<()> {
     setup::check_toolchain()?;
     sh(cargo().args(["test", "-p", "tracer-common", "-p", "tracer", "-p", "xtask"]))?;
-    sh(cargo().args(["build", "-p", "tracer", "-p", "tracer-e2e", "--bins"]))?;
+    build_test_bins()?;
     if !is_root() {
         if std::env::var_os("CI").is_some() {
             bail!("the end-to-end tests need root (and BPF); CI runs them as root");

@@ -234,30 +234,35 @@ fn python_tools() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Downloads `packages` (`name` or `name=version`) from the `sources`
-/// lines and unpacks them with `dpkg-deb -x` into `dir`/root. apt-get runs
-/// with a sources list, package lists and cache of its own under `dir`/apt:
-/// the machine's apt configuration and package database are left as they
-/// are, and nothing is installed.
-pub fn private_debs(
-    dir: &std::path::Path,
-    sources: &[&str],
-    packages: &[&str],
-) -> anyhow::Result<()> {
+/// apt-get and apt-cache options for a private apt state under `dir`/apt
+/// whose sources list is the `sources` lines (the directories are made):
+/// the machine's apt configuration and package lists are left as they are.
+pub fn private_apt(dir: &std::path::Path, sources: &[&str]) -> anyhow::Result<Vec<String>> {
     let apt = dir.join("apt");
     for d in ["lists/partial", "cache/archives/partial", "debs"] {
         std::fs::create_dir_all(apt.join(d))?;
     }
     std::fs::write(apt.join("sources.list"), sources.join("\n") + "\n")?;
     let opt = |k: &str, v: &std::path::Path| format!("-o{k}={}", v.display());
-    let private = [
+    Ok(vec![
         opt("Dir::Etc::SourceList", &apt.join("sources.list")),
         opt("Dir::Etc::SourceParts", std::path::Path::new("/dev/null")),
         opt("Dir::State::Lists", &apt.join("lists")),
         opt("Dir::Cache", &apt.join("cache")),
         // Downloads run as root here, not as apt's sandbox user.
         "-oAPT::Sandbox::User=root".to_string(),
-    ];
+    ])
+}
+
+/// Downloads `packages` (`name` or `name=version`) from the `sources`
+/// lines and unpacks them with `dpkg-deb -x` into `dir`/root, through
+/// [`private_apt`]: nothing is installed.
+pub fn private_debs(
+    dir: &std::path::Path,
+    sources: &[&str],
+    packages: &[&str],
+) -> anyhow::Result<()> {
+    let private = private_apt(dir, sources)?;
     sh(Command::new("apt-get")
         .args(&private)
         .args(["update", "-qq"]))?;
@@ -265,8 +270,8 @@ pub fn private_debs(
         .args(&private)
         .args(["download", "-qq"])
         .args(packages)
-        .current_dir(apt.join("debs")))?;
-    for entry in std::fs::read_dir(apt.join("debs"))? {
+        .current_dir(dir.join("apt/debs")))?;
+    for entry in std::fs::read_dir(dir.join("apt/debs"))? {
         let deb = entry?.path();
         if deb.extension().is_some_and(|e| e == "deb") {
             sh(Command::new("dpkg-deb")

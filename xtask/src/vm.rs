@@ -138,8 +138,6 @@ struct Kernel {
     version: &'static str,
 }
 
-const DEBIAN: &str = "http://deb.debian.org/debian";
-
 /// The kernels of the matrix: Debian 11's, 12's, 13's and 13's backport,
 /// the newest of each series on 2026-12-04.
 const KERNELS: &[Kernel] = &[
@@ -254,8 +252,7 @@ fn build_plan(
     filter: &[String],
 ) -> anyhow::Result<Vec<(PathBuf, Vec<String>)>> {
     crate::setup::check_toolchain()?;
-    // The binaries the tests start (target/debug/tracer, memhog, ...).
-    sh(crate::cargo().args(["build", "-p", "tracer", "-p", "tracer-e2e", "--bins"]))?;
+    crate::build_test_bins()?;
     let out = crate::cargo()
         .current_dir(root())
         .args([
@@ -331,27 +328,15 @@ fn tools() -> anyhow::Result<()> {
             .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("bpo"));
         let mut apt = Command::new("apt-get");
         if bpo {
-            let dir = work().join("apt-qemu");
-            for d in ["lists/partial", "cache/archives/partial"] {
-                fs::create_dir_all(dir.join(d))?;
-            }
-            fs::write(
-                dir.join("sources.list"),
-                format!(
-                    "deb {DEBIAN} bookworm main\ndeb {DEBIAN} bookworm-updates main\n\
-                     deb http://deb.debian.org/debian-security bookworm-security main\n\
-                     deb {DEBIAN} bookworm-backports main\n"
-                ),
+            let private = crate::setup::private_apt(
+                &work().join("apt-qemu"),
+                &[
+                    "deb http://deb.debian.org/debian bookworm main",
+                    "deb http://deb.debian.org/debian bookworm-updates main",
+                    "deb http://deb.debian.org/debian-security bookworm-security main",
+                    "deb http://deb.debian.org/debian bookworm-backports main",
+                ],
             )?;
-            let private = [
-                format!(
-                    "-oDir::Etc::SourceList={}",
-                    dir.join("sources.list").display()
-                ),
-                "-oDir::Etc::SourceParts=/dev/null".to_string(),
-                format!("-oDir::State::Lists={}", dir.join("lists").display()),
-                format!("-oDir::Cache={}", dir.join("cache").display()),
-            ];
             sh(Command::new("apt-get")
                 .args(&private)
                 .args(["update", "-qq"]))?;
@@ -416,10 +401,16 @@ fn fetch(name: &str) -> anyhow::Result<Result<PathBuf, String>> {
         let pinned: Vec<&str> = pinned.iter().map(String::as_str).collect();
         eprintln!("xtask: downloading kernel {}", pinned.join(" "));
         if let Err(e) = crate::setup::private_debs(&dir, k.sources, &pinned) {
-            // The archive keeps only the newest build of a series.
+            // The archive keeps only the newest build of a series: a pin it
+            // no longer lists is a skip; anything else (no network, a
+            // full disk) is a failure, never a skip.
+            let gone = unlisted(&dir, k.sources, &pinned)?;
+            if gone.is_empty() {
+                return Err(e.context(format!("downloading kernel {name}")));
+            }
             return Ok(Err(format!(
-                "the archive no longer has {} ({e:#}): pin the series' newest in xtask/src/vm.rs",
-                pinned.join(" ")
+                "the archive no longer has {}: pin the series' newest in xtask/src/vm.rs",
+                gone.join(" ")
             )));
         }
         fs::write(dir.join(".done"), "")?;
@@ -441,6 +432,39 @@ fn fetch(name: &str) -> anyhow::Result<Result<PathBuf, String>> {
         }
     }
     bail!("{} unpacked without a vmlinuz", dir.display())
+}
+
+/// Which of `pinned` (`name=version`) the private apt lists under `dir`,
+/// read without error, do not have; empty when the lists were not read
+/// (a failed update says nothing about the archive).
+fn unlisted(dir: &Path, sources: &[&str], pinned: &[&str]) -> anyhow::Result<Vec<String>> {
+    let read = fs::read_dir(dir.join("apt/lists")).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().ends_with("_Packages"))
+    });
+    if !read {
+        return Ok(Vec::new());
+    }
+    let private = crate::setup::private_apt(dir, sources)?;
+    let mut gone = Vec::new();
+    for p in pinned {
+        let (name, version) = p.split_once('=').unwrap_or((p, ""));
+        // `apt-cache show NAME=VERSION` exits 0 even when it finds
+        // nothing; madison's table says which versions there are.
+        let out = Command::new("apt-cache")
+            .args(&private)
+            .args(["madison", name])
+            .output()
+            .context("apt-cache madison")?;
+        let listed = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.split('|').nth(1).is_some_and(|v| v.trim() == version));
+        if !listed {
+            gone.push(p.to_string());
+        }
+    }
+    Ok(gone)
 }
 
 /// The kernel config beside `vmlinuz` (Debian's boot/config-VERSION).

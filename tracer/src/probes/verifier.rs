@@ -39,12 +39,16 @@ pub fn brief(program: &str, e: &ProgramError) -> String {
 
 /// [`brief`] of a load failure with its verifier `log`.
 fn brief_log(io_error: &std::io::Error, log: &str) -> String {
-    if let Some(id) = unknown_helper(log) {
-        return match NEWER_HELPERS.iter().find(|(n, ..)| *n == id) {
-            Some((_, name, since)) => {
+    if let Some((id, known)) = unknown_helper(log) {
+        let newer = NEWER_HELPERS.iter().find(|(n, ..)| *n == id);
+        return match (known, newer) {
+            (false, Some((_, name, since))) => {
                 format!("needs the BPF helper {name} (Linux {since}+), which this kernel lacks")
             }
-            None => format!("needs BPF helper #{id}, which this kernel lacks"),
+            (false, None) => format!("needs BPF helper #{id}, which this kernel lacks"),
+            (true, _) => format!(
+                "calls BPF helper #{id}, which this kernel does not allow in this program type"
+            ),
         };
     }
     let last = log
@@ -59,17 +63,17 @@ fn brief_log(io_error: &std::io::Error, log: &str) -> String {
 }
 
 /// The helper id of the verifier's `invalid func unknown#N` (a kernel that
-/// does not know the helper at all) or `unknown func NAME#N` (one that
-/// knows it but not for this program type).
-fn unknown_helper(log: &str) -> Option<u32> {
+/// does not know the helper at all: false) or `unknown func NAME#N` (one
+/// that knows it but not for this program type: true).
+fn unknown_helper(log: &str) -> Option<(u32, bool)> {
     log.lines().find_map(|l| {
-        let rest = l
-            .split_once("invalid func unknown#")
-            .or_else(|| l.split_once("unknown func "))?
-            .1;
+        let (rest, known) = match l.split_once("invalid func unknown#") {
+            Some((_, rest)) => (rest, false),
+            None => (l.split_once("unknown func ")?.1, true),
+        };
         let digits = rest.rsplit('#').next().unwrap_or(rest);
         let digits: String = digits.chars().take_while(char::is_ascii_digit).collect();
-        digits.parse().ok()
+        Some((digits.parse().ok()?, known))
     })
 }
 
@@ -99,12 +103,13 @@ mod tests {
             brief_log(&einval(), LOG_5_10),
             "needs the BPF helper bpf_get_current_task_btf (Linux 5.11+), which this kernel lacks"
         );
+        // A helper the kernel knows, in a program type that may not call it.
         assert_eq!(
             brief_log(
                 &einval(),
                 "12: (85) call bpf_task_pt_regs#175\nunknown func bpf_task_pt_regs#175\n"
             ),
-            "needs the BPF helper bpf_task_pt_regs (Linux 5.15+), which this kernel lacks"
+            "calls BPF helper #175, which this kernel does not allow in this program type"
         );
         assert_eq!(
             brief_log(&einval(), "invalid func unknown#999\n"),
