@@ -186,7 +186,8 @@ pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Optio
     }
 }
 
-/// `d` stretched by `TRACER_E2E_TIME_SCALE` (a number, 1 unless set):
+/// `d` stretched by `TRACER_E2E_TIME_SCALE` (a number from 1 to 100, 1
+/// unless set):
 /// a guest under software emulation (`cargo xtask vm-test`) runs the same
 /// tests some twenty times slower, and waits for them that much longer.
 pub fn scaled(d: Duration) -> Duration {
@@ -194,6 +195,8 @@ pub fn scaled(d: Duration) -> Duration {
         .ok()
         .and_then(|s| s.parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s >= 1.0)
+        // Bounded: a huge factor would overflow Duration and panic.
+        .map(|s| s.min(100.0))
         .unwrap_or(1.0);
     d.mul_f64(scale)
 }
