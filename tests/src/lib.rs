@@ -566,7 +566,8 @@ impl Recorder {
     }
 
     /// Starts `bin record --store STORE EXTRA...` and waits until it
-    /// records; `echo` copies its log lines to stderr.
+    /// records; `echo` copies its start-up log lines to stderr (a failing
+    /// test prints the last ones).
     pub fn start_bin(bin: &Path, store: &Path, extra: &[&str], echo: bool) -> Self {
         Self::spawn(bin, store, extra, &[], echo)
     }
@@ -599,8 +600,15 @@ impl Recorder {
         let pipe = child.stderr.take().expect("piped");
         let sink = stderr.clone();
         thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                if echo {
+            // The first lines (start-up) are echoed live; the rest only as
+            // a tail when the test fails (Drop), so that a storm of log
+            // lines cannot bury the failure's own message.
+            for (n, line) in BufReader::new(pipe)
+                .lines()
+                .map_while(Result::ok)
+                .enumerate()
+            {
+                if echo && n < ECHO_LIVE_LINES {
                     eprintln!("[recorder] {line}");
                 }
                 sink.lock().expect("lock").push_str(&(line + "\n"));
@@ -645,6 +653,24 @@ impl Recorder {
         self.log()
     }
 
+    /// Sends it SIGTERM and returns how long it took to end (to be gone,
+    /// or a zombie: its probes are removed by then). Panics after 10 s.
+    pub fn terminate_timed(&self) -> Duration {
+        let pid = self.pid();
+        let t0 = std::time::Instant::now();
+        // SAFETY: plain syscall on the recorder this test started.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        let stat = format!("/proc/{pid}/stat");
+        wait_for(Duration::from_secs(10), || {
+            match std::fs::read_to_string(&stat) {
+                Err(_) => true,
+                Ok(s) => s.contains(") Z "),
+            }
+            .then(|| t0.elapsed())
+        })
+        .unwrap_or_else(|| panic!("the recorder did not stop on SIGTERM: {}", self.log()))
+    }
+
     /// Kills it with SIGKILL, as a crash would.
     pub fn crash(mut self) {
         if let Some(mut c) = self.child.take() {
@@ -666,10 +692,28 @@ impl Recorder {
     }
 }
 
+/// Log lines of a recorder echoed as they come (its start-up).
+const ECHO_LIVE_LINES: usize = 20;
+/// Log lines echoed when a test using it fails.
+const ECHO_TAIL_LINES: usize = 40;
+
 impl Drop for Recorder {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
             interrupt(&mut c, Duration::from_secs(20));
+        }
+        if thread::panicking() {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            let from = lines.len().saturating_sub(ECHO_TAIL_LINES);
+            eprintln!(
+                "[recorder] the last {} of its {} log lines:",
+                lines.len() - from,
+                lines.len()
+            );
+            for l in &lines[from..] {
+                eprintln!("[recorder] {l}");
+            }
         }
     }
 }

@@ -13,7 +13,6 @@ use std::{
 use serde_json::Value;
 use tracer_e2e::{
     Proc, Recorder, TestCgroup, explain_json, oom_killed, privileged, storm_count, tracer_json,
-    wait_for,
 };
 
 const MIB: u64 = 1 << 20;
@@ -119,17 +118,7 @@ fn a_sigkill_storm_neither_delays_an_oom_kill_nor_floods_the_store() {
     // SIGTERM while a new storm is at full speed: stopped within 2 s.
     let _s2 = storm(&storm_cg, 60);
     std::thread::sleep(Duration::from_secs(2));
-    let pid = rec.pid();
-    let t0 = Instant::now();
-    // SAFETY: plain syscall on the recorder this test started.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    let gone = wait_for(Duration::from_secs(10), || {
-        (!std::path::Path::new(&format!("/proc/{pid}/stat")).exists()
-            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .is_ok_and(|s| s.contains(") Z ")))
-        .then(|| t0.elapsed())
-    })
-    .expect("the recorder stopped");
+    let gone = rec.terminate_timed();
     assert!(
         gone < Duration::from_secs(2),
         "stopped {gone:?} after SIGTERM"

@@ -551,16 +551,14 @@ impl Attached {
         )
     }
 
-    /// Removes every probe (the kernel waits for a grace period per uprobe,
-    /// about 0.1 s each here, so callers report first).
+    /// Removes every probe (the kernel waits for grace periods, shared by
+    /// the probes removed together; callers report first).
     pub(super) fn detach(self, probes: &mut Probes) {
         let n: usize = self.list.iter().map(|a| a.probes()).sum();
         if n > 0 {
             crate::say!("tracer: removing {n} probes from pid {}", self.pid);
         }
-        for att in self.list {
-            probes.detach_family(att);
-        }
+        probes.detach_families(self.list);
     }
 }
 
@@ -629,13 +627,15 @@ impl AllocatorProbes {
 
     /// Lowers the semaphores again, then removes the probes.
     pub(super) fn detach(self, probes: &mut Probes) {
+        let mut atts = Vec::with_capacity(self.list.len());
         for (att, raised) in self.list {
             for addr in raised {
                 // The process may be gone: nothing to lower then.
                 let _ = crate::probes::usdt::add_to_semaphore(self.pid, addr, -1);
             }
-            probes.detach_usdt(att);
+            atts.push(att);
         }
+        probes.detach_usdt(atts);
     }
 }
 

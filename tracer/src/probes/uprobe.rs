@@ -469,17 +469,30 @@ impl Probes {
 
     /// Removes an attachment's probes.
     pub fn detach_family(&mut self, att: Attachment) {
-        let mut links = Vec::with_capacity(att.entries.len() * 2);
-        let [entry_prog, return_prog] = att.programs;
-        for (name, ids) in [(entry_prog, att.entries), (return_prog, att.returns)] {
-            if let Ok(prog) = self.program::<UProbe>(name) {
-                links.extend(ids.into_iter().filter_map(|id| prog.take_link(id).ok()));
+        self.detach_families(vec![att]);
+    }
+
+    /// Removes the probes of several attachments together: dropping a link
+    /// removes its uprobe after a kernel grace period, and links dropped
+    /// at once share their grace periods ([`super::drop_together`]).
+    /// Entries go before returns, so no frame is opened whose return can
+    /// no longer be seen.
+    pub fn detach_families(&mut self, atts: Vec<Attachment>) {
+        let mut entries = Vec::new();
+        let mut returns = Vec::new();
+        for att in atts {
+            let [entry_prog, return_prog] = att.programs;
+            for (name, ids, out) in [
+                (entry_prog, att.entries, &mut entries),
+                (return_prog, att.returns, &mut returns),
+            ] {
+                if let Ok(prog) = self.program::<UProbe>(name) {
+                    out.extend(ids.into_iter().filter_map(|id| prog.take_link(id).ok()));
+                }
             }
         }
-        // Dropping a link removes its uprobe (the kernel waits for a grace
-        // period each time, one after the other). Entries go before returns,
-        // so no frame is opened whose return can no longer be seen.
-        drop(links);
+        super::drop_together(entries);
+        super::drop_together(returns);
     }
 }
 

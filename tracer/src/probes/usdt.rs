@@ -572,15 +572,15 @@ impl Probes {
         Ok(att)
     }
 
-    /// Removes an attachment's probes.
-    pub fn detach_usdt(&mut self, att: UsdtAttachment) {
+    /// Removes attachments' probes, together ([`super::drop_together`]).
+    pub fn detach_usdt(&mut self, atts: Vec<UsdtAttachment>) {
         if let Ok(prog) = self.program::<UProbe>(programs::USDT_PROBE) {
-            let links: Vec<_> = att
-                .links
+            let links: Vec<_> = atts
                 .into_iter()
+                .flat_map(|a| a.links)
                 .filter_map(|id| prog.take_link(id).ok())
                 .collect();
-            drop(links);
+            super::drop_together(links);
         }
     }
 }

@@ -227,9 +227,7 @@ impl AllocatorWatch {
                 let _ = usdt::add_to_semaphore(pid, addr, -1);
             }
         }
-        for att in self.attached {
-            probes.detach_usdt(att);
-        }
+        probes.detach_usdt(self.attached);
     }
 }
 
@@ -322,9 +320,8 @@ impl Watch {
         if !gone.is_empty() {
             let _ = self.probes.heap_pid(pid, false);
         }
-        for (_, att) in gone {
-            self.probes.detach_family(att);
-        }
+        self.probes
+            .detach_families(gone.into_iter().map(|(_, a)| a).collect());
     }
 
     /// Adds (or removes) memory cgroup `path` to the scope of the family
@@ -421,15 +418,15 @@ impl Watch {
         }
     }
 
-    /// Removes every probe (slow: a kernel grace period per uprobe).
+    /// Removes every probe (together: their kernel grace periods are shared).
     fn detach(mut self) {
         let n: usize = self.attached.iter().map(|(_, a)| a.probes()).sum();
         if n > 0 {
             tracing::info!("removing {n} probes");
         }
-        for (_, att) in std::mem::take(&mut self.attached) {
-            self.probes.detach_family(att);
-        }
+        let atts = std::mem::take(&mut self.attached);
+        self.probes
+            .detach_families(atts.into_iter().map(|(_, a)| a).collect());
         if let Some(a) = self.allocator.take() {
             a.detach(&mut self.probes);
         }

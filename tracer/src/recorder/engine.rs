@@ -44,6 +44,13 @@ const EVENT_BUFFER: usize = 4096;
 /// (OOM kills are all taken in whatever this says): the recorder stops
 /// within 2 s of SIGTERM even when a storm has filled its queues.
 const STOP_DRAIN: Duration = Duration::from_millis(700);
+/// How long the engine's whole stop may take from the request (drain,
+/// the growth worker's last reports, the last commits): the rest of the
+/// 2 s is the probes' detach (a grace period, 0.3 s on a busy node) and
+/// the process's exit.
+const STOP_BUDGET: Duration = Duration::from_millis(1000);
+/// The least the growth worker is given to settle at stop.
+const SETTLE_MIN: Duration = Duration::from_millis(100);
 
 /// Settings of the engine.
 #[derive(Clone, Debug)]
@@ -280,6 +287,7 @@ impl Engine {
         let (mut oom_open, mut crit_open, mut data_open, mut kmsg_open) = (true, true, true, true);
         let mut settle_due: Option<tokio::time::Instant> = None;
         let mut nvml_rx = inputs.gpu.take();
+        let mut stop_at = None;
         while oom_open || crit_open || data_open || kmsg_open {
             let mut stop = false;
             // New programs' /proc reads fall due on their own, not only
@@ -337,6 +345,7 @@ impl Engine {
                 },
                 _ = inputs.stop.changed() => {
                     stop = true;
+                    stop_at = Some(std::time::Instant::now());
                     self.drain_for_stop(&mut inputs)
                 }
                 _ = sleep_until(settle_due), if settle_due.is_some() => {
@@ -355,7 +364,7 @@ impl Engine {
                 break;
             }
         }
-        self.finish()
+        self.finish(stop_at.unwrap_or_else(std::time::Instant::now))
     }
 
     /// Kernel log records, with whatever else is already queued; the
@@ -1452,7 +1461,9 @@ impl Engine {
 
     /// The last writes, kills first. A full file system costs what cannot
     /// be written (said in the log), not the summary.
-    fn finish(mut self) -> Result<EngineSummary, StoreError> {
+    /// The last commits, within [`STOP_BUDGET`] of `stop_at` (when the stop
+    /// was asked) where a busy node slows the growth worker.
+    fn finish(mut self, stop_at: std::time::Instant) -> Result<EngineSummary, StoreError> {
         let r = self.commit_storms(wall_now_ns(), true);
         self.step(r)?;
         let r = self.commit_kills().map(drop);
@@ -1466,7 +1477,11 @@ impl Engine {
         }
         if let Some(h) = &self.heap {
             // Every sample queued before the stop is in the kills' reports.
-            h.settle(std::time::Duration::from_secs(5));
+            h.settle(
+                STOP_BUDGET
+                    .saturating_sub(stop_at.elapsed())
+                    .max(SETTLE_MIN),
+            );
         }
         let r = self.refresh_kill_growth();
         self.step(r)?;
@@ -1500,6 +1515,10 @@ impl Engine {
         }
         let r = self.store.end_session(self.session_id, wall_now_ns());
         self.step(r)?;
+        tracing::debug!(
+            "the engine stopped {:?} after the request",
+            stop_at.elapsed()
+        );
         let m = self.metrics.snapshot();
         (self.summary.events, self.summary.kills) = (m.events, m.kills);
         self.summary.folded_kills = m.folded_kills;

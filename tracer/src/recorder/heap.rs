@@ -319,6 +319,9 @@ pub struct KillGrowth {
 /// (samples taken just before it may still be queued behind it).
 const KILL_SETTLE_NS: u64 = 15_000_000_000;
 
+/// How long a stop waits for the worker to end.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The worker thread's nice value (the engine's is the process's).
 const WORKER_NICE: libc::c_int = 10;
 
@@ -341,6 +344,12 @@ pub struct HeapWorker {
     thread: Option<std::thread::JoinHandle<()>>,
     dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
     urgent: Urgent,
+    /// Set at stop: the worker ends without taking in its backlog (what
+    /// the kills needed was settled before, within the stop's budget).
+    quit: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The worker thread's id (0 until it runs), to raise its priority
+    /// when the engine waits for it.
+    tid: std::sync::Arc<std::sync::atomic::AtomicI32>,
 }
 
 /// Tipping stacks, taken by the worker before anything queued: the task
@@ -359,6 +368,10 @@ impl HeapWorker {
         let dropped = Arc::new(AtomicU64::new(0));
         let urgent = Urgent::default();
         let worker_urgent = urgent.clone();
+        let quit = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let worker_quit = quit.clone();
+        let tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
+        let worker_tid = tid.clone();
         let out = Outputs {
             latest: latest.clone(),
             kills: kills.clone(),
@@ -372,12 +385,13 @@ impl HeapWorker {
                 // SAFETY: plain syscalls on this thread's own id.
                 unsafe {
                     let tid = libc::gettid();
+                    worker_tid.store(tid, std::sync::atomic::Ordering::Relaxed);
                     libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, WORKER_NICE);
                 }
                 // Made here: the symbolizer's caches stay on this thread.
                 let mut tracer = HeapTracer::new(sample_bytes);
                 tracer.set_growth_sample_bytes(growth_sample_bytes);
-                work(rx, tracer, view, out, worker_urgent)
+                work(rx, tracer, view, out, worker_urgent, &worker_quit)
             })?;
         Ok(Self {
             tx: Some(tx),
@@ -387,6 +401,8 @@ impl HeapWorker {
             thread: Some(thread),
             dropped,
             urgent,
+            quit,
+            tid,
         })
     }
 
@@ -491,9 +507,15 @@ impl HeapWorker {
     }
 
     /// Waits (up to `limit`) until the worker has taken in everything sent
-    /// before, and brought the kills' reports up to date.
+    /// before, and brought the kills' reports up to date. The engine waits
+    /// on it now, so it runs at the engine's priority from here on.
     pub fn settle(&self, limit: std::time::Duration) {
         let Some(tx) = &self.tx else { return };
+        let tid = self.tid.load(std::sync::atomic::Ordering::Relaxed);
+        if tid > 0 {
+            // SAFETY: plain syscall on a thread of this process.
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 0) };
+        }
         let (reply, rx) = std::sync::mpsc::sync_channel(1);
         let deadline = std::time::Instant::now() + limit;
         let mut msg = Msg::Settle(reply);
@@ -530,11 +552,23 @@ impl HeapWorker {
         self.latest.lock().ok()?.get(&pid).cloned()
     }
 
-    /// Stops the worker.
+    /// Stops the worker; what is still queued is not taken in. It is
+    /// waited for briefly: a worker starved of CPU on a busy node (it runs
+    /// niced) may be in the middle of one long step, and ends with the
+    /// process instead of holding up the stop.
     pub fn stop(mut self) {
+        self.quit.store(true, std::sync::atomic::Ordering::Relaxed);
         self.tx = None;
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            let deadline = std::time::Instant::now() + STOP_WAIT;
+            while !t.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            } else {
+                tracing::debug!("the heap worker is still busy; it ends with the process");
+            }
         }
     }
 }
@@ -577,6 +611,7 @@ fn work(
     view: View,
     out: Outputs,
     urgent: Urgent,
+    quit: &std::sync::atomic::AtomicBool,
 ) {
     use std::sync::mpsc::RecvTimeoutError;
     use std::time::{Duration, Instant};
@@ -596,12 +631,18 @@ fn work(
             m.insert(pid, snap);
         }
     };
+    // Brings the reports of these kills up to date. A victim with neither
+    // growth samples nor a tipping stack has nothing to report, and costs
+    // a lookup: a SIGKILL storm's thousands of kills stay cheap.
     let report_kills = |tracer: &mut HeapTracer,
                         comms: &HashMap<u32, String>,
-                        kills: &HashMap<u32, u64>,
+                        kills: &mut dyn Iterator<Item = (u32, u64)>,
                         tips: &HashMap<u32, TipStack>| {
         let lost = out.dropped.load(std::sync::atomic::Ordering::Relaxed);
-        for (&pid, &ts) in kills {
+        for (pid, ts) in kills {
+            if !tracer.has_growth(pid) && !tips.contains_key(&pid) {
+                continue;
+            }
             let comm = comms.get(&pid).cloned().unwrap_or_default();
             let growth = tracer.has_growth(pid).then(|| {
                 let mut r = tracer.growth_report(pid, &comm, ts, super::growth::KILL_WINDOW_S, 10);
@@ -621,6 +662,9 @@ fn work(
         }
     };
     loop {
+        if quit.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         let waiting = urgent.lock().map(|mut u| std::mem::take(&mut *u));
         for (s, maps) in waiting.unwrap_or_default() {
             if let Some(maps) = maps.filter(|m| !m.is_empty()) {
@@ -628,8 +672,13 @@ fn work(
             }
             let victim = s.addr as u32;
             tips.insert(victim, tracer.tip(&s));
-            if kills.contains_key(&victim) {
-                report_kills(&mut tracer, &comms, &kills, &tips);
+            if let Some(&ts) = kills.get(&victim) {
+                report_kills(
+                    &mut tracer,
+                    &comms,
+                    &mut std::iter::once((victim, ts)),
+                    &tips,
+                );
             }
         }
         match rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
@@ -649,10 +698,15 @@ fn work(
             Ok(Msg::Maps(pid, maps)) => tracer.unwinders.set_maps(pid, &maps),
             Ok(Msg::Kill(pid, ts)) => {
                 kills.insert(pid, ts);
-                report_kills(&mut tracer, &comms, &kills, &tips);
+                report_kills(&mut tracer, &comms, &mut std::iter::once((pid, ts)), &tips);
             }
             Ok(Msg::Settle(done)) => {
-                report_kills(&mut tracer, &comms, &kills, &tips);
+                report_kills(
+                    &mut tracer,
+                    &comms,
+                    &mut kills.iter().map(|(&p, &t)| (p, t)),
+                    &tips,
+                );
                 let _ = done.send(());
             }
             Ok(Msg::Growth(pid, window_s, reply)) => {
@@ -688,7 +742,12 @@ fn work(
         let now = crate::util::time::wall_now_ns().max(0) as u64;
         tracer.tick(now, &view);
         tracer.prune_growth(now);
-        report_kills(&mut tracer, &comms, &kills, &tips);
+        report_kills(
+            &mut tracer,
+            &comms,
+            &mut kills.iter().map(|(&p, &t)| (p, t)),
+            &tips,
+        );
         kills.retain(|_, ts| now.saturating_sub(*ts) < KILL_SETTLE_NS);
         tips.retain(|pid, _| kills.contains_key(pid));
         let gone: HashSet<u32> = exited.iter().map(|(p, _)| *p).collect();
