@@ -100,8 +100,9 @@ pub struct EngineSummary {
     pub nvml_sample_us_max: u64,
     /// Timeline rows written (devices and processes).
     pub timeline_rows: u64,
-    /// Per kill (the last 1,000): µs from the kernel's timestamp of the
-    /// kill to the return of its durable commit.
+    /// Per kill stored on its own (the last 1,000): µs from the kernel's
+    /// timestamp of the kill to the return of its durable commit. A SIGKILL
+    /// storm's aggregates are not in it (stored when their window ends).
     pub kill_commit_us: Vec<u64>,
     /// The growth programs' counters (growth attribution on).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -436,7 +437,11 @@ impl Engine {
         while let Ok(ev) = rx.try_recv() {
             self.on_event(ev)?;
         }
-        self.commit_kills()
+        let committed = self.commit_kills()?;
+        // A storm's aggregates are stored when their window ends, not at
+        // the next tick (up to a period later).
+        self.commit_storms(wall_now_ns(), false)?;
+        Ok(committed)
     }
 
     /// Asked to stop: every queued OOM kill, then whatever else is queued
@@ -1176,7 +1181,9 @@ impl Engine {
             (done - t_commit) / 1000
         );
         for (id, rec) in ids.into_iter().zip(kills) {
-            if let Some(t) = rec.tracepoint_ns {
+            // An aggregate of a SIGKILL storm is stored when its window
+            // ends, by design: it is not a kill's latency to the disk.
+            if let Some(t) = rec.tracepoint_ns.filter(|_| rec.aggregate.is_none()) {
                 if self.summary.kill_commit_us.len() == 1000 {
                     self.summary.kill_commit_us.remove(0);
                 }
