@@ -367,6 +367,69 @@ fn sigkill_from_another_process_names_the_sender() {
     drop(rec);
 }
 
+/// Programs OOM-killed within milliseconds of their exec, each in a
+/// memory cgroup made a moment before it: every record has the program's
+/// whole command line (read at exec by the kernel event, not from /proc,
+/// which is gone or not yet read) and its own cgroup.
+#[test]
+fn programs_killed_just_after_exec_keep_their_command_line_and_cgroup() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let store_s = store.to_str().unwrap();
+    let rec = Recorder::start(&store);
+    let bin = env!("CARGO_BIN_EXE_memhog");
+    let mut killed = Vec::new();
+    for i in 0..20u64 {
+        // A fresh cgroup for every other program, 0.2 s before it starts.
+        let cg = TestCgroup::new(&format!("fresh{}", i / 2), 16 * MIB);
+        std::thread::sleep(Duration::from_millis(200));
+        let mut cmd = cg.command(bin);
+        let max = (100 + i).to_string();
+        cmd.args(["--step-mib", "64", "--interval-ms", "1", "--max-mib", &max]);
+        let t0 = Instant::now();
+        let mut hog = Proc::spawn(cmd);
+        assert_eq!(
+            hog.wait_signal(Duration::from_secs(30)),
+            Some(libc::SIGKILL)
+        );
+        let lived = t0.elapsed();
+        let want = format!("{bin} --step-mib 64 --interval-ms 1 --max-mib {max}");
+        killed.push((hog.pid(), want, cg.path.clone(), lived, cg));
+    }
+    for (pid, want, path, lived, _cg) in &killed {
+        let v = explain_json(&["--store", store_s, "--pid", &pid.to_string()], |_| true);
+        let k = &v["kill"];
+        assert_eq!(k["killer"]["kind"], "kernel_oom", "{v:#}");
+        assert_eq!(
+            k["victim"]["cmdline"],
+            want.as_str(),
+            "pid {pid}, seen dead {lived:?} after it started"
+        );
+        assert_eq!(k["victim"]["memcg"], path.as_str(), "pid {pid}");
+    }
+    // The exec events carry the command line themselves (the kernel's
+    // copy of the arguments, not /proc's).
+    let (pid, want, ..) = &killed[0];
+    let ev = tracer(&[
+        "events",
+        "--store",
+        store_s,
+        "--kind",
+        "exec",
+        "--pid",
+        &pid.to_string(),
+    ]);
+    let ev = String::from_utf8_lossy(&ev.stdout);
+    let ev: Value = serde_json::from_str(ev.lines().next().unwrap_or("null")).unwrap();
+    assert_eq!(ev["cmdline"], want.as_str(), "{ev}");
+    let lived: Vec<Duration> = killed.iter().map(|k| k.3).collect();
+    eprintln!("seen dead after {lived:?}");
+    drop(rec);
+}
+
 #[test]
 fn stored_kills_are_exported_as_json_lines_with_their_store_id() {
     if !privileged() {

@@ -24,6 +24,8 @@ pub fn name_in(table: &[(u32, &'static str)], id: u32) -> &'static str {
 pub const COMM_LEN: usize = 16;
 /// Bytes of an exec'd file name that cross the ring (longer names are cut).
 pub const FILENAME_LEN: usize = 256;
+/// Bytes of a new program's arguments an exec event carries.
+pub const ARGS_LEN: usize = 512;
 
 /// Names of the maps, as the ELF object spells them.
 pub mod maps {
@@ -367,8 +369,16 @@ pub struct ProcExec {
     pub memcg_id: u64,
     /// The file exec'd, NUL-terminated, cut at [`FILENAME_LEN`].
     pub filename: [u8; FILENAME_LEN],
+    /// Length of the new program's argument block (`mm->arg_end -
+    /// arg_start`), which may be more than `args` holds; 0 = not read.
+    pub args_total: u32,
+    /// Bytes of the block in `args` (the rest of `args` is not written).
+    pub args_len: u32,
+    /// The arguments as /proc/PID/cmdline has them (NUL after each), read
+    /// at exec: a program killed a moment later keeps its command line.
+    pub args: [u8; ARGS_LEN],
 }
-const _: () = assert!(size_of::<ProcExec>() == 312);
+const _: () = assert!(size_of::<ProcExec>() == 832);
 
 /// A new process (not a thread) was forked. Read from the raw
 /// `sched_process_fork` tracepoint, which hands us the child's task.
@@ -806,8 +816,11 @@ pub struct ProbeConfig {
     /// Offset of `mm_struct.start_stack` (from BTF): where the main
     /// thread's stack began at exec; 0 = unknown.
     pub mm_start_stack_off: u32,
+    /// Offsets of `mm_struct.arg_start` and `arg_end` (from BTF), for the
+    /// arguments of a new program; 0 = unknown.
+    pub mm_arg_off: [u32; 2],
 }
-const _: () = assert!(size_of::<ProbeConfig>() == 104);
+const _: () = assert!(size_of::<ProbeConfig>() == 112);
 
 impl ProbeConfig {
     /// A configuration with every field absent; userspace fills it in.
@@ -820,6 +833,7 @@ impl ProbeConfig {
             memcg_counted_items: [-1; MEMCG_COUNTED_ITEMS],
             memcg_chain: [0; 5],
             mm_start_stack_off: 0,
+            mm_arg_off: [0; 2],
         }
     }
 }

@@ -5,7 +5,7 @@ use aya_ebpf::{
     macros::{raw_tracepoint, tracepoint},
     programs::{RawTracePointContext, TracePointContext},
 };
-use tracer_common::{ProcExec, ProcExit, ProcFork, field, kind};
+use tracer_common::{ARGS_LEN, ProcExec, ProcExit, ProcFork, field, kind};
 
 use crate::util::{
     Ring, config, current_memcg_id, current_mm, header, read_data_loc_str, read_field,
@@ -22,7 +22,8 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
     let ev = slot.as_mut_ptr();
     // SAFETY: `ev` points at a reserved ring slot of size_of::<ProcExec>()
     // bytes that only this program writes until submit; every field is
-    // written before submit.
+    // written before submit but `args` past `args_len`, which userspace
+    // does not read.
     unsafe {
         (*ev).header = header(kind::PROC_EXEC);
         (*ev).pid = read_field::<i32>(&ctx, field::EXEC_PID).unwrap_or(0) as u32;
@@ -30,9 +31,49 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
         (*ev).memcg_id = current_memcg_id();
         (*ev).filename[0] = 0;
         read_data_loc_str(&ctx, field::EXEC_FILENAME, &mut (*ev).filename);
+        let (total, len) = read_args((&raw mut (*ev).args).cast::<u8>());
+        (*ev).args_total = total;
+        (*ev).args_len = len;
     }
     slot.submit();
     0
+}
+
+/// Copies the start of the current program's argument block (the new
+/// image's `mm->arg_start .. arg_end`, in place when the exec tracepoint
+/// fires) to `dst`, which holds [`ARGS_LEN`] bytes. Returns the block's
+/// length and the bytes copied; (0, 0) when the offsets are unknown.
+///
+/// # Safety
+/// `dst` points at [`ARGS_LEN`] writable bytes.
+#[inline(always)]
+unsafe fn read_args(dst: *mut u8) -> (u32, u32) {
+    let [start_off, end_off] = config().mm_arg_off;
+    if start_off == 0 || end_off == 0 {
+        return (0, 0);
+    }
+    let Some(mm) = current_mm() else {
+        return (0, 0);
+    };
+    // SAFETY: kernel pointers read through bpf_probe_read_kernel (which
+    // faults safely) at offsets from this kernel's BTF.
+    let (start, end) = unsafe {
+        (
+            bpf_probe_read_kernel(mm.add(start_off as usize).cast::<u64>()).unwrap_or(0),
+            bpf_probe_read_kernel(mm.add(end_off as usize).cast::<u64>()).unwrap_or(0),
+        )
+    };
+    if end <= start {
+        return (0, 0);
+    }
+    let total = (end - start).min(u32::MAX as u64) as u32;
+    let want = (end - start).min(ARGS_LEN as u64) as u32;
+    // SAFETY: the caller's contract bounds `dst`; `want` is at most
+    // ARGS_LEN; the helper reads user memory and fails safely.
+    let ok = unsafe {
+        aya_ebpf::helpers::generated::bpf_probe_read_user(dst.cast(), want, start as *const _) == 0
+    };
+    (total, if ok { want } else { 0 })
 }
 
 /// `raw_tracepoint/sched_process_fork`, from `kernel_clone()` in

@@ -228,6 +228,25 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
     })
 }
 
+/// The command line an exec event carries: `args_len` bytes of an
+/// argument block of `args_total` (NUL after each argument); `None` when
+/// none was read.
+pub fn exec_cmdline(e: &ProcExec) -> Option<String> {
+    let raw = e.args.get(..e.args_len as usize)?;
+    (!raw.is_empty()).then(|| join_cmdline(raw, e.args_total > e.args_len))
+}
+
+/// Arguments separated by NULs (as /proc/PID/cmdline has them) as one
+/// line; `cut` marks one that was cut short with an ellipsis.
+pub fn join_cmdline(raw: &[u8], cut: bool) -> String {
+    let trimmed = raw.strip_suffix(&[0]).unwrap_or(raw);
+    let mut s = String::from_utf8_lossy(trimmed).replace('\0', " ");
+    if cut {
+        s.push('…');
+    }
+    s
+}
+
 /// A NUL-padded C string as UTF-8 (lossy).
 pub fn c_str(bytes: &[u8]) -> String {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
@@ -302,6 +321,7 @@ impl Event {
                 "old_pid": e.old_pid,
                 "memcg_id": e.memcg_id,
                 "filename": c_str(&e.filename),
+                "cmdline": exec_cmdline(e),
             }),
             Event::Fork(e) => json!({ "child_pid": e.child_pid }),
             Event::Exit(e) => {
@@ -375,6 +395,34 @@ pub fn comm(s: &str) -> [u8; COMM_LEN] {
 mod tests {
     use super::*;
 
+    #[test]
+    fn an_exec_events_command_line() {
+        let mut e = ProcExec {
+            header: EventHeader::default(),
+            pid: 5,
+            old_pid: 5,
+            memcg_id: 0,
+            filename: [0; tracer_common::FILENAME_LEN],
+            args_total: 9,
+            args_len: 9,
+            args: [0xff; tracer_common::ARGS_LEN],
+        };
+        e.args[..12].copy_from_slice(b"sleep\0+60\0\0\0");
+        assert_eq!(exec_cmdline(&e).as_deref(), Some("sleep +60"));
+        // Only the bytes read count; a block longer than them was cut.
+        e.args_len = 5;
+        assert_eq!(exec_cmdline(&e).as_deref(), Some("sleep…"));
+        e.args_len = 0;
+        assert_eq!(exec_cmdline(&e), None);
+        e.args_len = tracer_common::ARGS_LEN as u32 + 1;
+        assert_eq!(exec_cmdline(&e), None, "longer than the buffer");
+        assert_eq!(
+            join_cmdline(b"python3\0-c\0print(1)\0", false),
+            "python3 -c print(1)"
+        );
+        assert_eq!(join_cmdline(b"", false), "");
+    }
+
     fn header(kind: u32) -> EventHeader {
         EventHeader {
             kind,
@@ -439,6 +487,9 @@ mod tests {
                     old_pid: 5,
                     memcg_id: 0,
                     filename: [0; tracer_common::FILENAME_LEN],
+                    args_total: 0,
+                    args_len: 0,
+                    args: [0; tracer_common::ARGS_LEN],
                 }),
                 EventKind::Exec,
             ),

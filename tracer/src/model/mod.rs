@@ -241,11 +241,20 @@ impl ProcessTable {
     }
 
     /// A new program, in the memory cgroup with kernel id `memcg_id` at
-    /// exec (0: unknown), at wall time `ts_ns`: known from the event's
-    /// fields and what its parent was, and read from /proc once it has run
-    /// for [`EXEC_READ_DELAY_NS`] (see [`Self::read_due`]). The kernel's
-    /// cgroup wins over /proc's: /proc is read later, perhaps from a zombie.
-    pub fn on_exec(&mut self, pid: u32, comm: &str, filename: &str, memcg_id: u64, ts_ns: i64) {
+    /// exec (0: unknown), at wall time `ts_ns`, with the command line the
+    /// event read (`args`; else its file name stands in): known from the
+    /// event's fields and what its parent was, and read from /proc once it
+    /// has run for [`EXEC_READ_DELAY_NS`] (see [`Self::read_due`]). The
+    /// kernel's cgroup wins over /proc's: /proc is read later, perhaps
+    /// from a zombie.
+    pub fn on_exec(
+        &mut self,
+        pid: u32,
+        comm: &str,
+        (filename, args): (&str, Option<String>),
+        memcg_id: u64,
+        ts_ns: i64,
+    ) {
         self.stats.execs += 1;
         let kernel_memcg = self.memcg_by_id(memcg_id, false);
         let prev = self
@@ -256,7 +265,7 @@ impl ProcessTable {
         let info = ProcInfo {
             pid,
             comm: comm.into(),
-            cmdline: filename.into(),
+            cmdline: args.unwrap_or_else(|| filename.into()),
             exe: Some(filename.into()),
             ..prev
         };
@@ -481,7 +490,7 @@ mod tests {
         let mut t = table();
         t.add(info(1, "/a"));
         t.on_fork(1, me, "sh");
-        t.on_exec(me, "prog", "/usr/bin/prog", 0, 1_000);
+        t.on_exec(me, "prog", ("/usr/bin/prog", None), 0, 1_000);
         // Not yet: the event's fields, the parent's cgroup.
         t.read_due(1_000 + EXEC_READ_DELAY_NS - 1);
         let p = t.get(me).unwrap();
@@ -493,13 +502,19 @@ mod tests {
         assert_eq!(p.info.exe.as_deref(), exe.to_str());
         assert_ne!(p.info.cmdline, "/usr/bin/prog");
         // Once: a second exec is read again, an ended program never.
-        t.on_exec(me, "prog2", "/usr/bin/prog2", 0, 5_000);
+        t.on_exec(
+            me,
+            "prog2",
+            ("/usr/bin/prog2", Some("prog2 --x".into())),
+            0,
+            5_000,
+        );
         t.on_exit(me, 6_000);
         t.read_due(i64::MAX);
-        assert_eq!(t.get(me).unwrap().info.cmdline, "/usr/bin/prog2");
+        assert_eq!(t.get(me).unwrap().info.cmdline, "prog2 --x");
         // A kill reads a pending one at once.
         t.on_fork(1, me, "sh");
-        t.on_exec(me, "prog3", "/usr/bin/prog3", 0, 7_000);
+        t.on_exec(me, "prog3", ("/usr/bin/prog3", None), 0, 7_000);
         t.read_pending(me);
         assert_eq!(t.get(me).unwrap().info.exe.as_deref(), exe.to_str());
         assert!(t.reads.len() <= 3 && t.unread.is_empty());

@@ -204,6 +204,17 @@ pub fn build(tracefs: &Path, btf: &KernelBtf) -> Result<(ProbeConfig, LayoutNote
             .missing_fields
             .push(format!("the main thread's stack top ({e})")),
     }
+    // A new program's arguments, read at exec: without them a program
+    // killed before /proc is read has only its file name.
+    match (
+        btf.member_offset("mm_struct", "arg_start"),
+        btf.member_offset("mm_struct", "arg_end"),
+    ) {
+        (Ok(start), Ok(end)) => cfg.mm_arg_off = [start, end],
+        (Err(e), _) | (_, Err(e)) => notes
+            .missing_fields
+            .push(format!("command lines at exec ({e})")),
+    }
     // The memory cgroup at exec and at the kill, from the kernel: a nicety
     // as well (the model falls back to /proc).
     match memcg_chain(btf) {

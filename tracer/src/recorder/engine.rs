@@ -21,7 +21,7 @@ use crate::correlate::{
     timeline::{AGED_RES_S, DOWNSAMPLE_AFTER_NS, FRESH_RES_S, Window},
 };
 use crate::export::{Exported, Exporters};
-use crate::record::{Gap, GpuView, KillRecord, WarningReason, WarningState};
+use crate::record::{Gap, GpuView, KillRecord, MemcgSource, WarningReason, WarningState};
 use crate::util::term::escape;
 use crate::{
     collect::{
@@ -616,14 +616,16 @@ impl Engine {
                 }
             }
             Event::Exec(e) => {
+                let args = crate::collect::decode::exec_cmdline(e);
                 self.model.on_exec(
                     e.pid,
                     &c_str(&e.header.comm),
-                    &c_str(&e.filename),
+                    (&c_str(&e.filename), args),
                     e.memcg_id,
                     row.ts_ns,
                 );
                 self.model.read_due(row.ts_ns);
+                self.on_late_exec(e.pid, row.ts_ns)?;
                 if let Some(w) = &self.watcher {
                     w.on_exec(e.pid);
                 }
@@ -1260,6 +1262,42 @@ impl Engine {
                 self.exporters.publish(Exported::KillUpdated {
                     id,
                     record: Box::new(rec.clone()),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// An exec that reached the engine after the kill of the program it
+    /// started (the kill's ring is served first, and the exec's is read
+    /// lazily): the kill was recorded with the model's entry of that
+    /// moment, its parent's copy from the fork. It gets its own program's
+    /// command line, file and cgroup now, and is stored and exported again.
+    fn on_late_exec(&mut self, pid: u32, exec_ns: i64) -> Result<(), StoreError> {
+        let Some(p) = self.model.get(pid) else {
+            return Ok(());
+        };
+        let cmdline = Some(p.info.cmdline.clone()).filter(|c| !c.is_empty());
+        let (exe, memcg) = (p.info.exe.clone(), p.memcg.clone());
+        let mut changed = Vec::new();
+        for (id, rec) in self.kills.recent_since(exec_ns) {
+            let v = &mut rec.victim;
+            if v.pid != pid || (v.cmdline == cmdline && v.exe == exe) {
+                continue;
+            }
+            v.cmdline = cmdline.clone();
+            v.exe = exe.clone();
+            if v.memcg_source == Some(MemcgSource::Model) && memcg.is_some() {
+                v.memcg = memcg.clone();
+            }
+            changed.push((id, rec.clone()));
+        }
+        for (id, rec) in changed {
+            self.store.update_kill(id, &rec)?;
+            if !self.exporters.is_empty() {
+                self.exporters.publish(Exported::KillUpdated {
+                    id,
+                    record: Box::new(rec),
                 });
             }
         }
