@@ -339,7 +339,12 @@ fn sigkill_from_another_process_names_the_sender() {
             "--pid",
             &victim.pid().to_string(),
         ],
-        |v| v["kill"]["victim"]["memory"]["source"].is_string() || (!exit_rss && unknown(v)),
+        // The command line may come a moment after the kill's commit: the
+        // victim's exec is read after the kill (see the next test).
+        |v| {
+            (v["kill"]["victim"]["memory"]["source"].is_string() || (!exit_rss && unknown(v)))
+                && v["kill"]["victim"]["cmdline"].is_string()
+        },
     );
     let k = &v["kill"];
     assert_eq!(k["killer"]["kind"], "userspace");
@@ -400,13 +405,22 @@ fn programs_killed_just_after_exec_keep_their_command_line_and_cgroup() {
         killed.push((hog.pid(), want, cg.path.clone(), lived, cg));
     }
     for (pid, want, path, lived, _cg) in &killed {
-        let v = explain_json(&["--store", store_s, "--pid", &pid.to_string()], |_| true);
+        // The record is committed at once; where the program's exec was
+        // read after its kill, its command line follows a moment later.
+        let v = explain_json(&["--store", store_s, "--pid", &pid.to_string()], |v| {
+            v["kill"]["victim"]["cmdline"].is_string()
+        });
         let k = &v["kill"];
         assert_eq!(k["killer"]["kind"], "kernel_oom", "{v:#}");
+        let events = || {
+            let out = tracer(&["events", "--store", store_s, "--pid", &pid.to_string()]);
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
         assert_eq!(
             k["victim"]["cmdline"],
             want.as_str(),
-            "pid {pid}, seen dead {lived:?} after it started"
+            "pid {pid}, seen dead {lived:?} after it started: {k:#}\nits events: {}",
+            events()
         );
         assert_eq!(k["victim"]["memcg"], path.as_str(), "pid {pid}");
     }

@@ -174,6 +174,8 @@ pub struct Engine {
     /// Kernel reports no kill has claimed yet.
     reports: Reports,
     buffer: Vec<EventRow>,
+    /// `memory.oom.group` announcements waiting for their first kill.
+    pending_groups: Vec<crate::collect::kmsg::OomGroup>,
     summary: EngineSummary,
     ticks: u64,
     /// Userspace SIGKILLs past the rate of full records.
@@ -258,6 +260,7 @@ impl Engine {
             window: Window::default(),
             reports: Reports::new(wall_now_ns()),
             buffer: Vec::new(),
+            pending_groups: Vec::new(),
             summary: EngineSummary {
                 session_id,
                 ..Default::default()
@@ -1218,6 +1221,7 @@ impl Engine {
             }
             self.kills.committed(id, rec);
         }
+        self.retry_oom_groups()?;
         Ok(true)
     }
 
@@ -1264,6 +1268,7 @@ impl Engine {
                     record: Box::new(rec.clone()),
                 });
             }
+            self.retry_oom_groups()?;
         }
         Ok(())
     }
@@ -1293,6 +1298,7 @@ impl Engine {
             changed.push((id, rec.clone()));
         }
         for (id, rec) in changed {
+            tracing::debug!("kill {id}: its victim's exec came after it; command line now known");
             self.store.update_kill(id, &rec)?;
             if !self.exporters.is_empty() {
                 self.exporters.publish(Exported::KillUpdated {
@@ -1308,6 +1314,33 @@ impl Engine {
     /// `memory.oom.group` kill is that incident's first (the others'
     /// reports say so themselves).
     fn on_oom_group(&mut self, g: &crate::collect::kmsg::OomGroup) -> Result<(), StoreError> {
+        if !self.try_oom_group(g)? {
+            // Its first kill has not met its report yet (the report can
+            // come before the kill's event, or the other way round).
+            self.pending_groups.push(g.clone());
+        }
+        Ok(())
+    }
+
+    /// Announcements still waiting for their first kill: tried again once
+    /// kills are committed or joined, for [`GROUP_WAIT_NS`].
+    fn retry_oom_groups(&mut self) -> Result<(), StoreError> {
+        if self.pending_groups.is_empty() {
+            return Ok(());
+        }
+        let now = wall_now_ns();
+        for g in std::mem::take(&mut self.pending_groups) {
+            let fresh = now - self.clock.kmsg_to_wall(g.ts_us) < GROUP_WAIT_NS;
+            if !self.try_oom_group(&g)? && fresh {
+                self.pending_groups.push(g);
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks the first kill of the incident `g` announces; false when no
+    /// committed kill is it yet.
+    fn try_oom_group(&mut self, g: &crate::collect::kmsg::OomGroup) -> Result<bool, StoreError> {
         let since = self.clock.kmsg_to_wall(g.ts_us) - 10_000_000_000;
         let reported = |r: &KillRecord| r.kmsg.as_ref().map(|k| k.ts_us);
         let first = self
@@ -1321,7 +1354,7 @@ impl Engine {
             })
             .max_by_key(|(_, r)| reported(r));
         let Some((id, rec)) = first else {
-            return Ok(());
+            return Ok(false);
         };
         rec.oom_group = Some(g.cgroup.clone());
         let rec = rec.clone();
@@ -1332,7 +1365,7 @@ impl Engine {
                 record: Box::new(rec),
             });
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Reports nobody claimed: kills from before the recorder started (or
@@ -1595,6 +1628,9 @@ fn re_enrich<P: PartialEq>(
     }
     Ok(())
 }
+
+/// How long a `memory.oom.group` announcement waits for its first kill.
+const GROUP_WAIT_NS: i64 = 30_000_000_000;
 
 /// How late the engine wakes for a pending /proc read (see the loop).
 const READ_COALESCE_NS: i64 = 50_000_000;
