@@ -133,12 +133,12 @@ fn sampled_memcg(
     Option<MemcgAtKill>,
     Vec<crate::model::sampler::CgroupSample>,
 ) {
-    let leadup = ctx.sampler.window(path, at_ns - LEADUP_NS);
-    let last = leadup
-        .iter()
-        .rev()
-        .find(|s| s.ts_ns <= at_ns)
-        .or(leadup.last());
+    // The lead-up ends at the kill: a sample taken after it (a commit
+    // that came late, on a slow node) shows the memory the victim freed.
+    let all = ctx.sampler.window(path, at_ns - LEADUP_NS);
+    let first_after = all.iter().find(|s| s.ts_ns > at_ns).cloned();
+    let leadup: Vec<_> = all.into_iter().filter(|s| s.ts_ns <= at_ns).collect();
+    let last = leadup.last().or(first_after.as_ref());
     let memcg = MemcgAtKill {
         path: path.to_string(),
         limit_bytes: last.and_then(|s| s.limit_bytes),
@@ -512,10 +512,7 @@ pub fn merge_report(
         if let Some(sampler) = sampler {
             let lead = sampler.window(path, rec.ts_ns - LEADUP_NS);
             if !lead.is_empty() {
-                rec.leadup = lead
-                    .into_iter()
-                    .filter(|s| s.ts_ns <= rec.ts_ns + 1_000_000_000)
-                    .collect();
+                rec.leadup = lead.into_iter().filter(|s| s.ts_ns <= rec.ts_ns).collect();
             }
         }
     } else if report
