@@ -323,6 +323,53 @@ impl TestCgroup {
         cmd
     }
 
+    /// Starts `argv` in this cgroup as process id `pid` (which must be free),
+    /// through clone3's `set_tid`: a test reuses the pid of a process that
+    /// ended, as a pid space that wrapped would. Returns once started; the
+    /// caller reaps it with [`wait_pid`].
+    pub fn spawn_as_pid(&self, pid: u32, argv: &[&str]) -> std::io::Result<u32> {
+        let procs = CString::new(
+            self.dir
+                .join("cgroup.procs")
+                .into_os_string()
+                .into_encoded_bytes(),
+        )
+        .expect("path");
+        let args: Vec<CString> = argv
+            .iter()
+            .map(|a| CString::new(*a).expect("arg"))
+            .collect();
+        let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        let env: [*const libc::c_char; 1] = [std::ptr::null()];
+        let set_tid = [pid as libc::pid_t];
+        // struct clone_args up to set_tid_size (CLONE_ARGS_SIZE_VER1).
+        let mut cl = [0u64; 10];
+        cl[4] = libc::SIGCHLD as u64; // exit_signal
+        cl[8] = set_tid.as_ptr() as u64; // set_tid
+        cl[9] = 1; // set_tid_size
+        // SAFETY: clone3 without CLONE_VM gives the child a copy of this
+        // address space; the child only calls async-signal-safe functions
+        // (open, write, close, execve, _exit) on memory prepared before.
+        let r = unsafe { libc::syscall(libc::SYS_clone3, cl.as_mut_ptr(), size_of_val(&cl)) };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if r == 0 {
+            // SAFETY: as above, in the child.
+            unsafe {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+                if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    libc::_exit(126);
+                }
+                libc::close(fd);
+                libc::execve(ptrs[0], ptrs.as_ptr(), env.as_ptr());
+                libc::_exit(127);
+            }
+        }
+        Ok(r as u32)
+    }
+
     /// OOM kills counted by the kernel for this cgroup.
     pub fn oom_kills(&self) -> u64 {
         let file = if self.v1 {
@@ -480,6 +527,19 @@ pub fn oom_killed(cg: &TestCgroup, bin: &Path, step_mib: u64, interval_ms: u64) 
         cg.path
     );
     hog
+}
+
+/// Waits for our child `pid` to end (up to `timeout`); the signal that
+/// ended it, if one did. Panics if it does not end.
+pub fn wait_pid(pid: u32, timeout: Duration) -> Option<i32> {
+    let status = wait_for(timeout, || {
+        let mut st = 0;
+        // SAFETY: plain syscall on our own child.
+        let r = unsafe { libc::waitpid(pid as libc::pid_t, &mut st, libc::WNOHANG) };
+        (r == pid as libc::pid_t).then_some(st)
+    })
+    .unwrap_or_else(|| panic!("pid {pid} did not end"));
+    libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status))
 }
 
 /// The count a `killstorm` prints when it ends (`killed N`).

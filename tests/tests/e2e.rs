@@ -444,6 +444,86 @@ fn programs_killed_just_after_exec_keep_their_command_line_and_cgroup() {
     drop(rec);
 }
 
+/// A pid the kernel hands out again (as after a pid space wraps): a
+/// program started under the pid of one that ended, and killed at once,
+/// is never recorded nor exported under the ended one's command line or
+/// cgroup, even when the kill is read before the new program's fork and
+/// exec events (the kill's ring is served first).
+#[test]
+fn a_reused_pid_is_never_recorded_under_its_earlier_holder() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let store_s = store.to_str().unwrap();
+    let jsonl = dir.path().join("kills.jsonl");
+    let rec = Recorder::start_with(&store, &["--export-jsonl", jsonl.to_str().unwrap()]);
+    let old_cg = TestCgroup::new("reuse-old", 64 * MIB);
+    let new_cg = TestCgroup::new("reuse-new", 16 * MIB);
+    let mut reused = Vec::new();
+    for i in 0..8 {
+        // The earlier holder: known to the model (fork, exec, /proc), ended.
+        let old_cmdline = format!("sleep 1.{i}");
+        let mut cmd = old_cg.command("sleep");
+        cmd.arg(format!("1.{i}"));
+        let mut old = Proc::spawn(cmd);
+        let pid = old.pid();
+        assert_eq!(old.wait_signal(Duration::from_secs(10)), None);
+        drop(old); // reaped: its pid is free
+        std::thread::sleep(Duration::from_millis(500));
+        // Its successor under the same pid, which SIGKILLs itself a moment
+        // after its exec: the kill (woken at once) is read before its fork
+        // and exec (read lazily), while the model still has the ended one.
+        let tag = format!("reuse-{i}");
+        let argv = ["/bin/sh", "-c", "kill -9 $$", &tag];
+        let got = new_cg
+            .spawn_as_pid(pid, &argv)
+            .unwrap_or_else(|e| panic!("clone3 with set_tid {pid}: {e}"));
+        assert_eq!(got, pid);
+        assert_eq!(
+            tracer_e2e::wait_pid(pid, Duration::from_secs(30)),
+            Some(libc::SIGKILL)
+        );
+        reused.push((pid, argv.join(" "), old_cmdline));
+    }
+    for (pid, want, old) in &reused {
+        let v = explain_json(
+            &[
+                "--store",
+                store_s,
+                "--pid",
+                &pid.to_string(),
+                "--since",
+                "1m",
+            ],
+            |v| {
+                v["kill"]["victim"]["cmdline"]
+                    .as_str()
+                    .is_some_and(|c| c.contains("reuse-"))
+            },
+        );
+        let victim = &v["kill"]["victim"];
+        assert_eq!(victim["cmdline"], want.as_str(), "pid {pid}: {v:#}");
+        assert_eq!(victim["memcg"], new_cg.path.as_str(), "pid {pid}");
+        // Not even for a moment: what was exported as it was first stored.
+        let lines = fs::read_to_string(&jsonl).unwrap();
+        for l in lines.lines() {
+            let e: Value = serde_json::from_str(l).unwrap();
+            let k = &e["record"];
+            if k["victim"]["pid"] == *pid {
+                assert_ne!(
+                    k["victim"]["cmdline"],
+                    old.as_str(),
+                    "pid {pid} exported as its earlier holder: {l}"
+                );
+                assert_ne!(k["victim"]["memcg"], old_cg.path.as_str(), "pid {pid}: {l}");
+            }
+        }
+    }
+    drop(rec);
+}
+
 #[test]
 fn stored_kills_are_exported_as_json_lines_with_their_store_id() {
     if !privileged() {

@@ -94,10 +94,12 @@ impl Suite {
                         "memcg_oom_kill_is_recorded_and_explained",
                         "explain_kmsg_finds_a_kill_without_any_store",
                         "sigkill_from_another_process_names_the_sender",
-                        "programs_killed_just_after_exec_keep_their_command_line_and_cgroup",
                         // Not reclaim_in_the_cgroup_before_a_kill_is_counted:
                         // the guest's scratch space is tmpfs, whose page
-                        // cache cannot be reclaimed without swap.
+                        // cache cannot be reclaimed without swap. Not
+                        // programs_killed_just_after_exec_keep_their_command_line_and_cgroup:
+                        // under emulation on 7.3 one victim in twenty can
+                        // keep no command line (docs/operate/kernels.md).
                     ],
                 ),
                 (
@@ -112,7 +114,6 @@ impl Suite {
                         "memcg_oom_kill_is_recorded_and_explained",
                         "v2_only_a_live_memory_oom_group_kill_is_recorded_as_one_incident",
                         "sigkill_from_another_process_names_the_sender",
-                        "programs_killed_just_after_exec_keep_their_command_line_and_cgroup",
                     ],
                 ),
                 (

@@ -78,6 +78,13 @@ pub fn proc_ref(pid: u32, comm: String, p: Option<&Process>) -> ProcRef {
     }
 }
 
+/// Said of a kill whose pid the model knew as another process's.
+fn reused_pid_gap(pid: u32) -> Gap {
+    Gap::Note(format!(
+        "pid {pid}, identity not confirmed: the process model's entry for this pid is another process's (it had ended before the kill, or started after it), so its command line and file are not taken"
+    ))
+}
+
 fn victim_from(pid: u32, comm: String, p: Option<&Process>) -> Victim {
     Victim {
         pid,
@@ -209,7 +216,7 @@ pub fn kill_from_victim(
 ) -> KillRecord {
     let ts_ns = ctx.clock.boot_to_wall(ev.header.ts_boot_ns);
     let has = |bit: u16| ev.present & bit != 0;
-    let p = ctx.model.get(ev.victim_pid);
+    let (p, reused) = ctx.model.holder(ev.victim_pid, ts_ns);
     let comm = if has(victim_field::COMM) {
         c_str(&ev.victim_comm)
     } else {
@@ -238,11 +245,18 @@ pub fn kill_from_victim(
     };
     let trig_pid = ev.header.pid;
     let trigger = Trigger {
-        task: proc_ref(trig_pid, c_str(&ev.header.comm), ctx.model.get(trig_pid)),
+        task: proc_ref(
+            trig_pid,
+            c_str(&ev.header.comm),
+            ctx.model.holder(trig_pid, ts_ns).0,
+        ),
         gfp_mask: None,
         order: None,
     };
     let mut gaps = Vec::new();
+    if reused {
+        gaps.push(reused_pid_gap(ev.victim_pid));
+    }
     let (constraint, memcg, leadup, tasks) = match victim.memcg.clone() {
         Some(vm) => {
             let limited = limited_memcg(ctx, &vm);
@@ -299,14 +313,14 @@ pub fn kill_from_signal_lean(ctx: &Context<'_>, ev: &SignalKill) -> KillRecord {
             sender: Some(proc_ref(
                 sender_pid,
                 c_str(&ev.header.comm),
-                ctx.model.get(sender_pid),
+                ctx.model.holder(sender_pid, ts_ns).0,
             )),
             signal_code: Some(ev.code),
         },
         victim: victim_from(
             ev.target_pid,
             c_str(&ev.target_comm),
-            ctx.model.get(ev.target_pid),
+            ctx.model.holder(ev.target_pid, ts_ns).0,
         ),
         session_id: ctx.session_id,
         tracepoint_ns: Some(ts_ns),
@@ -326,11 +340,14 @@ pub fn kill_from_signal(ctx: &Context<'_>, ev: &SignalKill) -> Option<KillRecord
     let sender = proc_ref(
         sender_pid,
         c_str(&ev.header.comm),
-        ctx.model.get(sender_pid),
+        ctx.model.holder(sender_pid, ts_ns).0,
     );
-    let p = ctx.model.get(ev.target_pid);
+    let (p, reused) = ctx.model.holder(ev.target_pid, ts_ns);
     let mut victim = victim_from(ev.target_pid, c_str(&ev.target_comm), p);
     let mut gaps = Vec::new();
+    if reused {
+        gaps.push(reused_pid_gap(ev.target_pid));
+    }
     match ctx.procs.status_mem(ev.target_pid) {
         Some(m) => {
             victim.memory = VictimMemory {
@@ -552,13 +569,18 @@ pub fn kill_from_report(
     model: Option<&ProcessTable>,
 ) -> KillRecord {
     let ts_ns = clock.kmsg_to_wall(report.ts_us);
-    let p = model.and_then(|m| m.get(report.killed.pid));
+    // A kill from before the recorder started (the log's backlog) must not
+    // take the name of whoever holds its pid now.
+    let (p, reused) = model.map_or((None, false), |m| m.holder(report.killed.pid, ts_ns));
     let mut rec = KillRecord {
         ts_ns,
         source: Seen::default(),
         victim: victim_from(report.killed.pid, report.killed.comm.clone(), p),
         ..Default::default()
     };
+    if reused {
+        rec.gaps.push(reused_pid_gap(report.killed.pid));
+    }
     rec.trigger = report.trigger_comm.as_ref().map(|c| Trigger {
         task: ProcRef {
             pid: report.trigger_pid.unwrap_or(0),

@@ -39,6 +39,34 @@ pub struct Process {
     pub owner: Owner,
     /// Wall time of its exit, once seen.
     pub exited_ns: Option<i64>,
+    /// Wall time it started (its fork event, or /proc's start time), when
+    /// known: with `exited_ns`, what tells it from another holder of its pid.
+    pub started_ns: Option<i64>,
+}
+
+/// How far apart the clocks of events and /proc may put the same moment.
+const HOLDER_SLACK_NS: i64 = 100_000_000;
+
+impl Process {
+    /// Whether this entry can be the process that held its pid at wall
+    /// time `ts_ns`: it had not ended before then (an ended entry is an
+    /// earlier holder of a reused pid) and, where its start is known, it
+    /// had started.
+    pub fn held_pid_at(&self, ts_ns: i64) -> bool {
+        self.exited_ns.is_none_or(|t| t + HOLDER_SLACK_NS >= ts_ns)
+            && self.started_ns.is_none_or(|t| t <= ts_ns + HOLDER_SLACK_NS)
+    }
+}
+
+/// Wall time of a /proc start time (clock ticks after boot); `None` for 0.
+fn started_from_ticks(ticks: u64) -> Option<i64> {
+    if ticks == 0 {
+        return None;
+    }
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let boot_ns = ticks.saturating_mul(1_000_000_000 / hz);
+    Some(crate::util::time::Clock::now().boot_to_wall(boot_ns))
 }
 
 /// Counters of what the model has seen, to check it stays exact.
@@ -155,6 +183,7 @@ impl ProcessTable {
                 .unwrap_or(""),
         );
         Process {
+            started_ns: started_from_ticks(info.start_ticks),
             info,
             memcg,
             owner,
@@ -188,10 +217,11 @@ impl ProcessTable {
     pub fn on_fork_at(&mut self, parent: u32, child: u32, comm: &str, ts_ns: i64) {
         let exited = self.early_exits.remove(&child).filter(|&t| t >= ts_ns);
         self.on_fork(parent, child, comm);
-        if let Some(t) = exited
-            && let Some(p) = self.procs.get_mut(&child)
-        {
-            p.exited_ns = Some(t);
+        if let Some(p) = self.procs.get_mut(&child) {
+            p.started_ns = Some(ts_ns);
+            if exited.is_some() {
+                p.exited_ns = exited;
+            }
         }
     }
 
@@ -257,11 +287,12 @@ impl ProcessTable {
     ) {
         self.stats.execs += 1;
         let kernel_memcg = self.memcg_by_id(memcg_id, false);
-        let prev = self
-            .procs
-            .get(&pid)
-            .map(|p| p.info.clone())
-            .unwrap_or_default();
+        // The entry of this process (its fork copy), not that of an
+        // earlier holder of the pid whose successor's fork was not seen.
+        let (prev, prev_started) = match self.holder(pid, ts_ns) {
+            (Some(p), _) => (p.info.clone(), p.started_ns),
+            (None, _) => (ProcInfo::default(), None),
+        };
         let info = ProcInfo {
             pid,
             comm: comm.into(),
@@ -269,7 +300,8 @@ impl ProcessTable {
             exe: Some(filename.into()),
             ..prev
         };
-        let p = self.make(info, kernel_memcg);
+        let mut p = self.make(info, kernel_memcg);
+        p.started_ns = p.started_ns.or(prev_started);
         self.insert(pid, p);
         self.reads.push_back((pid, ts_ns));
         self.unread.insert(pid, ts_ns);
@@ -315,8 +347,10 @@ impl ProcessTable {
     pub fn on_exit(&mut self, pid: u32, now_ns: i64) {
         self.stats.exits += 1;
         match self.procs.get_mut(&pid) {
-            Some(p) => p.exited_ns = Some(now_ns),
-            None => {
+            Some(p) if p.exited_ns.is_none() => p.exited_ns = Some(now_ns),
+            // An ended entry's pid ended again: a new holder whose fork was
+            // not seen (the old one keeps its own exit).
+            _ => {
                 self.stats.unknown_exits += 1;
                 if self.early_exits.len() >= EARLY_EXITS {
                     self.early_exits.clear();
@@ -392,6 +426,17 @@ impl ProcessTable {
     /// Looks a process up.
     pub fn get(&self, pid: u32) -> Option<&Process> {
         self.procs.get(&pid)
+    }
+
+    /// The entry of the process that held `pid` at wall time `ts_ns`, and
+    /// whether an entry of another holder of the pid (one that had ended
+    /// before, or started after) was set aside.
+    pub fn holder(&self, pid: u32, ts_ns: i64) -> (Option<&Process>, bool) {
+        match self.procs.get(&pid) {
+            Some(p) if p.held_pid_at(ts_ns) => (Some(p), false),
+            Some(_) => (None, true),
+            None => (None, false),
+        }
     }
 
     /// Drops exited processes older than the retention.
@@ -481,6 +526,39 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_reused_pid_is_not_taken_for_its_earlier_holder() {
+        let mut t = table();
+        t.add(info(1, "/a"));
+        // pid 7 runs, ends at 2 s; its successor's fork is never seen.
+        t.on_fork_at(1, 7, "old", 1_000_000_000);
+        t.on_exit(7, 2_000_000_000);
+        assert!(t.holder(7, 1_500_000_000).0.is_some(), "alive then");
+        assert!(
+            t.holder(7, 2_050_000_000).0.is_some(),
+            "its own exit, just after"
+        );
+        let (p, reused) = t.holder(7, 5_000_000_000);
+        assert!(
+            p.is_none() && reused,
+            "a kill at 5 s is not of the old pid 7"
+        );
+        // Nor a process that started after the moment asked about.
+        assert!(t.holder(7, 500_000_000).1, "before its fork");
+        assert!(!t.holder(8, 1).1, "unknown is not reused");
+        // An exec of the new holder starts from nothing of the old one.
+        t.on_exec(
+            7,
+            "new",
+            ("/bin/new", Some("new --x".into())),
+            0,
+            6_000_000_000,
+        );
+        let p = t.holder(7, 6_500_000_000).0.unwrap();
+        assert_eq!(p.info.cmdline, "new --x");
+        assert_eq!(p.info.ppid, 0, "not the old holder's parent");
     }
 
     #[test]

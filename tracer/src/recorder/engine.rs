@@ -581,7 +581,11 @@ impl Engine {
             Event::SignalKill(s) if s.code != crate::correlate::SI_KERNEL && s.result == 0 => {
                 // Past the rate of full records: folded, no /proc read, no row.
                 if !self.storm.admit(row.ts_ns) {
-                    let memcg = self.model.get(s.target_pid).and_then(|p| p.memcg.clone());
+                    let memcg = self
+                        .model
+                        .holder(s.target_pid, row.ts_ns)
+                        .0
+                        .and_then(|p| p.memcg.clone());
                     let comm = c_str(&s.target_comm);
                     let ctx = Context {
                         clock: &self.clock,
@@ -1292,8 +1296,9 @@ impl Engine {
             }
             v.cmdline = cmdline.clone();
             v.exe = exe.clone();
-            if v.memcg_source == Some(MemcgSource::Model) && memcg.is_some() {
+            if matches!(v.memcg_source, None | Some(MemcgSource::Model)) && memcg.is_some() {
                 v.memcg = memcg.clone();
+                v.memcg_source = Some(MemcgSource::Model);
             }
             changed.push((id, rec.clone()));
         }
