@@ -296,13 +296,7 @@ impl TestCgroup {
 
     /// A command that starts inside this cgroup (it joins before exec).
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let procs = CString::new(
-            self.dir
-                .join("cgroup.procs")
-                .into_os_string()
-                .into_encoded_bytes(),
-        )
-        .expect("path");
+        let procs = self.procs_path();
         let mut cmd = Command::new(program);
         // SAFETY: the closure only calls async-signal-safe libc functions
         // (open, write, close) on memory prepared before fork.
@@ -323,18 +317,23 @@ impl TestCgroup {
         cmd
     }
 
-    /// Starts `argv` in this cgroup as process id `pid` (which must be free),
-    /// through clone3's `set_tid`: a test reuses the pid of a process that
-    /// ended, as a pid space that wrapped would. Returns once started; the
-    /// caller reaps it with [`wait_pid`].
-    pub fn spawn_as_pid(&self, pid: u32, argv: &[&str]) -> std::io::Result<u32> {
-        let procs = CString::new(
+    /// Its `cgroup.procs` file, for a child to join it before its exec.
+    fn procs_path(&self) -> CString {
+        CString::new(
             self.dir
                 .join("cgroup.procs")
                 .into_os_string()
                 .into_encoded_bytes(),
         )
-        .expect("path");
+        .expect("path")
+    }
+
+    /// Starts `argv` in this cgroup as process id `pid` (which must be free),
+    /// through clone3's `set_tid`: a test reuses the pid of a process that
+    /// ended, as a pid space that wrapped would. Returns once started; the
+    /// caller reaps it with [`wait_pid`].
+    pub fn spawn_as_pid(&self, pid: u32, argv: &[&str]) -> std::io::Result<u32> {
+        let procs = self.procs_path();
         let args: Vec<CString> = argv
             .iter()
             .map(|a| CString::new(*a).expect("arg"))

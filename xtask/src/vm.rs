@@ -94,6 +94,7 @@ impl Suite {
                         "memcg_oom_kill_is_recorded_and_explained",
                         "explain_kmsg_finds_a_kill_without_any_store",
                         "sigkill_from_another_process_names_the_sender",
+                        "a_reused_pid_is_never_recorded_under_its_earlier_holder",
                         // Not reclaim_in_the_cgroup_before_a_kill_is_counted:
                         // the guest's scratch space is tmpfs, whose page
                         // cache cannot be reclaimed without swap. Not
