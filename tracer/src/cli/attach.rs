@@ -551,8 +551,9 @@ impl Attached {
         )
     }
 
-    /// Removes every probe (the kernel waits for grace periods, shared by
-    /// the probes removed together; callers report first).
+    /// Removes every probe (the kernel waits for grace periods, one
+    /// removal at a time, however many are dropped together; callers
+    /// report first).
     pub(super) fn detach(self, probes: &mut Probes) {
         let n: usize = self.list.iter().map(|a| a.probes()).sum();
         if n > 0 {

@@ -249,9 +249,8 @@ pub struct Probes {
 }
 
 impl Drop for Probes {
-    /// Removes the tracepoint links together (each waits for a kernel grace
-    /// period, shared when they are removed at once); the rest goes with
-    /// the programs.
+    /// Removes the tracepoint links together ([`drop_together`]); the rest
+    /// goes with the programs.
     fn drop(&mut self) {
         let mut links: Vec<Box<dyn Send>> = Vec::new();
         for (name, id) in std::mem::take(&mut self.tracepoint_links) {

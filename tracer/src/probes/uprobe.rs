@@ -473,8 +473,8 @@ impl Probes {
     }
 
     /// Removes the probes of several attachments together: dropping a link
-    /// removes its uprobe after a kernel grace period, and links dropped
-    /// at once share their grace periods ([`super::drop_together`]).
+    /// removes its uprobe after kernel grace periods, which the kernel
+    /// still takes one removal at a time ([`super::drop_together`]).
     /// Entries go before returns, so no frame is opened whose return can
     /// no longer be seen.
     pub fn detach_families(&mut self, atts: Vec<Attachment>) {

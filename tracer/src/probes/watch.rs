@@ -418,7 +418,7 @@ impl Watch {
         }
     }
 
-    /// Removes every probe (together: their kernel grace periods are shared).
+    /// Removes every probe, together ([`super::drop_together`]).
     fn detach(mut self) {
         let n: usize = self.attached.iter().map(|(_, a)| a.probes()).sum();
         if n > 0 {

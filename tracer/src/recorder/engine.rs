@@ -1265,13 +1265,7 @@ impl Engine {
         if let Some(id) = joined
             && let Some(rec) = self.kills.get(id)
         {
-            self.store.update_kill(id, rec)?;
-            if !self.exporters.is_empty() {
-                self.exporters.publish(Exported::KillUpdated {
-                    id,
-                    record: Box::new(rec.clone()),
-                });
-            }
+            store_changed(&mut self.store, &self.exporters, id, rec)?;
             self.retry_oom_groups()?;
         }
         Ok(())
@@ -1288,7 +1282,6 @@ impl Engine {
         };
         let cmdline = Some(p.info.cmdline.clone()).filter(|c| !c.is_empty());
         let (exe, memcg) = (p.info.exe.clone(), p.memcg.clone());
-        let mut changed = Vec::new();
         for (id, rec) in self.kills.recent_since(exec_ns) {
             let v = &mut rec.victim;
             if v.pid != pid || (v.cmdline == cmdline && v.exe == exe) {
@@ -1300,17 +1293,8 @@ impl Engine {
                 v.memcg = memcg.clone();
                 v.memcg_source = Some(MemcgSource::Model);
             }
-            changed.push((id, rec.clone()));
-        }
-        for (id, rec) in changed {
             tracing::debug!("kill {id}: its victim's exec came after it; command line now known");
-            self.store.update_kill(id, &rec)?;
-            if !self.exporters.is_empty() {
-                self.exporters.publish(Exported::KillUpdated {
-                    id,
-                    record: Box::new(rec),
-                });
-            }
+            store_changed(&mut self.store, &self.exporters, id, rec)?;
         }
         Ok(())
     }
@@ -1362,14 +1346,7 @@ impl Engine {
             return Ok(false);
         };
         rec.oom_group = Some(g.cgroup.clone());
-        let rec = rec.clone();
-        self.store.update_kill(id, &rec)?;
-        if !self.exporters.is_empty() {
-            self.exporters.publish(Exported::KillUpdated {
-                id,
-                record: Box::new(rec),
-            });
-        }
+        store_changed(&mut self.store, &self.exporters, id, rec)?;
         Ok(true)
     }
 
@@ -1542,10 +1519,10 @@ impl Engine {
         Ok(())
     }
 
-    /// The last writes, kills first. A full file system costs what cannot
-    /// be written (said in the log), not the summary.
-    /// The last commits, within [`STOP_BUDGET`] of `stop_at` (when the stop
-    /// was asked) where a busy node slows the growth worker.
+    /// The last writes, kills first, within [`STOP_BUDGET`] of `stop_at`
+    /// (when the stop was asked) where a busy node slows the growth worker.
+    /// A full file system costs what cannot be written (said in the log),
+    /// not the summary.
     fn finish(mut self, stop_at: std::time::Instant) -> Result<EngineSummary, StoreError> {
         let r = self.commit_storms(wall_now_ns(), true);
         self.step(r)?;
@@ -1612,6 +1589,24 @@ impl Engine {
         self.summary.model_live = self.model.live().count();
         Ok(self.summary)
     }
+}
+
+/// Stores a changed kill again and hands it to the exporters, so that what
+/// they were told is what the store holds.
+fn store_changed(
+    store: &mut Store,
+    exporters: &Exporters,
+    id: i64,
+    rec: &KillRecord,
+) -> Result<(), StoreError> {
+    store.update_kill(id, rec)?;
+    if !exporters.is_empty() {
+        exporters.publish(Exported::KillUpdated {
+            id,
+            record: Box::new(rec.clone()),
+        });
+    }
+    Ok(())
 }
 
 /// Runs `enricher` again over the kills committed since `since_ns` and

@@ -640,11 +640,12 @@ fn work(
                         tips: &HashMap<u32, TipStack>| {
         let lost = out.dropped.load(std::sync::atomic::Ordering::Relaxed);
         for (pid, ts) in kills {
-            if !tracer.has_growth(pid) && !tips.contains_key(&pid) {
+            let grew = tracer.has_growth(pid);
+            if !grew && !tips.contains_key(&pid) {
                 continue;
             }
             let comm = comms.get(&pid).cloned().unwrap_or_default();
-            let growth = tracer.has_growth(pid).then(|| {
+            let growth = grew.then(|| {
                 let mut r = tracer.growth_report(pid, &comm, ts, super::growth::KILL_WINDOW_S, 10);
                 r.lost_samples = lost;
                 r
