@@ -96,7 +96,19 @@ for ep in pm["spec"]["podMetricsEndpoints"]:
 assert c["livenessProbe"]["httpGet"]["port"] in ports
 metrics = [a for a in c["args"] if a.startswith("--metrics=")][0]
 assert metrics.endswith(":%d" % ports["metrics"]), metrics
-assert "--metrics-allow-remote" in c["args"]
+# Remote scraping is authenticated: the token file is the Secret's key,
+# mounted where the argument says, and the PodMonitor sends that Secret.
+token = [a for a in c["args"] if a.startswith("--metrics-token-file=")][0].split("=", 1)[1]
+mount = [m for m in c["volumeMounts"] if token.startswith(m["mountPath"] + "/")][0]
+vol = [v for v in pod["spec"]["volumes"] if v["name"] == mount["name"]][0]
+secret = vol["secret"]["secretName"]
+assert token == mount["mountPath"] + "/token", token
+for ep in pm["spec"]["podMetricsEndpoints"]:
+    cred = ep["authorization"]["credentials"]
+    assert ep["authorization"]["type"] == "Bearer" and cred == {"name": secret, "key": "token"}, ep
+# Probes send no token: they ask the one page that needs none.
+assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+assert c["readinessProbe"]["httpGet"]["path"] == "/healthz"
 assert pod["spec"]["hostPID"] is True and c["securityContext"]["privileged"] is True
 print("ok", " ".join(c["args"]))
 "#;

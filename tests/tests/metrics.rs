@@ -1,7 +1,7 @@
 //! End-to-end tests of the metrics endpoint (`record --metrics`): a real
 //! memcg OOM kill counted once it is durable, the count surviving a
-//! recorder restart, the exposition checked by Debian's `promtool`, and
-//! bad addresses refused clearly.
+//! recorder restart, the exposition checked by Debian's `promtool`, bad
+//! addresses refused clearly, and the endpoint against hostile clients.
 
 use std::{
     io::{Read as _, Write as _},
@@ -490,16 +490,18 @@ fn bad_metrics_addresses_are_refused_clearly() {
     if !privileged() {
         return;
     }
-    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = taken.local_addr().unwrap().to_string();
-    let err = record_fails(&["--metrics", &addr]);
+    let err = record_fails(&["--metrics", "0.0.0.0:9464"]);
+    assert!(err.contains("--metrics-token-file"), "{err}");
+    let err = record_fails(&[
+        "--metrics",
+        "0.0.0.0:9464",
+        "--metrics-token-file",
+        "/nonexistent/token",
+    ]);
     assert!(
-        err.contains(&format!("--metrics {addr}: cannot listen there")),
+        err.contains("--metrics-token-file /nonexistent/token"),
         "{err}"
     );
-    let err = record_fails(&["--metrics", "0.0.0.0:9464"]);
-    assert!(err.contains("--metrics-allow-remote"), "{err}");
-    drop(taken);
 }
 
 #[test]
@@ -715,4 +717,416 @@ fn every_dashboard_query_is_valid_promql_to_a_real_prometheus() {
     // And a broken one is refused, so the check means something.
     let (status, _) = prom.check("sum by (x (tracer_events_total)").unwrap();
     assert_eq!(status, "error");
+}
+
+// The endpoint against hostile clients (issue: a metrics endpoint no
+// client can wedge). Each attack runs as uid 65534, as any local user
+// could, from Debian's python3.
+
+/// `GET path` with extra header lines: the status code and the body, or
+/// None when nothing answers within 5 s.
+fn request(port: u16, path: &str, headers: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n{headers}\r\n").as_bytes())
+        .ok()?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).ok()?;
+    let out = String::from_utf8_lossy(&out).to_string();
+    let (head, body) = out.split_once("\r\n\r\n")?;
+    let code = head.split(' ').nth(1)?.parse().ok()?;
+    Some((code, body.to_string()))
+}
+
+/// A python3 program run as uid 65534 with `args`; its stdout is piped.
+fn as_nobody(program: &str, args: &[String]) -> std::process::Child {
+    use std::os::unix::process::CommandExt as _;
+    Command::new("python3")
+        .arg("-c")
+        .arg(program)
+        .args(args)
+        .uid(65534)
+        .gid(65534)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 as uid 65534")
+}
+
+/// A field of /proc/PID/status, in its unit (kB for memory).
+fn status_field(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(field)?
+                .trim()
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no {field} for pid {pid}"))
+}
+
+/// A self-metric of the endpoint from a scrape.
+fn self_metric(body: &str, name: &str) -> u64 {
+    body.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} "))?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {body}"))
+}
+
+/// Reads one line of the child's stdout.
+fn line_of(child: &mut std::process::Child) -> String {
+    use std::io::BufRead as _;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    line
+}
+
+#[test]
+fn an_endless_request_header_is_cut_off_and_grows_nothing() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let rec = Recorder::start_with(&dir.path().join("t.db"), &["--metrics", &addr]);
+    assert!(scrape(port).is_some());
+    let rss_before = status_field(rec.pid(), "VmRSS:");
+    // 256 MiB of one header, sent as fast as the server takes it.
+    let client = r#"
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Endless: ")
+sent, chunk = 0, b"a" * 65536
+try:
+    while sent < 256 << 20:
+        s.sendall(chunk)
+        sent += len(chunk)
+    print("not cut", sent)
+except OSError as e:
+    print("cut", sent)
+"#;
+    let out = as_nobody(client, &[port.to_string()])
+        .wait_with_output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    let sent: u64 = said
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{said}{}", String::from_utf8_lossy(&out.stderr)));
+    assert!(said.starts_with("cut "), "{said}");
+    let rss_after = status_field(rec.pid(), "VmRSS:");
+    eprintln!(
+        "endless header: cut after {} KiB sent (socket buffers included); recorder RSS {rss_before} -> {rss_after} kB",
+        sent >> 10
+    );
+    assert!(sent < 16 << 20, "{sent} bytes taken before the cut");
+    assert!(
+        rss_after < rss_before + 4096,
+        "RSS {rss_before} -> {rss_after} kB"
+    );
+    assert!(scrape(port).is_some(), "the endpoint still answers");
+    rec.stop();
+}
+
+#[test]
+fn two_thousand_idle_connections_take_no_thread_and_scrapes_come_back() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let rec = Recorder::start_with(&dir.path().join("t.db"), &["--metrics", &addr]);
+    assert!(scrape(port).is_some());
+    let pid = rec.pid();
+    let threads = status_field(pid, "Threads:");
+    // Leave the recorder 32 file descriptors more than it holds, fewer
+    // than the connections it serves at once: accepts fail too.
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count();
+    let lim = open + 32;
+    let st = Command::new("prlimit")
+        .args(["--pid", &pid.to_string(), &format!("--nofile={lim}:{lim}")])
+        .status()
+        .expect("util-linux prlimit");
+    assert!(st.success());
+    let client = r#"
+import resource, socket, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+held, end = [], time.monotonic() + 10
+while len(held) < 2000 and time.monotonic() < end:
+    try:
+        held.append(socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=0.2))
+    except OSError:
+        pass
+print(len(held), flush=True)
+time.sleep(float(sys.argv[2]))
+"#;
+    let mut attacker = as_nobody(client, &[port.to_string(), "25".into()]);
+    let held = line_of(&mut attacker);
+    let during = status_field(pid, "Threads:");
+    // While the attacker holds its sockets, the idle ones are closed at
+    // the head timeout and a scrape gets through.
+    let t0 = std::time::Instant::now();
+    let body = wait_for(Duration::from_secs(20), || scrape(port))
+        .unwrap_or_else(|| panic!("no scrape while {held} idle connections are held"));
+    let waited = t0.elapsed();
+    let _ = attacker.kill();
+    let _ = attacker.wait();
+    let refused = self_metric(&body, "tracer_metrics_connections_refused_total");
+    let accept_errors = self_metric(&body, "tracer_metrics_accept_errors_total");
+    eprintln!(
+        "idle connections: {} held by the attacker; recorder threads {threads} -> {during}; a scrape answered after {waited:?}; {refused} refused at the cap, {accept_errors} failed accepts (fd limit {lim})",
+        held.trim()
+    );
+    assert!(held.trim().parse::<u32>().unwrap() >= 100, "{held}");
+    assert!(during <= threads + 1, "threads {threads} -> {during}");
+    assert!(refused + accept_errors > 0, "{body}");
+    assert!(
+        scrape(port).is_some(),
+        "the endpoint answers after the attack"
+    );
+    assert!(
+        rec.terminate_timed() < Duration::from_secs(2),
+        "stop after the attack"
+    );
+}
+
+#[test]
+fn a_client_that_never_reads_blocks_no_scrape_and_no_stop() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let rec = Recorder::start_with(&dir.path().join("t.db"), &["--metrics", &addr]);
+    assert!(scrape(port).is_some());
+    // Thousands of pipelined requests, answers never read.
+    let client = r#"
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.setblocking(False)
+req = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 5000
+sent = 0
+try:
+    while sent < len(req):
+        sent += s.send(req[sent:])
+except BlockingIOError:
+    pass
+print(sent, flush=True)
+time.sleep(60)
+"#;
+    let mut attacker = as_nobody(client, &[port.to_string()]);
+    let sent = line_of(&mut attacker);
+    std::thread::sleep(Duration::from_millis(500));
+    let t0 = std::time::Instant::now();
+    assert!(scrape(port).is_some(), "a scrape beside the stuck client");
+    assert!(
+        request(port, "/healthz", "").map(|r| r.0) == Some(200),
+        "healthz"
+    );
+    let scraped = t0.elapsed();
+    let stop = rec.terminate_timed();
+    let _ = attacker.kill();
+    let _ = attacker.wait();
+    eprintln!(
+        "never-reading client ({} bytes of requests sent): scrape and healthz in {scraped:?}, stop in {stop:?}",
+        sent.trim()
+    );
+    assert!(scraped < Duration::from_secs(2), "{scraped:?}");
+    assert!(stop < Duration::from_secs(2), "stop took {stop:?}");
+}
+
+#[test]
+fn a_port_taken_before_start_is_retried_while_recording_goes_on() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let squatter = r#"
+import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(8)
+print("bound", flush=True)
+sys.stdin.read()
+"#;
+    let mut squat = {
+        use std::os::unix::process::CommandExt as _;
+        Command::new("python3")
+            .arg("-c")
+            .arg(squatter)
+            .arg(port.to_string())
+            .uid(65534)
+            .gid(65534)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    assert_eq!(line_of(&mut squat).trim(), "bound");
+    let rec = Recorder::start_with(&store, &["--metrics", &addr]);
+    assert!(
+        rec.log()
+            .contains(&format!("--metrics {addr}: cannot listen there")),
+        "{}",
+        rec.log()
+    );
+    // It records meanwhile.
+    let cg = TestCgroup::new("taken-port", 48 * MIB);
+    oom_kill_in(&cg);
+    let stored = wait_for(Duration::from_secs(10), || {
+        let c = rusqlite::Connection::open_with_flags(
+            &store,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .ok()?;
+        let n: i64 = c
+            .query_row(
+                "SELECT count(*) FROM kills WHERE instr(record, ?1) > 0",
+                [&cg.path],
+                |r| r.get(0),
+            )
+            .ok()?;
+        (n > 0).then_some(())
+    });
+    assert!(
+        stored.is_some(),
+        "the kill is stored while the port is taken"
+    );
+    drop(squat.stdin.take());
+    let _ = squat.wait();
+    let t0 = std::time::Instant::now();
+    let body = wait_for(Duration::from_secs(15), || scrape(port))
+        .expect("the endpoint listens once the port is free");
+    eprintln!("taken port: served {:?} after it was freed", t0.elapsed());
+    assert!(kill_line(&body, &cg.path).is_some(), "{body}");
+    assert!(self_metric(&body, "tracer_metrics_bind_failures_total") >= 1);
+    rec.stop();
+}
+
+#[test]
+fn a_hostile_cgroup_name_keeps_every_scrape_valid() {
+    if !privileged() {
+        return;
+    }
+    let Some(promtool) = promtool() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let rec = Recorder::start_with(&dir.path().join("t.db"), &["--metrics", &addr]);
+    let cg = TestCgroup::new("q\"b\\s} 1 x{", 48 * MIB);
+    oom_kill_in(&cg);
+    let escaped = cg.path.replace('\\', "\\\\").replace('"', "\\\"");
+    for openmetrics in [true, false] {
+        let body = wait_for(Duration::from_secs(10), || {
+            get(port, openmetrics).filter(|b| kill_line(b, &escaped).is_some())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no escaped series for {}: {:?}",
+                cg.path,
+                get(port, openmetrics)
+            )
+        });
+        // Nothing of the name leaks out of its label value.
+        assert!(!body.lines().any(|l| l.starts_with(" 1 x{")), "{body}");
+        if openmetrics {
+            // promtool reads the Prometheus text format only.
+            continue;
+        }
+        let mut check = Command::new(&promtool)
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        check
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(body.as_bytes())
+            .unwrap();
+        let out = check.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "promtool check metrics: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    rec.stop();
+}
+
+/// The DaemonSet's `--NAME=VALUE` argument.
+fn daemonset_arg(name: &str) -> String {
+    let ds = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes/daemonset.yaml"),
+    )
+    .unwrap();
+    ds.lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix(&format!("- --{name}="))
+                .map(String::from)
+        })
+        .unwrap_or_else(|| panic!("the DaemonSet has no --{name}"))
+}
+
+#[test]
+fn remote_scraping_as_the_daemonset_ships_it_needs_the_token() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The shipped listen address (all addresses), on a free port, and a
+    // token file like the Secret the DaemonSet mounts.
+    let shipped = daemonset_arg("metrics");
+    assert!(shipped.starts_with("0.0.0.0:"), "{shipped}");
+    assert!(daemonset_arg("metrics-token-file").starts_with("/etc/tracer/"));
+    let port = free_port();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "0123456789abcdef0123456789abcdef\n").unwrap();
+    let rec = Recorder::start_with(
+        &dir.path().join("t.db"),
+        &[
+            "--metrics",
+            &format!("0.0.0.0:{port}"),
+            "--metrics-token-file",
+            token.to_str().unwrap(),
+        ],
+    );
+    let auth = "Authorization: Bearer 0123456789abcdef0123456789abcdef\r\n";
+    assert_eq!(request(port, "/metrics", "").map(|r| r.0), Some(401));
+    assert_eq!(
+        request(
+            port,
+            "/metrics",
+            "Authorization: Bearer 0123456789abcdef0123456789abcdee\r\n"
+        )
+        .map(|r| r.0),
+        Some(401)
+    );
+    assert_eq!(request(port, "/healthz", "").map(|r| r.0), Some(200));
+    let (code, body) = request(port, "/metrics", auth).unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        self_metric(&body, "tracer_metrics_unauthorized_requests_total"),
+        2
+    );
+    rec.stop();
 }

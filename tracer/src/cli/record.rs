@@ -60,12 +60,14 @@ pub struct RecordArgs {
     #[arg(long, value_name = "PATH")]
     pub export_jsonl: Option<std::path::PathBuf>,
     /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464).
+    /// An address that is taken is retried every 5 s; recording goes on.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<std::net::SocketAddr>,
-    /// Let --metrics listen on an address other than loopback (the
-    /// endpoint has no authentication).
-    #[arg(long)]
-    pub metrics_allow_remote: bool,
+    /// A file holding a bearer token that every page of --metrics but
+    /// /healthz then needs (`Authorization: Bearer TOKEN`); required for an
+    /// address other than loopback.
+    #[arg(long, value_name = "FILE")]
+    pub metrics_token_file: Option<std::path::PathBuf>,
     /// Early warning: a `pressure` event (stored, counted, exported) when a
     /// memory cgroup, at its growth rate over the last 10 s, would reach its
     /// limit within this long, and another when it no longer would
@@ -492,11 +494,18 @@ async fn record(
         (Some(addr), Some(feeds)) => {
             let server = crate::export::prometheus::MetricsServer::start(
                 addr,
-                args.metrics_allow_remote,
+                args.metrics_token_file.as_deref(),
                 feeds,
                 args.store.path.clone(),
             )?;
-            tracing::info!("metrics at http://{}/metrics", server.addr);
+            if server
+                .stats()
+                .bind_failures
+                .load(std::sync::atomic::Ordering::Relaxed)
+                == 0
+            {
+                tracing::info!("metrics at http://{}/metrics", server.addr);
+            }
             Some(server)
         }
         _ => None,

@@ -21,7 +21,6 @@ use std::{
     net::SocketAddr,
     path::PathBuf,
     sync::{Arc, Mutex},
-    thread::JoinHandle,
     time::{Duration, Instant},
 };
 
@@ -61,9 +60,12 @@ pub(super) fn who(kube: Option<&KubeNames>, container: &str) -> Vec<(&'static st
 pub enum MetricsError {
     /// A non-loopback address without the flag that allows it.
     #[error(
-        "--metrics {0}: not a loopback address; the endpoint has no authentication, so it listens on 127.0.0.1 or ::1 unless --metrics-allow-remote is given"
+        "--metrics {0}: not a loopback address; remote scraping needs authentication: give --metrics-token-file FILE (a bearer token the scraper sends), or listen on 127.0.0.1 behind an authenticating proxy"
     )]
     Remote(SocketAddr),
+    /// The token file cannot be used.
+    #[error("--metrics-token-file {0}")]
+    Token(String),
     /// The address cannot be bound (in use, not local, no permission).
     #[error("--metrics {addr}: cannot listen there: {why}")]
     Bind {
@@ -367,6 +369,8 @@ pub trait CounterSource: std::fmt::Debug + Send + Sync + 'static {
 struct Source {
     feeds: Feeds,
     store: PathBuf,
+    /// The endpoint's own figures.
+    serve: Arc<super::http::ServeStats>,
 }
 
 /// A counter family: one series per (labels, value); none when empty.
@@ -437,7 +441,7 @@ impl Collector for Source {
             let buckets: Vec<(f64, u64)> = crate::record::KILL_COMMIT_BUCKETS_US
                 .iter()
                 .map(|b| *b as f64 / 1e6)
-                .chain([f64::MAX]) // the encoder writes it as +Inf
+                .chain([f64::INFINITY])
                 .zip(m.kill_commit_buckets)
                 .collect();
             let count = m.kill_commit_buckets.iter().sum();
@@ -447,6 +451,42 @@ impl Collector for Source {
                 &buckets,
                 None,
             )?;
+        }
+        let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        let s = &self.serve;
+        for (name, help, v) in [
+            (
+                "tracer_metrics_connections",
+                "Connections the metrics endpoint accepted.",
+                load(&s.connections),
+            ),
+            (
+                "tracer_metrics_connections_refused",
+                "Connections closed at accept: the endpoint had as many open as it serves at once.",
+                load(&s.refused),
+            ),
+            (
+                "tracer_metrics_connections_timed_out",
+                "Connections closed at the endpoint's deadline (a client that never finished or never read).",
+                load(&s.timed_out),
+            ),
+            (
+                "tracer_metrics_accept_errors",
+                "Failed accepts of the metrics endpoint (no file descriptor left, or others).",
+                load(&s.accept_errors),
+            ),
+            (
+                "tracer_metrics_bind_failures",
+                "Failed binds of the metrics address (the port taken, the address not local).",
+                load(&s.bind_failures),
+            ),
+            (
+                "tracer_metrics_unauthorized_requests",
+                "Requests refused for a missing or wrong bearer token.",
+                load(&s.unauthorized),
+            ),
+        ] {
+            counter(&mut e, name, help, v)?;
         }
         {
             let mut f = e.encode_descriptor(
@@ -487,55 +527,64 @@ impl Feeds {
 
 /// The running endpoint.
 pub struct MetricsServer {
-    server: Arc<tiny_http::Server>,
-    thread: Option<JoinHandle<()>>,
-    /// Where it listens.
+    server: super::http::Server,
+    /// Where it listens, or will once the address is free.
     pub addr: SocketAddr,
 }
 
 impl MetricsServer {
-    /// Listens on `addr` (loopback only unless `allow_remote`) and serves
-    /// `/metrics` on a thread of its own.
+    /// Serves `/metrics` at `addr` on a thread of its own (see
+    /// [`super::http`]). An address other than loopback needs a token:
+    /// remote scraping is never unauthenticated. An address that cannot be
+    /// bound now is said and retried; it never stops the recorder.
     pub fn start(
         addr: SocketAddr,
-        allow_remote: bool,
+        token: Option<&std::path::Path>,
         feeds: Feeds,
         store: PathBuf,
     ) -> Result<Self, MetricsError> {
-        if !addr.ip().is_loopback() && !allow_remote {
+        if !addr.ip().is_loopback() && token.is_none() {
             return Err(MetricsError::Remote(addr));
         }
-        let server = tiny_http::Server::http(addr).map_err(|e| MetricsError::Bind {
+        let token = token
+            .map(super::http::Token::read)
+            .transpose()
+            .map_err(MetricsError::Token)?;
+        let stats = Arc::new(super::http::ServeStats::default());
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Source {
+            feeds,
+            store,
+            serve: stats.clone(),
+        }));
+        let registry = Arc::new(registry);
+        let render: super::http::Render = Arc::new(move |openmetrics| {
+            if openmetrics {
+                (OPENMETRICS, render(&registry))
+            } else {
+                (PROMETHEUS, render_prometheus(&registry))
+            }
+        });
+        let config = super::http::Config {
+            addr,
+            token,
+            render,
+        };
+        let server = super::http::Server::start(config, stats).map_err(|e| MetricsError::Bind {
             addr,
             why: e.to_string(),
         })?;
-        let server = Arc::new(server);
-        let mut registry = Registry::default();
-        registry.register_collector(Box::new(Source { feeds, store }));
-        let s = server.clone();
-        let thread = std::thread::Builder::new()
-            .name("tracer-metrics".into())
-            .spawn(move || serve(&s, &registry))
-            .map_err(|e| MetricsError::Bind {
-                addr,
-                why: e.to_string(),
-            })?;
-        Ok(Self {
-            server,
-            thread: Some(thread),
-            addr,
-        })
+        Ok(Self { server, addr })
+    }
+
+    /// What the server has seen.
+    pub fn stats(&self) -> &super::http::ServeStats {
+        &self.server.stats
     }
 }
 
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.server.unblock();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const PROMETHEUS: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// The OpenMetrics text of `registry`.
 pub fn render(registry: &Registry) -> String {
@@ -546,63 +595,13 @@ pub fn render(registry: &Registry) -> String {
     body
 }
 
-/// The Prometheus text format (0.0.4) of an OpenMetrics text: a counter's
-/// HELP and TYPE name its samples' `_total` name, and there is no `# EOF`.
-pub fn to_prometheus_text(openmetrics: &str) -> String {
-    let counters: std::collections::HashSet<&str> = openmetrics
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.strip_suffix(" counter"))
-        .collect();
-    let mut out = String::with_capacity(openmetrics.len());
-    for line in openmetrics.lines() {
-        if line == "# EOF" {
-            continue;
-        }
-        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
-            let rest = line.strip_prefix(prefix)?;
-            let (name, tail) = rest.split_once(' ')?;
-            counters
-                .contains(name)
-                .then(|| format!("{prefix}{name}_total {tail}"))
-        });
-        match renamed {
-            Some(l) => out.push_str(&l),
-            None => out.push_str(line),
-        }
-        out.push('\n');
+/// The Prometheus text format (0.0.4) of `registry`.
+pub fn render_prometheus(registry: &Registry) -> String {
+    let mut body = String::new();
+    if prometheus_client::encoding::prometheus_text::encode(&mut body, registry).is_err() {
+        body.clear();
     }
-    out
-}
-
-fn serve(server: &tiny_http::Server, registry: &Registry) {
-    const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-    const PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
-    for req in server.incoming_requests() {
-        let path = req.url().split('?').next().unwrap_or("");
-        let resp = if req.method() != &tiny_http::Method::Get {
-            tiny_http::Response::from_string("only GET\n").with_status_code(405)
-        } else if path == "/metrics" {
-            // OpenMetrics when the scraper asks for it (Prometheus does),
-            // the Prometheus text format otherwise.
-            let openmetrics = req.headers().iter().any(|h| {
-                h.field.equiv("Accept") && h.value.as_str().contains("application/openmetrics-text")
-            });
-            let body = render(registry);
-            let (ct, body) = if openmetrics {
-                (OPENMETRICS, body)
-            } else {
-                (PROMETHEUS, to_prometheus_text(&body))
-            };
-            let ct = tiny_http::Header::from_bytes("Content-Type", ct).expect("a valid header");
-            tiny_http::Response::from_string(body).with_header(ct)
-        } else if path == "/" || path == "/healthz" {
-            tiny_http::Response::from_string("tracer: metrics at /metrics\n")
-        } else {
-            tiny_http::Response::from_string("not found\n").with_status_code(404)
-        };
-        let _ = req.respond(resp);
-    }
+    body
 }
 
 #[cfg(test)]
@@ -760,6 +759,7 @@ mod tests {
         registry.register_collector(Box::new(Source {
             feeds,
             store: "/nonexistent/tracer.db".into(),
+            serve: Arc::default(),
         }));
         let text = render(&registry);
         // Every metric the shipped dashboard and alert rules name is one
@@ -824,7 +824,7 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want} not in\n{text}");
         }
-        let prom = to_prometheus_text(&text);
+        let prom = render_prometheus(&registry);
         assert!(
             prom.contains("# TYPE tracer_kills_total counter\n"),
             "{prom}"
@@ -903,13 +903,46 @@ mod tests {
     }
 
     #[test]
-    fn a_remote_address_needs_the_flag() {
+    fn a_remote_address_needs_a_token() {
         let m = Arc::new(Fixed(MetricsSnapshot::default()));
         let k = Arc::new(KillCounts::default());
         let addr: SocketAddr = "0.0.0.0:0".parse().unwrap();
-        let e = MetricsServer::start(addr, false, Feeds::new(m, k), "/x".into())
+        let e = MetricsServer::start(addr, None, Feeds::new(m.clone(), k.clone()), "/x".into())
             .err()
             .expect("refused");
-        assert!(e.to_string().contains("--metrics-allow-remote"), "{e}");
+        assert!(e.to_string().contains("--metrics-token-file"), "{e}");
+        let e = MetricsServer::start(
+            addr,
+            Some(std::path::Path::new("/nonexistent/token")),
+            Feeds::new(m, k),
+            "/x".into(),
+        )
+        .err()
+        .expect("refused");
+        assert!(e.to_string().contains("/nonexistent/token"), "{e}");
+    }
+
+    #[test]
+    fn hostile_label_values_are_escaped_in_both_formats() {
+        let kills = Arc::new(KillCounts::default());
+        let hostile = "/evil\\\"} 1\nfake_metric{a=\"";
+        kills.count(&kill(KillerKind::KernelOom, Some("memcg"), hostile, 100));
+        let feeds = Feeds::new(Arc::new(Fixed(MetricsSnapshot::default())), kills);
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Source {
+            feeds,
+            store: "/nonexistent/tracer.db".into(),
+            serve: Arc::default(),
+        }));
+        for text in [render(&registry), render_prometheus(&registry)] {
+            assert!(
+                text.contains("cgroup=\"/evil\\\\\\\"} 1\\nfake_metric{a=\\\"\""),
+                "{text}"
+            );
+            assert!(
+                !text.lines().any(|l| l.starts_with("fake_metric")),
+                "{text}"
+            );
+        }
     }
 }
