@@ -2,10 +2,15 @@
 OpenTelemetry protobuf messages (PyPI's opentelemetry-proto) and prints one
 JSON line per log record and per metric data point on stdout.
 
-Usage: otlp_receiver.py PORT
+Usage: otlp_receiver.py PORT [UID]
+
+With UID, it becomes that user (after its imports, before it listens), so
+that the listening socket is that user's, as a local user's would be.
 """
 
 import json
+import os
+import socket
 import sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -83,6 +88,14 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main():
+    if len(sys.argv) > 2:
+        # What binding imports lazily, read while the files under root's
+        # home are still readable.
+        socket.getfqdn("127.0.0.1")
+        uid = int(sys.argv[2])
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
     server = HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
     emit({"signal": "listening", "port": server.server_port})
     server.serve_forever()

@@ -2,7 +2,8 @@
 //! decoding with PyPI's opentelemetry-proto) gets a real memcg OOM kill in
 //! a pod-shaped cgroup as a log record with its verdict and the pod's
 //! names, and the metrics with the resource attributes; with the receiver
-//! gone the recorder keeps recording and counts what was lost.
+//! gone the recorder keeps recording and counts what was lost. Command
+//! lines leave redacted, and not at all to a receiver another user runs.
 
 use std::{
     io::{BufRead as _, BufReader},
@@ -30,6 +31,11 @@ struct Receiver {
 
 impl Receiver {
     fn start() -> Option<Self> {
+        Self::start_as(None)
+    }
+
+    /// The receiver, run as `uid` when given.
+    fn start_as(uid: Option<u32>) -> Option<Self> {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
         let python = root.join("../target/pytools/bin/python");
         if !python.exists() {
@@ -46,13 +52,15 @@ impl Receiver {
             .local_addr()
             .unwrap()
             .port();
-        let mut child = Command::new(python)
-            .arg(root.join("py/otlp_receiver.py"))
+        let mut cmd = Command::new(python);
+        cmd.arg(root.join("py/otlp_receiver.py"))
             .arg(port.to_string())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the OTLP receiver");
+            .stderr(Stdio::inherit());
+        if let Some(uid) = uid {
+            cmd.arg(uid.to_string());
+        }
+        let mut child = cmd.spawn().expect("start the OTLP receiver");
         let lines = Arc::new(Mutex::new(Vec::new()));
         let sink = lines.clone();
         let out = child.stdout.take().unwrap();
@@ -239,5 +247,141 @@ fn bad_otlp_urls_are_refused_before_anything_is_loaded() {
             "{bad}: {err}"
         );
         assert!(!store.exists(), "nothing was started for {bad}");
+    }
+}
+
+/// A victim whose command line carries secrets: python3 growing its
+/// memory in `cg` until the kernel kills it. Returns its pid.
+fn oom_kill_with_secrets_in(cg: &TestCgroup) -> u32 {
+    let mut cmd = cg.command("python3");
+    cmd.args([
+        "-c",
+        "import time\nb = []\nwhile True:\n    b.append(b'x' * (8 << 20))\n    time.sleep(0.02)",
+        "--db-password=hunter2",
+        "postgres://app:s3cr3t@db/prod",
+    ]);
+    let mut hog = Proc::spawn(cmd);
+    let pid = hog.pid();
+    assert_eq!(
+        hog.wait_signal(Duration::from_secs(30)),
+        Some(libc::SIGKILL)
+    );
+    pid
+}
+
+/// The receiver's log record of the kill of `pid`.
+fn kill_record(receiver: &Receiver, pid: u32) -> Value {
+    wait_for(Duration::from_secs(20), || {
+        receiver.find(|v| {
+            v["event_name"] == "tracer.kill" && v["attributes"]["process.pid"] == i64::from(pid)
+        })
+    })
+    .unwrap_or_else(|| panic!("no kill record of pid {pid}"))
+}
+
+#[test]
+fn an_unprivileged_receiver_on_loopback_gets_kills_without_command_lines() {
+    if !privileged() {
+        return;
+    }
+    let Some(receiver) = Receiver::start_as(Some(65534)) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::start_with(
+        &dir.path().join("t.db"),
+        &["--otlp", &receiver.url(), "--no-redact"],
+    );
+    let cg = TestCgroup::new("otlp-nobody", 64 * MIB);
+    let pid = oom_kill_with_secrets_in(&cg);
+    let log = kill_record(&receiver, pid);
+    assert!(
+        log["attributes"].get("process.command_line").is_none(),
+        "{log}"
+    );
+    let all = receiver.lines.lock().unwrap().clone();
+    let text = serde_json::to_string(&all).unwrap();
+    assert!(
+        !text.contains("hunter2") && !text.contains("s3cr3t"),
+        "{text}"
+    );
+    assert!(
+        rec.log().contains("belongs to uid 65534, not root"),
+        "{}",
+        rec.log()
+    );
+}
+
+#[test]
+fn command_lines_leave_redacted_and_the_store_keeps_them_whole() {
+    if !privileged() {
+        return;
+    }
+    let Some(receiver) = Receiver::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let jsonl = dir.path().join("kills.jsonl");
+    let rec = Recorder::start_with(
+        &store,
+        &[
+            "--otlp",
+            &receiver.url(),
+            "--export-jsonl",
+            jsonl.to_str().unwrap(),
+        ],
+    );
+    let cg = TestCgroup::new("otlp-redact", 64 * MIB);
+    let pid = oom_kill_with_secrets_in(&cg);
+    let want = "--db-password=*** postgres://app:***@db/prod";
+    let log = kill_record(&receiver, pid);
+    let line = log["attributes"]["process.command_line"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(line.ends_with(want), "{line}");
+    let exported = wait_for(Duration::from_secs(10), || {
+        let text = std::fs::read_to_string(&jsonl).ok()?;
+        let line = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["record"]["victim"]["pid"] == pid)?;
+        Some((text, line))
+    });
+    let (exported, line) = exported.expect("the kill in the JSON lines");
+    let cmdline = line["record"]["victim"]["cmdline"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(cmdline.ends_with(want), "{line}");
+    drop(rec);
+    for text in [
+        serde_json::to_string(&*receiver.lines.lock().unwrap()).unwrap(),
+        exported,
+    ] {
+        assert!(
+            !text.contains("hunter2") && !text.contains("s3cr3t"),
+            "{text}"
+        );
+    }
+    // The store keeps the whole line; the report shows it redacted unless
+    // told otherwise.
+    let c = rusqlite::Connection::open(&store).unwrap();
+    let stored: String = c
+        .query_row("SELECT record FROM kills WHERE pid = ?1", [pid], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert!(stored.contains("--db-password=hunter2"), "{stored}");
+    let html = dir.path().join("r.html");
+    for (extra, hidden) in [(None, true), (Some("--no-redact"), false)] {
+        let mut cmd = Command::new(tracer_bin());
+        cmd.args(["report", "--store", store.to_str().unwrap(), "--html"])
+            .arg(&html)
+            .args(["--pid", &pid.to_string()])
+            .args(extra);
+        assert!(cmd.status().unwrap().success());
+        let page = std::fs::read_to_string(&html).unwrap();
+        assert_eq!(!page.contains("hunter2"), hidden, "{extra:?}");
+        assert_eq!(page.contains("--db-password=***"), hidden, "{extra:?}");
     }
 }

@@ -59,6 +59,15 @@ pub struct RecordArgs {
     /// never a late kill).
     #[arg(long, value_name = "PATH")]
     pub export_jsonl: Option<std::path::PathBuf>,
+    /// Also hide the values of options and variables whose name contains
+    /// WORD in the command lines that leave the node (OTLP, JSON lines);
+    /// password, token, secret, key and the like always are. Repeatable.
+    #[arg(long, value_name = "WORD")]
+    pub redact: Vec<String>,
+    /// Send command lines whole, secrets and all (the store always keeps
+    /// them whole).
+    #[arg(long)]
+    pub no_redact: bool,
     /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464).
     /// An address that is taken is retried every 5 s; recording goes on.
     #[arg(long, value_name = "ADDR")]
@@ -83,6 +92,11 @@ pub struct RecordArgs {
     /// receiver, e.g. http://127.0.0.1:4318 (a collector on the node).
     #[arg(long, value_name = "URL")]
     pub otlp: Option<String>,
+    /// With --otlp on this host's loopback: besides root, the uid whose
+    /// listening socket may receive command lines (a receiver run by
+    /// another user gets kills without them).
+    #[arg(long, value_name = "UID")]
+    pub otlp_trusted_uid: Option<u32>,
     /// With --otlp: how often the metrics are pushed.
     #[arg(long, default_value = "15s", value_parser = super::parse_duration)]
     pub otlp_interval: Duration,
@@ -157,6 +171,7 @@ fn start_otlp(
             (cause, v.summary)
         },
         describe_gpu_oom: crate::explain::gpu::verdict,
+        trusted_uid: args.otlp_trusted_uid,
     })?;
     if crate::export::otlp::answers(url, Duration::from_secs(1)) {
         tracing::info!(
@@ -453,7 +468,8 @@ async fn record(
             (None, Some(why))
         }
     };
-    let mut exporters = crate::export::Exporters::default();
+    let redactor = (!args.no_redact).then(|| crate::export::redact::Redactor::new(&args.redact));
+    let mut exporters = crate::export::Exporters::redacting(redactor);
     if let Some(path) = &args.export_jsonl {
         let j = crate::export::jsonl::JsonLines::open(path)
             .with_context(|| format!("--export-jsonl {}", path.display()))?;

@@ -27,6 +27,14 @@ pub struct ReportArgs {
     /// Only kills of this process id.
     #[arg(long)]
     pub pid: Option<u32>,
+    /// Also hide the values of options and variables whose name contains
+    /// WORD in command lines; password, token, secret, key and the like
+    /// always are. Repeatable.
+    #[arg(long, value_name = "WORD")]
+    pub redact: Vec<String>,
+    /// Show command lines whole, secrets and all.
+    #[arg(long)]
+    pub no_redact: bool,
 }
 
 /// The NVML timelines of the devices in a kill's GPU picture, from the
@@ -58,7 +66,14 @@ fn gpu_timelines(store: &Store, k: &crate::record::KillRecord) -> anyhow::Result
 pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let (since_ns, limit) = super::window(args.since, args.all);
     let store = Store::open_ro(&args.store.path)?;
-    let found = super::explain::stored(&store, since_ns, args.pid, limit, |k| k)?;
+    // Redacted before it is explained: the verdict quotes command lines.
+    let redactor = (!args.no_redact).then(|| crate::export::redact::Redactor::new(&args.redact));
+    let found = super::explain::stored(&store, since_ns, args.pid, limit, |mut k| {
+        if let Some(r) = &redactor {
+            redact_kill(r, &mut k);
+        }
+        k
+    })?;
     if found.is_empty() {
         crate::say!(
             "tracer: no kills{} in {}: no report written",
@@ -88,4 +103,16 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         args.html.display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// A kill's command lines (victim, sender) as a page shared beyond root
+/// shows them.
+fn redact_kill(r: &crate::export::redact::Redactor, k: &mut crate::record::KillRecord) {
+    let item = crate::export::Exported::Kill {
+        id: 0,
+        record: Box::new(k.clone()),
+    };
+    if let Some(crate::export::Exported::Kill { record, .. }) = item.redacted(r) {
+        *k = *record;
+    }
 }

@@ -8,6 +8,7 @@ pub mod http;
 pub mod jsonl;
 pub mod otlp;
 pub mod prometheus;
+pub mod redact;
 
 use std::{
     sync::{
@@ -60,6 +61,60 @@ pub enum Exported {
     },
 }
 
+impl Exported {
+    /// This item with the command lines it carries redacted by `r`, or
+    /// None when there was nothing to hide.
+    pub fn redacted(&self, r: &redact::Redactor) -> Option<Exported> {
+        self.map_cmdlines(|l| match r.cmdline(l) {
+            std::borrow::Cow::Borrowed(_) => None,
+            std::borrow::Cow::Owned(o) => Some(Some(o)),
+        })
+    }
+
+    /// This item without any command line, or None when it carries none.
+    pub fn without_cmdlines(&self) -> Option<Exported> {
+        self.map_cmdlines(|_| Some(None))
+    }
+
+    /// This item with each command line `l` for which `f(l)` is
+    /// `Some(new)` replaced by `new`, or None when none was.
+    fn map_cmdlines(&self, f: impl Fn(&str) -> Option<Option<String>>) -> Option<Exported> {
+        let line = |c: &mut Option<String>| -> bool {
+            let Some(new) = c.as_deref().and_then(&f) else {
+                return false;
+            };
+            *c = new;
+            true
+        };
+        match self {
+            Exported::Kill { id, record } | Exported::KillUpdated { id, record } => {
+                let mut k = record.clone();
+                let mut changed = line(&mut k.victim.cmdline);
+                if let Some(s) = &mut k.killer.sender {
+                    changed |= line(&mut s.cmdline);
+                }
+                if let Some(t) = &mut k.trigger {
+                    changed |= line(&mut t.task.cmdline);
+                }
+                let item = match self {
+                    Exported::Kill { .. } => Exported::Kill { id: *id, record: k },
+                    _ => Exported::KillUpdated { id: *id, record: k },
+                };
+                changed.then_some(item)
+            }
+            Exported::GpuOom { id, record } => {
+                let mut g = record.clone();
+                let mut changed = line(&mut g.process.cmdline);
+                for o in &mut g.others {
+                    changed |= line(&mut o.process.cmdline);
+                }
+                changed.then_some(Exported::GpuOom { id: *id, record: g })
+            }
+            Exported::Pressure { .. } => None,
+        }
+    }
+}
+
 /// A destination for what the recorder stores.
 pub trait Exporter: Send + 'static {
     /// Its name, for logs and drop counters.
@@ -89,9 +144,20 @@ struct Lane {
 #[derive(Default)]
 pub struct Exporters {
     lanes: Vec<Lane>,
+    /// How command lines are redacted before they leave (None: sent whole,
+    /// `--no-redact`).
+    redactor: Option<redact::Redactor>,
 }
 
 impl Exporters {
+    /// Exporters that get command lines redacted by `r` (None: whole).
+    pub fn redacting(r: Option<redact::Redactor>) -> Self {
+        Self {
+            lanes: Vec::new(),
+            redactor: r,
+        }
+    }
+
     /// Starts `exporter` on a thread of its own.
     pub fn add(&mut self, mut exporter: Box<dyn Exporter>) -> std::io::Result<()> {
         let (tx, rx) = sync_channel::<Arc<Exported>>(QUEUE);
@@ -126,7 +192,10 @@ impl Exporters {
         if self.lanes.is_empty() {
             return;
         }
-        let item = Arc::new(item);
+        let item = match self.redactor.as_ref().and_then(|r| item.redacted(r)) {
+            Some(hidden) => Arc::new(hidden),
+            None => Arc::new(item),
+        };
         for lane in &self.lanes {
             match lane.tx.try_send(item.clone()) {
                 Ok(()) => {}

@@ -95,6 +95,8 @@ pub struct OtlpConfig {
     pub describe_kill: DescribeKill,
     /// Verdicts of GPU OOMs.
     pub describe_gpu_oom: DescribeGpuOom,
+    /// Besides root, the uid whose loopback receiver may see command lines.
+    pub trusted_uid: Option<u32>,
 }
 
 /// What the collector did not take.
@@ -248,6 +250,90 @@ pub struct OtlpExporter {
     /// The verdict last sent per kill id: a kill completed later (the
     /// kernel's report joined) is sent again only if it says more.
     sent: HashMap<i64, String>,
+    /// Whether the receiver may see command lines.
+    recipient: Recipient,
+}
+
+/// Who receives what the exporter sends. A receiver on this host's
+/// loopback may be any local user who took the port first: command lines
+/// go to it only while the socket listening there belongs to root or to
+/// the uid named by `--otlp-trusted-uid`. A receiver elsewhere is the one
+/// whoever started the recorder named.
+#[derive(Debug)]
+struct Recipient {
+    /// The port, when the receiver is on loopback.
+    loopback_port: Option<u16>,
+    trusted_uid: Option<u32>,
+    /// The last check and its answer (checked again after a second).
+    checked: Option<(Instant, bool)>,
+    /// Whether the refusal was said.
+    said: bool,
+}
+
+impl Recipient {
+    fn of(endpoint: &str, trusted_uid: Option<u32>) -> Self {
+        let loopback_port = authority(endpoint).and_then(|a| {
+            let (host, port) = a.rsplit_once(':')?;
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let local = host == "localhost"
+                || host
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified());
+            local.then(|| port.parse().ok()).flatten()
+        });
+        Self {
+            loopback_port,
+            trusted_uid,
+            checked: None,
+            said: false,
+        }
+    }
+
+    fn may_see_cmdlines(&mut self) -> bool {
+        let Some(port) = self.loopback_port else {
+            return true;
+        };
+        if let Some((at, ok)) = self.checked
+            && at.elapsed() < Duration::from_secs(1)
+        {
+            return ok;
+        }
+        let owner = listener_uid(port);
+        let ok = owner.is_some_and(|u| u == 0 || Some(u) == self.trusted_uid);
+        if !ok && !self.said {
+            self.said = true;
+            let who = owner.map_or_else(|| "no one".to_string(), |u| format!("uid {u}"));
+            tracing::warn!(
+                "otlp: the socket listening on port {port} belongs to {who}, not root{}: kills go to it without command lines",
+                self.trusted_uid
+                    .map(|u| format!(" or uid {u} (--otlp-trusted-uid)"))
+                    .unwrap_or_default()
+            );
+        }
+        self.checked = Some((Instant::now(), ok));
+        ok
+    }
+}
+
+/// The owner of the TCP socket listening on `port` on this host (any
+/// address, IPv4 or IPv6), from /proc/net/tcp{,6}.
+fn listener_uid(port: u16) -> Option<u32> {
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().find_map(|f| {
+        let text = std::fs::read_to_string(f).ok()?;
+        listener_uid_in(&text, port)
+    })
+}
+
+/// [`listener_uid`] in the text of one /proc/net/tcp file.
+fn listener_uid_in(text: &str, port: u16) -> Option<u32> {
+    const LISTEN: &str = "0A";
+    text.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let local_port = f.get(1)?.rsplit_once(':')?.1;
+        (u16::from_str_radix(local_port, 16).ok()? == port && *f.get(3)? == LISTEN)
+            .then(|| f.get(7)?.parse().ok())
+            .flatten()
+    })
 }
 
 impl OtlpExporter {
@@ -359,6 +445,7 @@ impl OtlpExporter {
                 describe_kill: cfg.describe_kill,
                 describe_gpu_oom: cfg.describe_gpu_oom,
                 sent: HashMap::new(),
+                recipient: Recipient::of(&cfg.endpoint, cfg.trusted_uid),
             },
             lost,
         ))
@@ -519,6 +606,13 @@ impl Exporter for OtlpExporter {
     }
 
     fn export(&mut self, item: &Exported) -> std::io::Result<()> {
+        let stripped;
+        let item = if self.recipient.may_see_cmdlines() {
+            item
+        } else {
+            stripped = item.without_cmdlines();
+            stripped.as_ref().unwrap_or(item)
+        };
         match item {
             Exported::Kill { id, record } => self.kill(*id, record, false),
             Exported::KillUpdated { id, record } => self.kill(*id, record, true),
@@ -547,6 +641,30 @@ impl Exporter for OtlpExporter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_owner_of_a_listening_socket_is_read_from_proc_net_tcp() {
+        // /proc/net/tcp of a host: root's sshd on 22, uid 65534 listening
+        // on 4318, and a connection from port 4318 (not listening).
+        let text = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 20133 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:10DE 0100007F:9C40 01 00000000:00000000 00:00000000 00000000  1000        0 51234 1 0000000000000000 20 4 30 10 -1
+   2: 0100007F:10DE 00000000:0000 0A 00000000:00000000 00:00000000 00000000 65534        0 51000 1 0000000000000000 100 0 0 10 0
+";
+        assert_eq!(listener_uid_in(text, 22), Some(0));
+        assert_eq!(listener_uid_in(text, 4318), Some(65534));
+        assert_eq!(listener_uid_in(text, 4317), None);
+        assert!(Recipient::of("http://127.0.0.1:4318", None).loopback_port == Some(4318));
+        assert!(Recipient::of("http://localhost:4318/", None).loopback_port == Some(4318));
+        assert!(Recipient::of("http://[::1]:4318", None).loopback_port == Some(4318));
+        assert!(
+            Recipient::of("http://collector.monitoring:4318", None)
+                .loopback_port
+                .is_none()
+        );
+        let mut remote = Recipient::of("http://10.1.2.3:4318", None);
+        assert!(remote.may_see_cmdlines());
+    }
 
     #[test]
     fn otlp_urls_are_checked() {
