@@ -385,3 +385,62 @@ fn command_lines_leave_redacted_and_the_store_keeps_them_whole() {
         assert_eq!(page.contains("--db-password=***"), hidden, "{extra:?}");
     }
 }
+
+#[test]
+fn a_collector_that_drips_its_answers_never_holds_up_the_stop() {
+    if !privileged() {
+        return;
+    }
+    // Accepts, reads the request, then answers one byte a second.
+    let drip = r#"
+import socket, sys, threading, time
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", 0))
+srv.listen(16)
+print(srv.getsockname()[1], flush=True)
+def serve(c):
+    try:
+        c.recv(65536)
+        for b in b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n":
+            c.send(bytes([b]))
+            time.sleep(1)
+    except OSError:
+        pass
+while True:
+    c, _ = srv.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+    let mut collector = Command::new("python3")
+        .arg("-c")
+        .arg(drip)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    BufReader::new(collector.stdout.as_mut().unwrap())
+        .read_line(&mut port)
+        .unwrap();
+    let url = format!("http://127.0.0.1:{}", port.trim());
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::start_with(
+        &dir.path().join("t.db"),
+        &["--otlp", &url, "--otlp-interval", "1s"],
+    );
+    let cg = TestCgroup::new("otlp-drip", 48 * MIB);
+    oom_kill_in(&cg);
+    // The kill's record and a metrics push are on their way by now.
+    std::thread::sleep(Duration::from_millis(1500));
+    let stop = rec.terminate_timed();
+    let _ = collector.kill();
+    let _ = collector.wait();
+    eprintln!("stop with a dripping collector: {stop:?}");
+    assert!(stop < Duration::from_secs(2), "stop took {stop:?}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        rec.log()
+            .contains("exporter otlp: its destination is too slow"),
+        "the slow collector is said: {}",
+        rec.log()
+    );
+}

@@ -136,6 +136,8 @@ struct Lane {
     name: String,
     tx: SyncSender<Arc<Exported>>,
     dropped: Arc<AtomicU64>,
+    /// Items queued or being handed on, not yet done.
+    pending: Arc<AtomicU64>,
     /// Ends with what the exporter lost on its own.
     thread: Option<JoinHandle<u64>>,
 }
@@ -162,6 +164,8 @@ impl Exporters {
     pub fn add(&mut self, mut exporter: Box<dyn Exporter>) -> std::io::Result<()> {
         let (tx, rx) = sync_channel::<Arc<Exported>>(QUEUE);
         let name = exporter.name().to_string();
+        let pending = Arc::new(AtomicU64::new(0));
+        let left = pending.clone();
         let thread = std::thread::Builder::new()
             .name(format!("export-{name}"))
             .spawn(move || {
@@ -169,6 +173,7 @@ impl Exporters {
                     if let Err(e) = exporter.export(&item) {
                         tracing::warn!("exporter {}: {e}", exporter.name());
                     }
+                    left.fetch_sub(1, Ordering::Relaxed);
                 }
                 exporter.finish()
             })?;
@@ -176,6 +181,7 @@ impl Exporters {
             name,
             tx,
             dropped: Arc::new(AtomicU64::new(0)),
+            pending,
             thread: Some(thread),
         });
         Ok(())
@@ -197,9 +203,11 @@ impl Exporters {
             None => Arc::new(item),
         };
         for lane in &self.lanes {
+            lane.pending.fetch_add(1, Ordering::Relaxed);
             match lane.tx.try_send(item.clone()) {
                 Ok(()) => {}
                 Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                    lane.pending.fetch_sub(1, Ordering::Relaxed);
                     lane.dropped.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -214,15 +222,37 @@ impl Exporters {
             .collect()
     }
 
-    /// Closes the queues and waits for the exporters to hand on what they
-    /// hold; what each lost (its queue full, or its destination not taking
-    /// it), by name.
-    pub fn finish(mut self) -> Vec<(String, u64)> {
+    /// Closes the queues and waits until `deadline` for the exporters to
+    /// hand on what they hold; what each lost (its queue full, its
+    /// destination not taking it, or still held at the deadline: an
+    /// exporter stuck on a slow destination is left behind, said and
+    /// counted, so that it never holds up the stop), by name.
+    pub fn finish(mut self, deadline: std::time::Instant) -> Vec<(String, u64)> {
         let mut dropped = self.dropped();
-        for (mut lane, d) in self.lanes.drain(..).zip(dropped.iter_mut()) {
-            drop(lane.tx);
-            if let Some(t) = lane.thread.take() {
+        // Every queue is closed before any is waited for: they drain at
+        // once.
+        let threads: Vec<_> = self
+            .lanes
+            .drain(..)
+            .map(|mut l| {
+                drop(l.tx);
+                (l.thread.take(), l.pending)
+            })
+            .collect();
+        for ((thread, pending), d) in threads.into_iter().zip(dropped.iter_mut()) {
+            let Some(t) = thread else { continue };
+            while !t.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            if t.is_finished() {
                 d.1 += t.join().unwrap_or(0);
+            } else {
+                let left = pending.load(Ordering::Relaxed);
+                tracing::warn!(
+                    "exporter {}: its destination is too slow to take what it holds at stop; {left} item(s) left unsent",
+                    d.0
+                );
+                d.1 += left;
             }
         }
         dropped
@@ -292,7 +322,7 @@ mod tests {
         for _ in 0..n {
             let _ = go.send(());
         }
-        let dropped = ex.finish();
+        let dropped = ex.finish(std::time::Instant::now() + std::time::Duration::from_secs(10));
         assert_eq!(
             done.load(Ordering::Relaxed) + dropped[0].1,
             n as u64,

@@ -49,6 +49,8 @@ const STOP_DRAIN: Duration = Duration::from_millis(700);
 /// 2 s is the probes' detach (a grace period, 0.3 s on a busy node) and
 /// the process's exit.
 const STOP_BUDGET: Duration = Duration::from_millis(1000);
+/// The least time exporters get at stop to hand on what they hold.
+const EXPORT_MIN: Duration = Duration::from_millis(300);
 /// The least the growth worker is given to settle at stop.
 const SETTLE_MIN: Duration = Duration::from_millis(100);
 
@@ -1583,7 +1585,13 @@ impl Engine {
         (self.summary.events, self.summary.kills) = (m.events, m.kills);
         self.summary.folded_kills = m.folded_kills;
         self.summary.drops = self.last_drops;
-        self.summary.export_drops = std::mem::take(&mut self.exporters).finish();
+        // Exporters get what is left of the budget, and at least
+        // EXPORT_MIN: a slow destination is left behind, never waited for.
+        let export_deadline = std::time::Instant::now()
+            + STOP_BUDGET
+                .saturating_sub(stop_at.elapsed())
+                .max(EXPORT_MIN);
+        self.summary.export_drops = std::mem::take(&mut self.exporters).finish(export_deadline);
         self.summary.model = self.model.stats;
         self.summary.model_entries = self.model.len();
         self.summary.model_live = self.model.live().count();
