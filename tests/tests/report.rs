@@ -60,7 +60,11 @@ fn a_recorded_kill_renders_in_a_real_browser_with_its_plot_tasks_and_growth() {
     small.args(["--step-mib", "8", "--interval-ms", "10", "--max-mib", "16"]);
     let mut small = Proc::spawn(small);
     small.wait_line("held 16 MiB");
-    let mut big = cg.command(env!("CARGO_BIN_EXE_memhog"));
+    // The victim's name carries a right-to-left override, as a hostile
+    // user's program may: the page must not reorder what follows it.
+    let hostile = dir.path().join("m\u{202e}hog");
+    std::fs::copy(env!("CARGO_BIN_EXE_memhog"), &hostile).unwrap();
+    let mut big = cg.command(&hostile);
     big.args(["--step-mib", "2", "--interval-ms", "100"]);
     let mut big = Proc::spawn(big);
     let pid = big.pid();
@@ -121,6 +125,12 @@ fn a_recorded_kill_renders_in_a_real_browser_with_its_plot_tasks_and_growth() {
         .unwrap_or_else(|| panic!("no kill section: {dom}"));
     let id = |name: &str| format!("{section}-{name}");
 
+    // The name is shown with its override made visible, the pid in order.
+    assert!(!dom.contains('\u{202e}'), "a raw U+202E reaches the page");
+    assert!(
+        dom.contains(&format!("m\\u{{202e}}hog (pid {pid}) killed")),
+        "{dom}"
+    );
     // The usage series: one point per sample it says it has, several.
     let usage = tag(&dom, &id("memcg-usage")).unwrap_or_else(|| panic!("no usage series: {dom}"));
     let samples = num(usage, "data-samples") as usize;

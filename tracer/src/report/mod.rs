@@ -304,9 +304,20 @@ fn growth_flame(p: &str, k: &KillRecord) -> Option<String> {
     let mut svg = Vec::new();
     inferno::flamegraph::from_lines(&mut opts, folded.iter().map(String::as_str), &mut svg).ok()?;
     let svg = String::from_utf8(svg).ok()?;
-    // Inline: drop the XML prologue and doctype.
-    let start = svg.find("<svg")?;
-    Some(svg[start..].replacen("<svg", &format!(r#"<svg id="{p}-growth-flame""#), 1))
+    // A document of its own: inferno's script finds its elements by fixed
+    // ids, so two graphs inline on one page would share them (the second
+    // graph's zoom and search would act on the first). Sandboxed: its
+    // script runs, in an origin of its own.
+    let height = svg
+        .split_once("<svg")
+        .and_then(|(_, tag)| tag.split_once(" height=\""))
+        .and_then(|(_, h)| h.split('"').next()?.parse::<u32>().ok())
+        .unwrap_or(400);
+    let frame = html! {
+        iframe.flame id=(format!("{p}-growth-flame")) title=(opts.title)
+            sandbox="allow-scripts" width="100%" height=(height + 4) srcdoc=(svg) {}
+    };
+    Some(frame.into_string())
 }
 
 /// The node's offset from UTC now, as `+01:00`.
@@ -404,14 +415,18 @@ pub fn html(pages: &[KillPage], host: &str) -> String {
             }
         }
     };
-    page.into_string()
+    // Names, command lines, paths and symbols are chosen by whoever runs
+    // the process: invisible format characters (a right-to-left override
+    // that makes pid 20660 read 06602) are shown as escapes, wherever
+    // they are on the page.
+    crate::util::term::escape_invisible(&page.into_string()).into_owned()
 }
 
 const CSS: &str = "body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:820px;color:#1f2328}\
 h1{font-size:1.5rem}h2{font-size:1.2rem;border-top:1px solid #d0d7de;padding-top:1rem}\
 h3{font-size:1rem;margin-bottom:.3rem}pre{background:#f6f8fa;padding:.8rem;overflow-x:auto;font-size:12px}\
 .verdict{background:#fff8c5;padding:.5rem}.caption,.meta,.none{color:#57606a;font-size:.9rem}\
-svg{display:block;max-width:100%;height:auto}";
+svg{display:block;max-width:100%;height:auto}iframe.flame{border:0;display:block}";
 
 #[cfg(test)]
 mod tests {
@@ -525,5 +540,62 @@ mod tests {
             !page.contains("<link") && !page.contains("<script src") && !page.contains("url("),
             "nothing is fetched from elsewhere"
         );
+    }
+
+    #[test]
+    fn invisible_characters_show_and_two_flame_graphs_keep_their_own_ids() {
+        let page_of = |id: i64, pid: u32, comm: &str, function: &str| {
+            let mut k = kill();
+            k.victim.pid = pid;
+            k.victim.comm = comm.into();
+            k.growth = Some(crate::record::growth::GrowthReport {
+                pid,
+                sites: vec![crate::record::growth::GrowthSite {
+                    frames: vec![crate::stacks::symbols::Frame {
+                        function: Some(function.into()),
+                        ..Default::default()
+                    }],
+                    bytes: 64 * MIB,
+                    samples: 16,
+                }],
+                ..Default::default()
+            });
+            KillPage {
+                explanation: crate::explain::explain(Some(id), k, Vec::new(), None),
+                gpu: Vec::new(),
+            }
+        };
+        let page = html(
+            &[
+                page_of(1, 20660, "evil\u{202e}txt.exe", "grow_a"),
+                page_of(2, 20661, "zero\u{200b}width", "grow\u{2067}_b"),
+            ],
+            "node-1",
+        );
+        for c in ['\u{202e}', '\u{200b}', '\u{2067}'] {
+            assert!(!page.contains(c), "{c:?} reaches the page");
+        }
+        assert!(page.contains("evil\\u{202e}txt.exe (pid 20660)"), "{page}");
+        assert!(page.contains("zero\\u{200b}width"));
+        // Each flame graph is a document of its own, under its own id.
+        for id in ["kill-1-growth-flame", "kill-2-growth-flame"] {
+            assert_eq!(
+                page.matches(&format!("<iframe class=\"flame\" id=\"{id}\""))
+                    .count(),
+                1
+            );
+        }
+        assert_eq!(page.matches("<iframe").count(), 2);
+        assert!(page.contains("grow\\u{2067}_b"));
+        // Outside the frames, no id is used twice.
+        let outer = page.replace('\n', " ");
+        let mut ids: Vec<&str> = outer
+            .match_indices(" id=\"")
+            .map(|(i, _)| outer[i + 5..].split('"').next().unwrap())
+            .collect();
+        let n = ids.len();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), n, "an id is used twice");
     }
 }

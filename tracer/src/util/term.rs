@@ -9,10 +9,50 @@
 use std::borrow::Cow;
 
 /// Whether `c` must not reach a terminal as it is: C0 and C1 controls, DEL,
-/// and the bidirectional overrides and isolates that reorder what is shown.
+/// and the invisible format characters: the bidirectional marks,
+/// overrides and isolates that reorder what is shown (U+202E makes pid
+/// 20660 read 06602), zero-width spaces and joiners, invisible operators,
+/// the byte order mark and the interlinear annotation marks.
 fn is_hostile(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    c.is_control() || is_invisible_format(c)
+}
+
+/// Unicode's invisible format characters (category Cf, as far as they
+/// change or hide what is shown).
+fn is_invisible_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00ad}'
+            | '\u{061c}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+    )
+}
+
+/// `s` (a whole HTML page, a multi-line text) with every invisible format
+/// character and every control but newline, tab and carriage return
+/// written as a visible escape, as [`escape`] does; `s` itself when it
+/// has none.
+pub fn escape_invisible(s: &str) -> Cow<'_, str> {
+    let keep = |c: char| matches!(c, '\n' | '\t' | '\r');
+    if !s.chars().any(|c| is_hostile(c) && !keep(c)) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    let mut buf = [0u8; 4];
+    for c in s.chars() {
+        if keep(c) {
+            out.push(c);
+        } else {
+            out.push_str(&escape(c.encode_utf8(&mut buf)));
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// `s` with every hostile character written as a visible escape (`\n`,
