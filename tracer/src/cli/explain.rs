@@ -156,7 +156,12 @@ fn kills_in(
         .map(|r| {
             let clock = Clock::fixed(0, r.mono_to_wall_ns.unwrap_or(0));
             let mut k = kill_from_report(&r.report, &clock, None);
-            if r.mono_to_wall_ns.is_none() {
+            if r.time_unreadable {
+                k.time_unreadable = true;
+                k.gaps.push(Gap::Note(
+                    "the log's time stamp of this kill is out of range and cannot be read: its time is not known".into(),
+                ));
+            } else if r.mono_to_wall_ns.is_none() {
                 k.gaps.push(Gap::Note(format!(
                     "the log gives only the time since boot ({:.6} s): the wall time of this kill is not known",
                     r.report.ts_us as f64 / 1e6
@@ -216,12 +221,17 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     }
     // A kernel log's kills, each with the rest of its incident.
     let from_log = |all: Vec<crate::record::KillRecord>| -> Vec<Explanation> {
+        let incidents = crate::explain::Incidents::new(&all);
         all.iter()
-            .filter(|k| k.ts_ns >= since_ns && args.pid.is_none_or(|p| p == k.victim.pid))
+            // A kill whose time cannot be read is in every window.
+            .filter(|k| {
+                (k.ts_ns >= since_ns || k.time_unreadable)
+                    && args.pid.is_none_or(|p| p == k.victim.pid)
+            })
             .take(limit)
             .map(|k| {
                 let mut e = explain(None, printable_if(&args, k.clone()), Vec::new(), None);
-                e.join_incident(all.iter().map(|k| (None, k)));
+                incidents.join(&mut e);
                 e
             })
             .collect()

@@ -197,6 +197,11 @@ pub struct OomReport {
     /// (printk cuts a record at about 1 KiB: a long cgroup path does it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary_cut: Option<usize>,
+    /// Rows of the `Tasks state` table left out: a table of more than
+    /// [`MAX_TASK_ROWS`] keeps its largest tasks and those the kernel
+    /// prefers to kill (a node of 100,000 processes prints them all).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tasks_omitted: u64,
     /// The cgroup with `memory.oom.group` set whose every task the kernel
     /// killed with this one (this kill is one of that incident's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -385,6 +390,46 @@ impl Default for Assembler {
     }
 }
 
+/// The most rows of a `Tasks state` table kept per report.
+pub const MAX_TASK_ROWS: usize = 2048;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Cuts `rows` to at most `keep`: half by size (rss and swap: the
+/// candidates of an OOM kill by memory) and half by oom_score_adj (the
+/// ones it prefers whatever their size), in the order printed. Returns
+/// how many were left out.
+fn keep_task_rows(rows: &mut Vec<TaskRow>, keep: usize) -> u64 {
+    if rows.len() <= keep {
+        return 0;
+    }
+    let n = rows.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut kept = vec![false; n];
+    let half = keep / 2;
+    order.sort_unstable_by_key(|&i| {
+        std::cmp::Reverse(rows[i].rss_pages + rows[i].swapents.unwrap_or(0))
+    });
+    order.iter().take(half).for_each(|&i| kept[i] = true);
+    order.sort_unstable_by_key(|&i| std::cmp::Reverse((rows[i].oom_score_adj, rows[i].rss_pages)));
+    order
+        .iter()
+        .filter(|&&i| !kept[i])
+        .take(keep - half)
+        .copied()
+        .collect::<Vec<_>>()
+        .into_iter()
+        .for_each(|i| kept[i] = true);
+    let mut i = 0;
+    rows.retain(|_| {
+        i += 1;
+        kept[i - 1]
+    });
+    (n - rows.len()) as u64
+}
+
 /// A header older than this is not part of the kill that follows it.
 const MAX_REPORT_SPAN_US: u64 = 10_000_000;
 
@@ -449,6 +494,7 @@ impl Assembler {
             if !(fresh && same) {
                 report = OomReport::default();
             }
+            report.tasks_omitted += keep_task_rows(&mut report.tasks, MAX_TASK_ROWS);
             report.ts_us = rec.ts_us;
             report.killed = k;
             let group = self
@@ -530,6 +576,12 @@ impl Assembler {
         } else if self.section == Section::Tasks && text.starts_with('[') {
             if let Some(row) = parse_task_row(text, &self.columns) {
                 self.current.tasks.push(row);
+                // Cut at twice the bound: amortised, the table costs
+                // O(log n) a row and MAX_TASK_ROWS rows of memory.
+                if self.current.tasks.len() >= 2 * MAX_TASK_ROWS {
+                    self.current.tasks_omitted +=
+                        keep_task_rows(&mut self.current.tasks, MAX_TASK_ROWS);
+                }
             }
         } else if self.section == Section::Stats {
             match text.split_once(' ') {
@@ -1095,6 +1147,43 @@ mod tests {
         ]);
         assert!(
             matches!(&evs[0], KmsgEvent::Reaped(r) if r.pid == 3129 && r.anon_rss_kb == Some(12) && r.comm == "python3")
+        );
+    }
+
+    #[test]
+    fn a_huge_task_table_keeps_its_largest_and_most_preferred_rows() {
+        let mut lines = vec![
+            "x invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0"
+                .to_string(),
+            "Tasks state (memory values in pages):".into(),
+            "[  pid  ]   uid  tgid total_vm      rss pgtables_bytes swapents oom_score_adj name"
+                .into(),
+        ];
+        let n = 100_000u32;
+        for i in 0..n {
+            // Small tasks, one large one and one the kernel prefers.
+            let (rss, adj) = match i {
+                77_777 => (900_000, 0),
+                88_888 => (10, 1000),
+                _ => (100 + u64::from(i % 1000), 0),
+            };
+            lines.push(format!(
+                "[{:7}] 0 {:5} 1000 {rss} 45056 0 {adj} w{i}",
+                10_000 + i,
+                10_000 + i
+            ));
+        }
+        lines.push("Memory cgroup out of memory: Killed process 87777 (w77777) total-vm:4000kB, anon-rss:3600000kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:44kB oom_score_adj:0".into());
+        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let r = one_report(&refs);
+        assert_eq!(r.tasks.len(), MAX_TASK_ROWS);
+        assert_eq!(r.tasks_omitted, u64::from(n) - MAX_TASK_ROWS as u64);
+        for pid in [87_777, 98_888] {
+            assert!(r.tasks.iter().any(|t| t.pid == pid), "{pid} kept");
+        }
+        assert!(
+            r.tasks.windows(2).all(|w| w[0].pid < w[1].pid),
+            "in printed order"
         );
     }
 

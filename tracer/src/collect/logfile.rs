@@ -29,6 +29,10 @@ pub struct LogLine {
     /// Whether it is the kernel's (false for a record userspace wrote to
     /// /dev/kmsg, when the shape tells).
     pub kernel: bool,
+    /// Whether its time stamp has a known shape but cannot be a time (out
+    /// of range: a year 2218, a boot 10^14 s long, a 25th hour): the line
+    /// counts, its time is not known.
+    pub unreadable: bool,
     /// The message.
     pub text: String,
 }
@@ -43,7 +47,24 @@ pub struct LogReport {
     /// Wall time minus monotonic time on that host, when the log gives
     /// both (or only wall times: then the report's stamps are wall times).
     pub mono_to_wall_ns: Option<i64>,
+    /// Whether the stamp of its kill line could not be read (then its
+    /// stamps are the last readable ones before it on that host, or 0).
+    pub time_unreadable: bool,
 }
+
+/// The longest line put back together from wrapped pieces: printk cuts a
+/// record at about 1 KiB, so more is no kernel line; what goes beyond is
+/// dropped (and the time to read a log stays linear in its size).
+pub const MAX_REJOINED: usize = 16 * 1024;
+
+/// A time stamp of a known shape: its value, or None when it cannot be a
+/// time.
+type Stamp<T> = Option<T>;
+
+/// The longest uptime a monotonic stamp may say: a century.
+const MAX_UPTIME_S: u64 = 100 * 366 * 86_400;
+/// Years a wall-time stamp may say.
+const YEARS: std::ops::RangeInclusive<i64> = 1970..=2200;
 
 const MONTHS: [&str; 12] = [
     "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
@@ -60,15 +81,22 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// Wall ns of a civil date and time of day, `offset_s` east of UTC.
+/// Wall ns of a civil date and time of day, `offset_s` east of UTC; None
+/// when the date cannot be one (a year outside [`YEARS`], a 13th month, a
+/// 32nd day).
 fn wall(
     (y, mo, d): (i64, i64, i64),
     (h, mi, s): (i64, i64, i64),
     frac_ns: i64,
     offset_s: i64,
-) -> i64 {
-    ((days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s - offset_s) * 1_000_000_000)
-        + frac_ns
+) -> Stamp<i64> {
+    if !YEARS.contains(&y) || !(1..=12).contains(&mo) || !(1..=31).contains(&d) {
+        return None;
+    }
+    Some(
+        ((days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s - offset_s) * 1_000_000_000)
+            + frac_ns,
+    )
 }
 
 fn month(name: &str) -> Option<i64> {
@@ -82,17 +110,29 @@ fn hms(t: &str) -> Option<(i64, i64, i64)> {
     (h < 24 && m < 60 && s < 61).then_some((h, m, s))
 }
 
-/// `123.456789` -> microseconds.
-fn seconds_us(s: &str) -> Option<u64> {
+/// `123.456789` -> microseconds; `Some(None)` for digits that cannot be
+/// an uptime (more than [`MAX_UPTIME_S`]).
+fn seconds_us(s: &str) -> Option<Stamp<u64>> {
     let (a, b) = s.trim().split_once('.')?;
-    let whole: u64 = a.parse().ok()?;
-    let frac = format!("{b:0<6}");
-    let us: u64 = frac.get(..6)?.parse().ok()?;
-    Some(whole * 1_000_000 + us)
+    if a.is_empty()
+        || b.is_empty()
+        || !a.bytes().all(|c| c.is_ascii_digit())
+        || !b.bytes().all(|c| c.is_ascii_digit())
+    {
+        return None;
+    }
+    let frac = format!("{:0<6}", b.get(..6).unwrap_or(b));
+    let us: u64 = frac.parse().ok()?;
+    Some(
+        a.parse::<u64>()
+            .ok()
+            .filter(|w| *w <= MAX_UPTIME_S)
+            .map(|w| w * 1_000_000 + us),
+    )
 }
 
 /// `[  123.456789] ` at the start of `s`: (microseconds, rest).
-fn mono_prefix(s: &str) -> Option<(u64, &str)> {
+fn mono_prefix(s: &str) -> Option<(Stamp<u64>, &str)> {
     let inner = s.strip_prefix('[')?;
     let (stamp, rest) = inner.split_once(']')?;
     Some((seconds_us(stamp)?, rest.strip_prefix(' ').unwrap_or(rest)))
@@ -105,8 +145,9 @@ fn host_kernel(s: &str) -> Option<(String, &str)> {
     Some((host.to_string(), text))
 }
 
-/// `2025-03-03T10:00:00[.123456][Z|+0000|+00:00]` -> wall ns.
-fn iso(s: &str) -> Option<i64> {
+/// `2025-03-03T10:00:00[.123456][Z|+0000|+00:00]` -> wall ns;
+/// `Some(None)` for one of that shape that cannot be a time.
+fn iso(s: &str) -> Option<Stamp<i64>> {
     let (date, time) = s.split_once('T')?;
     let mut d = date.split('-').map(|v| v.parse::<i64>().ok());
     let (y, mo, da) = (d.next()??, d.next()??, d.next()??);
@@ -116,7 +157,9 @@ fn iso(s: &str) -> Option<i64> {
     };
     // dmesg --time-format iso writes a comma before the fraction.
     let (hms_part, frac) = clock.split_once(['.', ',']).unwrap_or((clock, ""));
-    let (h, mi, se) = hms(hms_part)?;
+    let Some((h, mi, se)) = hms(hms_part) else {
+        return Some(None);
+    };
     let frac_ns: i64 = if frac.is_empty() {
         0
     } else {
@@ -135,6 +178,13 @@ fn iso(s: &str) -> Option<i64> {
     Some(wall((y, mo, da), (h, mi, se), frac_ns, offset_s))
 }
 
+/// `HH:MM:SS` of a known shape (digits and colons): its seconds of the
+/// day, or None when out of range.
+fn hms_shaped(t: &str) -> Option<Stamp<(i64, i64, i64)>> {
+    (t.split(':').count() == 3 && t.bytes().all(|c| c.is_ascii_digit() || c == b':'))
+        .then(|| hms(t))
+}
+
 /// Parses one line of a saved kernel log; `None` when it is no kernel log
 /// line of any known shape. `year` is used for syslog stamps, which have
 /// none.
@@ -147,6 +197,7 @@ pub fn parse_line(line: &str, year: i64) -> Option<LogLine> {
             mono_us: Some(rec.ts_us),
             wall_ns: None,
             kernel: rec.facility == 0,
+            unreadable: false,
             text: rec.text,
         });
     }
@@ -158,9 +209,10 @@ pub fn parse_line(line: &str, year: i64) -> Option<LogLine> {
         };
         return Some(LogLine {
             host,
-            mono_us: Some(us),
+            mono_us: us,
             wall_ns: None,
             kernel: true,
+            unreadable: us.is_none(),
             text: text.to_string(),
         });
     }
@@ -170,13 +222,16 @@ pub fn parse_line(line: &str, year: i64) -> Option<LogLine> {
     {
         let w: Vec<&str> = stamp.split_whitespace().collect();
         if let [_, mon, day, time, year] = w[..] {
-            let date = (year.parse().ok()?, month(mon)?, day.parse().ok()?);
-            let wall_ns = wall(date, hms(time)?, 0, 0);
+            let mon = month(mon)?;
+            let time = hms_shaped(time)?;
+            let (year, day) = (year.parse::<i64>().ok()?, day.parse::<i64>().ok()?);
+            let wall_ns = time.and_then(|t| wall((year, mon, day), t, 0, 0));
             return Some(LogLine {
                 host: None,
                 mono_us: None,
-                wall_ns: Some(wall_ns),
+                wall_ns,
                 kernel: true,
+                unreadable: wall_ns.is_none(),
                 text: rest.strip_prefix(' ').unwrap_or(rest).to_string(),
             });
         }
@@ -188,30 +243,33 @@ pub fn parse_line(line: &str, year: i64) -> Option<LogLine> {
         let (stamp, rest) = line.split_once(' ')?;
         let wall_ns = iso(stamp)?;
         let (host, text) = host_kernel(rest)?;
-        return Some(with_mono(Some(host), Some(wall_ns), text));
+        return Some(with_mono(Some(host), wall_ns, text));
     }
     // syslog, kern.log, journalctl short: `Mar  3 10:00:00 host kernel: text`.
     let mon = month(line.get(..3)?)?;
     let rest = line[3..].trim_start();
     let (day, rest) = rest.split_once(' ')?;
     let (time, rest) = rest.trim_start().split_once(' ')?;
-    let wall_ns = wall((year, mon, day.parse().ok()?), hms(time)?, 0, 0);
+    let day = day.parse::<i64>().ok()?;
+    let wall_ns = hms_shaped(time)?.and_then(|t| wall((year, mon, day), t, 0, 0));
     let (host, text) = host_kernel(rest)?;
-    Some(with_mono(Some(host), Some(wall_ns), text))
+    Some(with_mono(Some(host), wall_ns, text))
 }
 
-/// A syslog-shaped line, with the monotonic stamp the kernel may have
-/// printed at the start of its text (`kernel: [  123.456789] text`).
+/// A syslog-shaped line (its wall time None when it cannot be read),
+/// with the monotonic stamp the kernel may have printed at the start of
+/// its text (`kernel: [  123.456789] text`).
 fn with_mono(host: Option<String>, wall_ns: Option<i64>, text: &str) -> LogLine {
-    let (mono_us, text) = match mono_prefix(text) {
-        Some((us, t)) => (Some(us), t),
-        None => (None, text),
+    let (mono_us, bad_mono, text) = match mono_prefix(text) {
+        Some((us, t)) => (us, us.is_none(), t),
+        None => (None, false, text),
     };
     LogLine {
         host,
         mono_us,
         wall_ns,
         kernel: true,
+        unreadable: bad_mono || (wall_ns.is_none() && mono_us.is_none()),
         text: text.to_string(),
     }
 }
@@ -222,6 +280,8 @@ struct HostLog {
     asm: Assembler,
     mono_to_wall: Option<i64>,
     seq: u64,
+    /// The last readable stamp, µs.
+    last_us: u64,
 }
 
 /// What a saved log held, besides its reports: enough to tell an empty
@@ -299,14 +359,27 @@ pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<(Vec<LogRepor
 /// wrap cut a word too long for the line (the kernel's
 /// `oom-kill:constraint=...,task=...` has no space in 150 characters):
 /// that is a last word of 30 characters or more, or a tail that goes on
-/// with a `,` or `)`.
+/// with a `,` or `)`. Only the last 30 bytes are looked at, and nothing
+/// past [`MAX_REJOINED`] is kept: time and memory stay linear in the log.
 fn rejoin(text: &mut String, tail: &str) {
-    let last_word = text.rsplit(' ').next().unwrap_or("");
-    let hard = text.is_empty() || last_word.len() >= 30 || tail.starts_with([',', ')']);
+    const LONG_WORD: usize = 30;
+    if text.len() >= MAX_REJOINED {
+        return;
+    }
+    let mut from = text.len().saturating_sub(LONG_WORD);
+    while !text.is_char_boundary(from) {
+        from -= 1;
+    }
+    let long_last_word = text.len() >= LONG_WORD && !text[from..].contains(' ');
+    let hard = text.is_empty() || long_last_word || tail.starts_with([',', ')']);
     if !hard {
         text.push(' ');
     }
-    text.push_str(tail);
+    let mut room = MAX_REJOINED.saturating_sub(text.len()).min(tail.len());
+    while !tail.is_char_boundary(room) {
+        room -= 1;
+    }
+    text.push_str(&tail[..room]);
 }
 
 /// Hands one whole line to its host's assembler.
@@ -325,8 +398,12 @@ fn feed(hosts: &mut HashMap<Option<String>, HostLog>, out: &mut Vec<LogReport>, 
             h.mono_to_wall = Some(0);
             (w / 1000).max(0) as u64
         }
+        // A stamp that cannot be read: the line still counts, at the
+        // host's last readable time.
+        (None, None) if l.unreadable => h.last_us,
         (None, None) => return,
     };
+    h.last_us = ts_us;
     h.seq += 1;
     let rec = KmsgRecord {
         seq: h.seq,
@@ -340,6 +417,7 @@ fn feed(hosts: &mut HashMap<Option<String>, HostLog>, out: &mut Vec<LogReport>, 
             report: *r,
             host: l.host,
             mono_to_wall_ns: h.mono_to_wall,
+            time_unreadable: l.unreadable,
         }),
         // The first kill of a memory.oom.group incident: this host's latest.
         Some(KmsgEvent::OomGroup(g)) => {
@@ -555,6 +633,6 @@ mod tests {
     fn civil_dates() {
         assert_eq!(days_from_civil(1970, 1, 1), 0);
         assert_eq!(days_from_civil(2000, 3, 1), 11_017);
-        assert_eq!(wall((2025, 3, 3), (16, 0, 0), 0, 0), T);
+        assert_eq!(wall((2025, 3, 3), (16, 0, 0), 0, 0), Some(T));
     }
 }

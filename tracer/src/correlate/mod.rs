@@ -558,6 +558,13 @@ pub fn merge_report(
         tasks.sort_by_key(|t| std::cmp::Reverse(t.rss_kb));
         tasks.dedup_by_key(|t| t.pid);
         rec.tasks = tasks;
+        if report.tasks_omitted > 0 {
+            rec.gaps.push(Gap::Note(format!(
+                "the kernel's task table had {} more rows, left out: the {} largest tasks and those with the highest oom_score_adj are kept",
+                report.tasks_omitted,
+                report.tasks.len()
+            )));
+        }
     }
     rec.kmsg = Some(report.clone());
 }

@@ -58,10 +58,18 @@ pub struct Explanation {
     pub drops: Vec<DropRow>,
     /// Whether a recorder was running at the time.
     pub recorder_running: Option<bool>,
-    /// Every kill of its `memory.oom.group` incident (itself included),
+    /// The kills of its `memory.oom.group` incident (itself included),
     /// in the order the kernel killed them; empty outside one.
+    /// At most [`INCIDENT_LISTED`] of them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub incident: Vec<IncidentKill>,
+    /// How many kills the incident had in all (0 outside one).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub incident_kills: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// One kill of a `memory.oom.group` incident.
@@ -77,6 +85,11 @@ pub struct IncidentKill {
 
 /// Kills of one `memory.oom.group` incident are this close in time.
 const INCIDENT_SPAN_NS: i64 = 5_000_000_000;
+
+/// Kills of an incident listed by name: the first ones the kernel made
+/// (and the explained one). An incident of thousands of kills is counted,
+/// not listed, so that `--all` over it stays linear.
+pub const INCIDENT_LISTED: usize = 16;
 
 impl Explanation {
     /// Fills the incident of a kill made by `memory.oom.group` from
@@ -95,55 +108,124 @@ impl Explanation {
                 k.oom_group.as_deref() == Some(group.as_str())
                     && (k.ts_ns - self.kill.ts_ns).abs() <= INCIDENT_SPAN_NS
             })
-            .map(|(id, k)| {
-                let one = IncidentKill {
-                    id,
-                    pid: k.victim.pid,
-                    comm: k.victim.comm.clone(),
-                };
-                (k.ts_ns, one)
-            })
+            .map(|(id, k)| (k.ts_ns, IncidentKill::of(id, k)))
             .collect();
-        if !all.iter().any(|(_, k)| k.pid == self.kill.victim.pid) {
-            let me = IncidentKill {
-                id: self.id,
-                pid: self.kill.victim.pid,
-                comm: self.kill.victim.comm.clone(),
-            };
-            all.push((self.kill.ts_ns, me));
-        }
         all.sort_by_key(|(ts, k)| (*ts, k.pid));
         all.dedup_by_key(|(_, k)| k.pid);
-        self.incident = all.into_iter().map(|(_, k)| k).collect();
+        let total = all.len();
+        let first = all
+            .into_iter()
+            .map(|(_, k)| k)
+            .take(INCIDENT_LISTED)
+            .collect();
+        self.set_incident(&group, first, total);
+    }
+
+    /// The incident of this kill: the first kills of it (in the order the
+    /// kernel made them; this one is added when not among them) and how
+    /// many it had in all; the verdict says so.
+    pub fn set_incident(&mut self, group: &str, first: Vec<IncidentKill>, total: usize) {
+        let mut listed = first;
+        let mut total = total;
+        if !listed.iter().any(|k| k.pid == self.kill.victim.pid) {
+            let me = IncidentKill::of(self.id, &self.kill);
+            if listed.len() >= INCIDENT_LISTED {
+                listed.pop();
+            } else if listed.len() == total {
+                total += 1;
+            }
+            listed.push(me);
+        }
+        total = total.max(listed.len());
+        self.incident = listed;
+        self.incident_kills = total;
         // The other kills' records are as stored: their names are escaped
         // here (the verdict is printed to terminals).
         let esc = |s: &str| crate::util::term::escape(s).into_owned();
-        let names = self
+        let mut names = self
             .incident
             .iter()
             .map(|k| format!("{} (pid {})", esc(&k.comm), k.pid))
             .collect::<Vec<_>>()
             .join(", ");
-        let n = self.incident.len();
-        let plural = if n == 1 { "" } else { "s" };
+        if total > self.incident.len() {
+            let _ = write!(names, " and {} more", total - self.incident.len());
+        }
+        let plural = if total == 1 { "" } else { "s" };
         let chosen = &self.incident[0];
         if chosen.pid == self.kill.victim.pid {
             let _ = write!(
                 self.verdict.summary,
-                "; memory.oom.group is set on {}, so the kernel killed every task in it as one incident ({n} kill{plural} known: {names})",
-                esc(&group)
+                "; memory.oom.group is set on {}, so the kernel killed every task in it as one incident ({total} kill{plural} known: {names})",
+                esc(group)
             );
         } else {
             self.verdict = Verdict {
                 cause: Cause::OomGroup,
                 summary: format!(
-                    "killed with its group, not for its own memory: memory.oom.group is set on {}, so when the kernel chose {} (pid {}) it killed every task in it as one incident ({n} kill{plural} known: {names})",
-                    esc(&group),
+                    "killed with its group, not for its own memory: memory.oom.group is set on {}, so when the kernel chose {} (pid {}) it killed every task in it as one incident ({total} kill{plural} known: {names})",
+                    esc(group),
                     esc(&chosen.comm),
                     chosen.pid
                 ),
             };
         }
+    }
+}
+
+impl IncidentKill {
+    fn of(id: Option<i64>, k: &KillRecord) -> Self {
+        Self {
+            id,
+            pid: k.victim.pid,
+            comm: k.victim.comm.clone(),
+        }
+    }
+}
+
+/// The `memory.oom.group` incidents of a list of kills (a whole log),
+/// indexed once: each kill's incident is then found in O(log n), where
+/// [`Explanation::join_incident`] would scan every kill for each.
+pub struct Incidents<'a> {
+    /// Per group: its kills by (time, pid), each pid once.
+    by_group: std::collections::HashMap<&'a str, Vec<&'a KillRecord>>,
+}
+
+impl<'a> Incidents<'a> {
+    /// The index of `kills`.
+    pub fn new(kills: &'a [KillRecord]) -> Self {
+        let mut by_group: std::collections::HashMap<&str, Vec<&KillRecord>> =
+            std::collections::HashMap::new();
+        for k in kills {
+            if let Some(g) = k.oom_group.as_deref() {
+                by_group.entry(g).or_default().push(k);
+            }
+        }
+        for v in by_group.values_mut() {
+            v.sort_by_key(|k| (k.ts_ns, k.victim.pid));
+            v.dedup_by_key(|k| k.victim.pid);
+        }
+        Self { by_group }
+    }
+
+    /// Fills `e`'s incident, when its kill was made by `memory.oom.group`.
+    pub fn join(&self, e: &mut Explanation) {
+        let Some(group) = e.kill.oom_group.clone() else {
+            return;
+        };
+        let Some(kills) = self.by_group.get(group.as_str()) else {
+            return;
+        };
+        let ts = e.kill.ts_ns;
+        let lo = kills.partition_point(|k| k.ts_ns < ts - INCIDENT_SPAN_NS);
+        let hi = kills.partition_point(|k| k.ts_ns <= ts + INCIDENT_SPAN_NS);
+        let window = &kills[lo..hi];
+        let first = window
+            .iter()
+            .take(INCIDENT_LISTED)
+            .map(|k| IncidentKill::of(None, k))
+            .collect();
+        e.set_incident(&group, first, window.len());
     }
 }
 
@@ -513,6 +595,7 @@ pub fn explain(
         drops,
         recorder_running,
         incident: Vec::new(),
+        incident_kills: 0,
     }
 }
 
@@ -577,7 +660,9 @@ pub fn render_text(e: &Explanation) -> String {
     };
     // A kill from a saved log that gives only the time since boot carries
     // that time (nothing before 1990 is a wall time).
-    let when = if k.ts_ns < 631_152_000_000_000_000 {
+    let when = if k.time_unreadable {
+        "[time unreadable]".to_string()
+    } else if k.ts_ns < 631_152_000_000_000_000 {
         format!("[{:.6} s after boot]", k.ts_ns as f64 / 1e9)
     } else {
         format_wall(k.ts_ns)

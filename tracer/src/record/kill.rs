@@ -388,6 +388,10 @@ pub struct KillRecord {
     pub tracepoint_ns: Option<i64>,
     /// What is not known about this kill, and why.
     pub gaps: Vec<Gap>,
+    /// Its time stamp in the log it came from could not be read (out of
+    /// range): `ts_ns` is only the last readable time before it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub time_unreadable: bool,
     /// NVML's picture of the GPUs the victim used, at the last sample
     /// before the kill: everyone on them, with their containers.
     #[serde(default)]

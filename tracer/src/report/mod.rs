@@ -344,7 +344,9 @@ fn kill_section(p: &KillPage) -> Markup {
         "{} (pid {}) killed {}",
         v.comm,
         v.pid,
-        if k.ts_ns > 631_152_000_000_000_000 {
+        if k.time_unreadable {
+            "at a time the log does not say (its stamp is unreadable)".to_string()
+        } else if k.ts_ns > 631_152_000_000_000_000 {
             format!("at {}", format_wall(k.ts_ns))
         } else {
             format!("{:.6} s after boot", k.ts_ns as f64 / 1e9)
