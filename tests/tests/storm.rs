@@ -127,3 +127,40 @@ fn a_sigkill_storm_neither_delays_an_oom_kill_nor_floods_the_store() {
     assert!(log.contains("tracer: stopped"), "{log}");
     drop(rec);
 }
+
+#[test]
+fn a_fork_exec_flood_leaves_the_model_the_size_of_the_node() {
+    if !privileged() {
+        return;
+    }
+    // Short-lived children's exits travel on the critical ring and reach
+    // the model before their forks and execs: none may stay live.
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::start(&dir.path().join("t.db"));
+    let cg = TestCgroup::new("flood", 256 * MIB);
+    let mut cmd = cg.command("sh");
+    cmd.args([
+        "-c",
+        "end=$(($(date +%s) + 5)); while [ $(date +%s) -lt $end ]; do /bin/true a b c; done",
+    ]);
+    let mut flood = Proc::spawn(cmd);
+    // It ends on its own after 5 s (no signal).
+    let _ = flood.wait_signal(Duration::from_secs(30));
+    let real = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .count() as u64;
+    let summary = rec.stop_summary();
+    let m = &summary["summary"];
+    let (live, forks) = (
+        m["model_live"].as_u64().unwrap(),
+        m["model"]["forks"].as_u64().unwrap(),
+    );
+    eprintln!("flood: {forks} forks, model_live {live}, {real} processes on the node");
+    assert!(forks > 1000, "the flood ran: {summary}");
+    assert!(
+        live <= real + real / 2 + 20,
+        "model_live {live} against {real} processes: {summary}"
+    );
+}

@@ -289,10 +289,23 @@ impl ProcessTable {
         let kernel_memcg = self.memcg_by_id(memcg_id, false);
         // The entry of this process (its fork copy), not that of an
         // earlier holder of the pid whose successor's fork was not seen.
-        let (prev, prev_started) = match self.holder(pid, ts_ns) {
-            (Some(p), _) => (p.info.clone(), p.started_ns),
-            (None, _) => (ProcInfo::default(), None),
+        let (prev, prev_started, prev_exited) = match self.holder(pid, ts_ns) {
+            (Some(p), _) => (p.info.clone(), p.started_ns, p.exited_ns),
+            (None, _) => (ProcInfo::default(), None, None),
         };
+        // Its exit may be known already: exits travel on the critical
+        // ring, read before the data ring's forks and execs. The program
+        // it exec'd has ended then, and its pid may be another's by now:
+        // no /proc read.
+        let ended = prev_exited.or_else(|| {
+            self.early_exits
+                .get(&pid)
+                .copied()
+                .filter(|&t| t >= ts_ns)
+                .inspect(|_| {
+                    self.early_exits.remove(&pid);
+                })
+        });
         let info = ProcInfo {
             pid,
             comm: comm.into(),
@@ -302,9 +315,12 @@ impl ProcessTable {
         };
         let mut p = self.make(info, kernel_memcg);
         p.started_ns = p.started_ns.or(prev_started);
+        p.exited_ns = ended;
         self.insert(pid, p);
-        self.reads.push_back((pid, ts_ns));
-        self.unread.insert(pid, ts_ns);
+        if ended.is_none() {
+            self.reads.push_back((pid, ts_ns));
+            self.unread.insert(pid, ts_ns);
+        }
     }
 
     /// Reads /proc for the programs exec'd at least [`EXEC_READ_DELAY_NS`]
@@ -619,6 +635,36 @@ mod tests {
         assert_eq!(t.stats.exits, 1);
         t.on_exit(4_000_002, 0);
         assert_eq!(t.stats.unknown_exits, 1);
+    }
+
+    #[test]
+    fn an_exit_read_before_its_fork_and_exec_leaves_no_live_ghost() {
+        // The critical ring (exits) is read before the data ring (forks,
+        // execs): a short-lived child's events arrive exit first.
+        let mut t = table();
+        let parent = t.make(info(4_000_000, "/job"), None);
+        t.insert(4_000_000, parent);
+        for (i, child) in (4_100_000..4_100_100u32).enumerate() {
+            let at = 1_000_000 * i as i64;
+            t.on_exit(child, at + 900);
+            t.on_fork_at(4_000_000, child, "sh", at + 100);
+            t.on_exec(
+                child,
+                "true",
+                ("/bin/true", Some("true x".into())),
+                0,
+                at + 200,
+            );
+            let p = t.get(child).unwrap();
+            assert_eq!(p.exited_ns, Some(at + 900), "{child}");
+            assert_eq!(p.info.cmdline, "true x");
+        }
+        // An exec whose fork was never seen, after its exit: ended too.
+        t.on_exit(4_200_000, 5_000);
+        t.on_exec(4_200_000, "x", ("/bin/x", None), 0, 4_000);
+        assert_eq!(t.get(4_200_000).unwrap().exited_ns, Some(5_000));
+        assert_eq!(t.live().count(), 1, "only the parent is live");
+        assert!(t.unread.is_empty(), "no /proc read of an ended program");
     }
 
     #[test]
