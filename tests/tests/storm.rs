@@ -164,3 +164,76 @@ fn a_fork_exec_flood_leaves_the_model_the_size_of_the_node() {
         "model_live {live} against {real} processes: {summary}"
     );
 }
+
+/// The store's database and WAL on disk, bytes.
+fn on_disk(store: &Path) -> (u64, u64) {
+    let len = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    (len(store), len(&store.with_extension("db-wal")))
+}
+
+#[test]
+fn max_store_size_holds_at_every_moment_of_a_flood() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    // A store already near its bound: a first session's schema, then 24
+    // MiB of events from ten minutes ago (inside the retention).
+    Recorder::start(&store).stop();
+    {
+        let c = rusqlite::Connection::open(&store).unwrap();
+        let ago = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as i64
+            - 600_000_000_000;
+        let data = format!(
+            "{{\"filename\":\"/bin/true\",\"cmdline\":\"{}\"}}",
+            "x".repeat(900)
+        );
+        c.execute_batch("BEGIN").unwrap();
+        for i in 0..24_000i64 {
+            c.execute(
+                "INSERT INTO events (ts_ns, kind, pid, tid, comm, session_id, data) VALUES (?1, 'exec', ?2, ?2, 'true', 1, ?3)",
+                rusqlite::params![ago + i, 100_000 + i, data],
+            )
+            .unwrap();
+        }
+        c.execute_batch("COMMIT").unwrap();
+    }
+    let max: u64 = 32 << 20;
+    let rec = Recorder::start_with(&store, &["--max-store-size", "32MiB"]);
+    let cg = TestCgroup::new("size-flood", 256 * MIB);
+    let mut cmd = cg.command("sh");
+    let arg = "y".repeat(400);
+    cmd.args([
+        "-c",
+        &format!(
+            "end=$(($(date +%s) + 25)); while [ $(date +%s) -lt $end ]; do /bin/true {arg}; done"
+        ),
+    ]);
+    let _flood = Proc::spawn(cmd);
+    let t0 = Instant::now();
+    let (mut peak, mut at_peak) = (0, (0, 0));
+    while t0.elapsed() < Duration::from_secs(26) {
+        let (db, wal) = on_disk(&store);
+        if db + wal > peak {
+            (peak, at_peak) = (db + wal, (db, wal));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let summary = rec.stop_summary();
+    let execs = summary["summary"]["model"]["execs"].as_u64().unwrap();
+    eprintln!(
+        "size bound: peak {:.1} MiB on disk (database {:.1}, WAL {:.1}) against --max-store-size 32 MiB, {execs} execs stored meanwhile",
+        peak as f64 / f64::from(1 << 20),
+        at_peak.0 as f64 / f64::from(1 << 20),
+        at_peak.1 as f64 / f64::from(1 << 20)
+    );
+    assert!(execs > 2000, "the flood ran: {summary}");
+    assert!(
+        peak <= max + max / 10,
+        "the store reached {peak} bytes against {max}"
+    );
+}

@@ -1467,6 +1467,17 @@ impl Engine {
         // Every tick: a kill after the last heartbeat of a crashed session
         // is said to be unrecorded within seconds of the crash.
         self.store.heartbeat(self.session_id, now)?;
+        // The size bound holds at every tick: a flood of events fills a
+        // store faster than once a minute can catch.
+        if self.ticks % per_min != 1 && self.store.near_size(self.opts.max_store_bytes) {
+            // A tenth below the bound: the flood goes on while the next
+            // tick comes, and the WAL runs ahead of its checkpoints.
+            let max = self.opts.max_store_bytes;
+            let n = self.store.enforce_size(max, max / 10, true)?;
+            if n > 0 {
+                tracing::debug!("size bound removed {n} rows");
+            }
+        }
         if self.ticks % per_min == 1 {
             let n = self.store.enforce_retention(
                 now,

@@ -164,6 +164,10 @@ pub const RESERVE_BYTES: u64 = 2 << 20;
 /// The WAL is cut back to this size after a checkpoint.
 pub const WAL_KEEP_BYTES: u64 = 4 << 20;
 
+/// Tenths of `--max-store-size` past which the size is enforced at the
+/// next tick rather than at the next minute.
+pub const SIZE_CHECK_SHARE: u64 = 9;
+
 /// The directory of the store.
 fn store_dir(path: &Path) -> &Path {
     path.parent()
@@ -618,9 +622,39 @@ impl Store {
                 )
                 .map_err(sql("retention"))? as u64;
         }
+        Ok(deleted + self.enforce_size(max_bytes, 0, deleted > 0)?)
+    }
+
+    /// The database and its WAL on disk, bytes (two stats: cheap enough
+    /// for every tick).
+    pub fn disk_bytes(&self) -> u64 {
+        std::fs::metadata(&self.path).map_or(0, |m| m.len()) + wal_len(&self.path)
+    }
+
+    /// Whether the store on disk is past [`SIZE_CHECK_SHARE`] tenths of
+    /// `max_bytes`: then [`Store::enforce_size`] is due now, not at the
+    /// next minute.
+    pub fn near_size(&self, max_bytes: u64) -> bool {
+        self.disk_bytes() > max_bytes / 10 * SIZE_CHECK_SHARE
+    }
+
+    /// Deletes the oldest events (and, if still needed, the oldest kills)
+    /// until the store, its WAL included, is `headroom` bytes under
+    /// `max_bytes`; vacuums when anything was deleted (or `vacuum`).
+    /// Returns the rows deleted. Deleting writes to the WAL too: it is cut
+    /// back after each batch, so that making room never overshoots.
+    pub fn enforce_size(
+        &mut self,
+        max_bytes: u64,
+        headroom: u64,
+        vacuum: bool,
+    ) -> Result<u64, StoreError> {
+        let mut deleted = 0u64;
         let keep = WAL_KEEP_BYTES.min(max_bytes / 8);
         let wal = self.shrink_wal(keep)?;
-        let budget = max_bytes.saturating_sub(wal.max(keep));
+        let budget = max_bytes
+            .saturating_sub(wal.max(keep))
+            .saturating_sub(headroom);
         for t in tables::BY_SHEDDING_ORDER {
             while self.used_bytes()? > budget {
                 let n = self
@@ -631,9 +665,10 @@ impl Store {
                     break;
                 }
                 deleted += n as u64;
+                self.shrink_wal(keep)?;
             }
         }
-        if deleted > 0 {
+        if deleted > 0 || vacuum {
             self.conn
                 .execute_batch("PRAGMA incremental_vacuum;")
                 .map_err(sql("vacuum"))?;
