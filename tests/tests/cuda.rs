@@ -606,3 +606,63 @@ fn a_process_that_exits_during_attach_gets_a_clear_message() {
         );
     }
 }
+
+#[test]
+fn a_process_retrying_a_failing_cuda_malloc_costs_a_row_a_second() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let rec = tracer_e2e::Recorder::start_with(&store, &["--cuda"]);
+    let mut p = CudaLoad::sim(&[("SIMCUDA_DEVICE_MEM", &(256 * MIB).to_string())]);
+    wait_attached(&rec);
+    p.ok("setdevice 0");
+    // 20,000 cudaMalloc calls of 1 TiB, each out of memory.
+    let n = 20_000u64;
+    let out = p.cmd(&format!("loopany {n} 1099511627776"));
+    assert!(out.starts_with("ok ") && out.ends_with(" 2"), "{out}");
+    // Stopped at once: what the rings still hold is read at stop.
+    let summary = rec.stop_summary();
+    let drops = summary["summary"]["drops"]["data"].as_u64().unwrap()
+        + summary["summary"]["drops"]["critical"].as_u64().unwrap();
+    let c = rusqlite::Connection::open(&store).unwrap();
+    let rows: Vec<(i64, Value)> = c
+        .prepare("SELECT ts_ns, data FROM events WHERE kind = 'cuda_call' AND pid = ?1")
+        .unwrap()
+        .query_map([p.pid()], |r| {
+            Ok((
+                r.get(0)?,
+                serde_json::from_str(&r.get::<_, String>(1)?).unwrap(),
+            ))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .filter(|(_, v): &(i64, Value)| v["ret"] == 2)
+        .collect();
+    let repeats: u64 = rows.iter().filter_map(|(_, v)| v["repeats"].as_u64()).sum();
+    let firsts = rows.iter().filter(|(_, v)| v["repeats"].is_null()).count() as u64;
+    let gpu_ooms: i64 = c
+        .query_row(
+            "SELECT count(*) FROM gpu_ooms WHERE pid = ?1",
+            [p.pid()],
+            |r| r.get(0),
+        )
+        .unwrap();
+    eprintln!(
+        "failure loop: {n} failed calls -> {} rows ({firsts} first of a window, {repeats} counted), {gpu_ooms} GPU OOM records, {drops} ring drops",
+        rows.len()
+    );
+    assert_eq!(
+        firsts + repeats + drops,
+        n,
+        "every call stored, counted or a counted drop"
+    );
+    assert!(rows.len() <= 20, "{} rows", rows.len());
+    assert_eq!(gpu_ooms as u64, firsts, "a GPU OOM record a window");
+    assert_eq!(
+        summary["summary"]["folded_calls"].as_u64(),
+        Some(repeats),
+        "{summary}"
+    );
+}

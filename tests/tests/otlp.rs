@@ -219,7 +219,7 @@ fn kills_and_metrics_reach_an_otlp_receiver_and_a_dead_one_costs_counted_drops()
         .unwrap_or_else(|| panic!("{summary}"));
     assert!(
         otlp[1].as_u64() >= Some(1),
-        "the lost kill is counted: {summary}"
+        "the lost kill is counted: {summary}\n{log}"
     );
     assert!(
         log.contains("otlp: http://127.0.0.1:") && log.contains("did not take"),

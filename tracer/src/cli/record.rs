@@ -338,10 +338,12 @@ async fn record(
     let mut tasks: JoinSet<anyhow::Result<()>> = JoinSet::new();
 
     // Readers first, so nothing the probes emit after attach is lost.
+    let mut sweep = Vec::new();
     for ((name, opts), tx) in collect::ring_options(DATA_POLL)
         .into_iter()
         .zip([oom_tx, crit_tx, data_tx])
     {
+        sweep.extend(opts.drain_now.clone());
         let ring = probes.take_ring(name)?;
         let stats = stats.clone();
         tasks.spawn(async move { Ok(collect::read_ring(ring, name, tx, stats, opts).await?) });
@@ -598,6 +600,7 @@ async fn record(
         data: data_rx,
         kmsg: kmsg_rx,
         gpu: gpu_rx,
+        sweep,
     };
     let (done_tx, mut done_rx) = oneshot::channel();
     let engine_thread = std::thread::Builder::new()
@@ -621,6 +624,7 @@ async fn record(
     // A closed terminal (or `kill -HUP`) is a clean stop like SIGTERM: the
     // summary is printed and the session closed in the store.
     let mut sighup = signal(SignalKind::hangup())?;
+    let mut engine_done = false;
     tokio::select! {
         r = ready_rx => if r.is_ok() {
             crate::say!(
@@ -629,22 +633,33 @@ async fn record(
                 statuses.len()
             );
         },
-        _ = &mut done_rx => {}
+        _ = &mut done_rx => engine_done = true,
     }
-    let failure = tokio::select! {
-        _ = sigint.recv() => None,
-        _ = sigterm.recv() => None,
-        _ = sighup.recv() => None,
-        _ = &mut done_rx => Some(anyhow!("the engine stopped")),
-        Some(r) = tasks.join_next() => Some(match r {
-            Ok(Ok(())) => anyhow!("a reader stopped"),
-            Ok(Err(e)) => e,
-            Err(e) => anyhow!("a reader panicked: {e}"),
-        }),
+    let failure = if engine_done {
+        Some(anyhow!("the engine stopped"))
+    } else {
+        tokio::select! {
+            _ = sigint.recv() => None,
+            _ = sigterm.recv() => None,
+            _ = sighup.recv() => None,
+            _ = &mut done_rx => {
+                engine_done = true;
+                Some(anyhow!("the engine stopped"))
+            }
+            Some(r) = tasks.join_next() => Some(match r {
+                Ok(Ok(())) => anyhow!("a reader stopped"),
+                Ok(Err(e)) => e,
+                Err(e) => anyhow!("a reader panicked: {e}"),
+            }),
+        }
     };
-    // The engine takes in what is queued (briefly, OOM kills first), then
-    // ends; stopping the readers closes its channels.
+    // The engine takes in what is queued and what the rings still hold
+    // (briefly, OOM kills first; the readers keep reading meanwhile),
+    // then ends; only then are the readers stopped.
     let _ = stop_tx.send(true);
+    if !engine_done {
+        let _ = (&mut done_rx).await;
+    }
     tasks.shutdown().await;
     let summary = engine_thread
         .join()

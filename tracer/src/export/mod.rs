@@ -127,7 +127,17 @@ pub trait Exporter: Send + 'static {
     fn finish(&mut self) -> u64 {
         0
     }
+    /// What it has lost if it is left behind at stop (see
+    /// [`Exporters::finish`]): the items its destination refused so far and
+    /// those handed on and not answered for yet, for an exporter that sends
+    /// in batches of its own. None: only what is still queued.
+    fn lost_if_left(&self) -> Option<LostIfLeft> {
+        None
+    }
 }
+
+/// Reads what an exporter left behind at stop has lost.
+pub type LostIfLeft = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 /// Items offered to an exporter's queue at once, at most.
 pub const QUEUE: usize = 1024;
@@ -138,6 +148,8 @@ struct Lane {
     dropped: Arc<AtomicU64>,
     /// Items queued or being handed on, not yet done.
     pending: Arc<AtomicU64>,
+    /// What it has lost if left behind (see [`Exporter::lost_if_left`]).
+    lost_if_left: Option<LostIfLeft>,
     /// Ends with what the exporter lost on its own.
     thread: Option<JoinHandle<u64>>,
 }
@@ -166,6 +178,7 @@ impl Exporters {
         let name = exporter.name().to_string();
         let pending = Arc::new(AtomicU64::new(0));
         let left = pending.clone();
+        let lost_if_left = exporter.lost_if_left();
         let thread = std::thread::Builder::new()
             .name(format!("export-{name}"))
             .spawn(move || {
@@ -182,6 +195,7 @@ impl Exporters {
             tx,
             dropped: Arc::new(AtomicU64::new(0)),
             pending,
+            lost_if_left,
             thread: Some(thread),
         });
         Ok(())
@@ -236,10 +250,10 @@ impl Exporters {
             .drain(..)
             .map(|mut l| {
                 drop(l.tx);
-                (l.thread.take(), l.pending)
+                (l.thread.take(), (l.pending, l.lost_if_left))
             })
             .collect();
-        for ((thread, pending), d) in threads.into_iter().zip(dropped.iter_mut()) {
+        for ((thread, (pending, lost_if_left)), d) in threads.into_iter().zip(dropped.iter_mut()) {
             let Some(t) = thread else { continue };
             while !t.is_finished() && std::time::Instant::now() < deadline {
                 std::thread::sleep(std::time::Duration::from_millis(5));
@@ -247,9 +261,9 @@ impl Exporters {
             if t.is_finished() {
                 d.1 += t.join().unwrap_or(0);
             } else {
-                let left = pending.load(Ordering::Relaxed);
+                let left = pending.load(Ordering::Relaxed) + lost_if_left.map_or(0, |f| f());
                 tracing::warn!(
-                    "exporter {}: its destination is too slow to take what it holds at stop; {left} item(s) left unsent",
+                    "exporter {}: its destination is too slow to take what it holds at stop; {left} item(s) lost",
                     d.0
                 );
                 d.1 += left;

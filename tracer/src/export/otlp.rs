@@ -104,6 +104,9 @@ pub struct OtlpConfig {
 pub struct OtlpLost {
     /// Log records in batches that failed.
     pub records: AtomicU64,
+    /// Log records handed to the SDK whose batch has not been answered
+    /// yet (taken or refused): lost if the exporter is left behind at stop.
+    pub in_flight: AtomicU64,
     /// Metric pushes that failed.
     pub pushes: AtomicU64,
     warned: AtomicBool,
@@ -162,6 +165,12 @@ impl LogExporter for CountedLogs {
     async fn export(&self, batch: LogBatch<'_>) -> OTelSdkResult {
         let n = batch.iter().count() as u64;
         let r = self.inner.export(batch).await;
+        let _ = self
+            .lost
+            .in_flight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(n))
+            });
         if let Err(e) = &r {
             self.lost.records.fetch_add(n, Ordering::Relaxed);
             self.lost.failed(&self.endpoint, "log records", e);
@@ -497,6 +506,7 @@ impl OtlpExporter {
                 r.add_attribute(key, val);
             }
         }
+        self.lost.in_flight.fetch_add(1, Ordering::Relaxed);
         self.logger.emit(r);
     }
 
@@ -526,6 +536,7 @@ impl OtlpExporter {
                 r.add_attribute(key, val);
             }
         }
+        self.lost.in_flight.fetch_add(1, Ordering::Relaxed);
         self.logger.emit(r);
     }
 }
@@ -574,6 +585,7 @@ impl OtlpExporter {
                 r.add_attribute(key, val);
             }
         }
+        self.lost.in_flight.fetch_add(1, Ordering::Relaxed);
         self.logger.emit(r);
     }
 }
@@ -620,6 +632,13 @@ impl Exporter for OtlpExporter {
             Exported::Pressure { record } => self.pressure(record),
         }
         Ok(())
+    }
+
+    fn lost_if_left(&self) -> Option<super::LostIfLeft> {
+        let lost = self.lost.clone();
+        Some(Arc::new(move || {
+            lost.records.load(Ordering::Relaxed) + lost.in_flight.load(Ordering::Relaxed)
+        }))
     }
 
     fn finish(&mut self) -> u64 {

@@ -44,6 +44,8 @@ const EVENT_BUFFER: usize = 4096;
 /// (OOM kills are all taken in whatever this says): the recorder stops
 /// within 2 s of SIGTERM even when a storm has filled its queues.
 const STOP_DRAIN: Duration = Duration::from_millis(700);
+/// At stop, the rings are read until nothing more comes for this long.
+const SWEEP_QUIET: Duration = Duration::from_millis(20);
 /// How long the engine's whole stop may take from the request (drain,
 /// the growth worker's last reports, the last commits): the rest of the
 /// 2 s is the probes' detach (a grace period, 0.3 s on a busy node) and
@@ -82,6 +84,9 @@ pub struct EngineSummary {
     pub kmsg_only_kills: u64,
     /// Userspace kills folded into aggregate records (a SIGKILL storm).
     pub folded_kills: u64,
+    /// Failed calls counted in a window of identical ones rather than
+    /// stored (a process retrying `cudaMalloc` in a loop).
+    pub folded_calls: u64,
     /// Items each exporter lost (its queue was full), by exporter.
     pub export_drops: Vec<(String, u64)>,
     /// Drops by ring.
@@ -131,6 +136,9 @@ pub struct Inputs {
     pub gpu: Option<mpsc::Receiver<crate::nvml::GpuSample>>,
     /// Set to true when the recorder is asked to stop.
     pub stop: tokio::sync::watch::Receiver<bool>,
+    /// Makes the critical and data readers read their rings now: at stop,
+    /// what the rings still hold is read, not left behind.
+    pub sweep: Vec<std::sync::Arc<tokio::sync::Notify>>,
 }
 
 /// The engine.
@@ -182,6 +190,8 @@ pub struct Engine {
     ticks: u64,
     /// Userspace SIGKILLs past the rate of full records.
     storm: crate::correlate::storm::SignalStorm,
+    /// Identical failed calls, folded.
+    call_fold: super::fold::CallFold,
     /// The store's file system was found full (said once; cleared when
     /// there is room again).
     disk_full: bool,
@@ -269,6 +279,7 @@ impl Engine {
             },
             ticks: 0,
             storm: Default::default(),
+            call_fold: Default::default(),
             disk_full: false,
             metrics: Arc::default(),
             exporters: Exporters::default(),
@@ -457,14 +468,29 @@ impl Engine {
         }
         self.commit_kills()?;
         let deadline = std::time::Instant::now() + STOP_DRAIN;
+        // The rings themselves are read too (the data reader polls them
+        // only every 100 ms): the readers are asked again whenever the
+        // queues run dry, until they stay dry for SWEEP_QUIET.
+        let sweep = |inputs: &Inputs| inputs.sweep.iter().for_each(|n| n.notify_one());
+        sweep(inputs);
+        let mut dry_since: Option<std::time::Instant> = None;
         while std::time::Instant::now() < deadline {
             let ev = match inputs.critical.try_recv() {
                 Ok(ev) => ev,
                 Err(_) => match inputs.data.try_recv() {
                     Ok(ev) => ev,
-                    Err(_) => break,
+                    Err(_) => {
+                        let since = *dry_since.get_or_insert_with(std::time::Instant::now);
+                        if inputs.sweep.is_empty() || since.elapsed() >= SWEEP_QUIET {
+                            break;
+                        }
+                        sweep(inputs);
+                        std::thread::sleep(Duration::from_millis(1));
+                        continue;
+                    }
                 },
             };
+            dry_since = None;
             self.on_event(ev)?;
             if self.kills.queued() >= 64 {
                 self.commit_kills()?;
@@ -500,15 +526,7 @@ impl Engine {
     }
 
     fn row(&self, ev: &Event) -> EventRow {
-        let h = ev.header();
-        EventRow {
-            ts_ns: self.clock.boot_to_wall(h.ts_boot_ns),
-            kind: ev.kind().name().into(),
-            pid: h.pid,
-            tid: h.tid,
-            comm: c_str(&h.comm),
-            data: ev.details(),
-        }
+        row_of(&self.clock, ev)
     }
 
     fn on_event(&mut self, ev: Event) -> Result<(), StoreError> {
@@ -700,6 +718,22 @@ impl Engine {
                 ("error", c.ret.to_string()),
             ]);
         }
+        // A failure repeated within its window is counted, not handled
+        // again: a retry loop costs a row a second, not one a call.
+        if c.ret != 0 {
+            let ts = self.clock.boot_to_wall(c.header.ts_boot_ns);
+            let key = (c.header.pid, c.func, c.size, c.ret);
+            let clock = &self.clock;
+            let row = || row_of(clock, ev);
+            let mut closed = Vec::new();
+            let first = self.call_fold.admit(key, ts, row, &mut closed);
+            for r in closed {
+                self.buffer.push(r);
+            }
+            if !first {
+                return Ok(());
+            }
+        }
         if c.ret == cuda::OUT_OF_MEMORY && cuda::allocates(c.func) {
             self.gpu_ooms.push(*c);
             self.buffer.push(self.row(ev));
@@ -721,6 +755,17 @@ impl Engine {
             self.buffer.push(self.row(ev));
         }
         Ok(())
+    }
+
+    /// Stores the summaries of the windows of identical failed calls that
+    /// ended before `now_ns`.
+    fn close_call_windows(&mut self, now_ns: i64) {
+        let mut closed = Vec::new();
+        self.call_fold.close(now_ns, &mut closed);
+        for r in closed {
+            self.buffer.push(r);
+        }
+        self.summary.folded_calls = self.call_fold.folded;
     }
 
     /// Queues a kill; `commit_kills` makes it durable before the engine
@@ -1457,6 +1502,7 @@ impl Engine {
                 tracing::info!("the store's file system has room again");
             }
         }
+        self.close_call_windows(now);
         self.flush()?;
         self.kills.prune(now);
         self.settle_unmatched(now, false)?;
@@ -1574,6 +1620,7 @@ impl Engine {
         let now = wall_now_ns();
         let r = self.read_drops(now);
         self.step(r)?;
+        self.close_call_windows(i64::MAX);
         let r = self.flush();
         self.step(r)?;
         let r = self.settle_unmatched(now, true);
@@ -1607,6 +1654,19 @@ impl Engine {
         self.summary.model_entries = self.model.len();
         self.summary.model_live = self.model.live().count();
         Ok(self.summary)
+    }
+}
+
+/// The store's row of an event.
+fn row_of(clock: &Clock, ev: &Event) -> EventRow {
+    let h = ev.header();
+    EventRow {
+        ts_ns: clock.boot_to_wall(h.ts_boot_ns),
+        kind: ev.kind().name().into(),
+        pid: h.pid,
+        tid: h.tid,
+        comm: c_str(&h.comm),
+        data: ev.details(),
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub mod cuda;
 pub mod engine;
+pub mod fold;
 pub mod growth;
 pub mod heap;
 pub mod metrics;
