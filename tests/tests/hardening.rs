@@ -586,6 +586,48 @@ fn kills_from_before_the_recorder_are_stored_at_once() {
         v["recorder_running"], false,
         "a crashed recorder's downtime is not covered: {v}"
     );
+
+    // A kill just after a crash, within the heartbeat's grace: whether it
+    // was recorded is not known, and said with the heartbeat's age; never
+    // that a recorder ran.
+    let rec = Recorder::start(&store);
+    std::thread::sleep(Duration::from_millis(1500));
+    rec.crash();
+    let hog = oom_killed(&cg, Path::new(env!("CARGO_BIN_EXE_memhog")), 8, 5);
+    let rec = Recorder::start(&store);
+    let pid = hog.pid().to_string();
+    let v = explain_json(&["--store", store.to_str().unwrap(), "--pid", &pid], |_| {
+        true
+    });
+    rec.stop();
+    let c = rusqlite::Connection::open(&store).unwrap();
+    let last_seen: i64 = c
+        .query_row(
+            "SELECT max(last_seen_ns) FROM sessions WHERE ended_ns IS NULL",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let since = (v["kill"]["ts_ns"].as_i64().unwrap() - last_seen) as f64 / 1e9;
+    eprintln!(
+        "kill {since:.2} s after the crashed recorder's last heartbeat: {}",
+        v["recorder_running"]
+    );
+    assert_ne!(v["recorder_running"], true, "{v}");
+    if since <= 3.0 {
+        assert!(v["recorder_running"].is_null(), "{v}");
+        let said = v["last_heartbeat_s"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{v}"));
+        assert!((said - since).abs() < 0.01, "{said} against {since}");
+        let text = String::from_utf8_lossy(
+            &tracer(&["explain", "--store", store.to_str().unwrap(), "--pid", &pid]).stdout,
+        )
+        .to_string();
+        assert!(text.contains("its last heartbeat was"), "{text}");
+    } else {
+        assert_eq!(v["recorder_running"], false, "{v}");
+    }
 }
 
 #[test]

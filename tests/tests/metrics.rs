@@ -6,7 +6,7 @@
 use std::{
     io::{Read as _, Write as _},
     net::{TcpListener, TcpStream},
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Command, Stdio},
     time::Duration,
 };
@@ -82,6 +82,30 @@ fn promtool() -> Option<PathBuf> {
     );
     eprintln!("skipped: no promtool (run cargo xtask setup)");
     None
+}
+
+/// `promtool check metrics` (its parser and lint rules) passes on `body`.
+fn promtool_check_metrics(promtool: &Path, body: &str) {
+    let mut check = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run promtool");
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = check.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{body}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A real Prometheus server (Debian's, unpacked by `cargo xtask setup`)
@@ -259,26 +283,7 @@ fn a_kill_is_counted_once_durable_scraped_by_prometheus_and_kept_across_a_restar
         "the kill's commit latency is counted: {body}"
     );
     // promtool's own parser and lint rules on a live scrape.
-    let mut check = Command::new(&promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run promtool");
-    check
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let out = check.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}{}\n{body}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promtool_check_metrics(&promtool, &body);
     // A real Prometheus server scrapes it, and PromQL finds the kill.
     let prom = PromServer::start(&addr);
     let promql = format!(
@@ -1048,26 +1053,7 @@ fn a_hostile_cgroup_name_keeps_every_scrape_valid() {
             // promtool reads the Prometheus text format only.
             continue;
         }
-        let mut check = Command::new(&promtool)
-            .args(["check", "metrics"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        check
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(body.as_bytes())
-            .unwrap();
-        let out = check.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "promtool check metrics: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        promtool_check_metrics(&promtool, &body);
     }
     rec.stop();
 }

@@ -8,7 +8,7 @@ use super::{Format, StoreArg};
 use crate::{
     collect::kmsg,
     correlate::kill_from_report,
-    explain::{Explanation, explain, recorder_running, render_text},
+    explain::{Coverage, Explanation, coverage, explain, render_text},
     say,
     store::Store,
     util::time::{Clock, wall_now_ns},
@@ -201,12 +201,25 @@ pub(super) fn stored(
     let mut out = Vec::with_capacity(kills.len());
     for (id, k) in kills {
         let drops = store.drops_between(k.ts_ns - 60_000_000_000, k.ts_ns + 5_000_000_000)?;
-        let running = recorder_running(&sessions, k.ts_ns);
+        // A kill a session recorded itself had that recorder running;
+        // for one found in the kernel log later, the sessions tell.
+        let cover = match k.session_id {
+            Some(_) => Coverage::Running,
+            None => coverage(&sessions, k.ts_ns),
+        };
         let near = match k.oom_group {
             Some(_) => store.kills_between(k.ts_ns - 5_000_000_000, k.ts_ns + 5_000_000_000)?,
             None => Vec::new(),
         };
-        let mut e = explain(Some(id), prepare(k), drops, Some(running));
+        let running = match cover {
+            Coverage::Running => Some(true),
+            Coverage::NotRunning => Some(false),
+            Coverage::Unknown { .. } => None,
+        };
+        let mut e = explain(Some(id), prepare(k), drops, running);
+        if let Coverage::Unknown { since_heartbeat_ns } = cover {
+            e.last_heartbeat_s = Some(since_heartbeat_ns as f64 / 1e9);
+        }
         e.join_incident(near.iter().map(|(id, k)| (Some(*id), k)));
         out.push(e);
     }

@@ -56,8 +56,14 @@ pub struct Explanation {
     pub verdict: Verdict,
     /// Events the probes lost around the kill.
     pub drops: Vec<DropRow>,
-    /// Whether a recorder was running at the time.
+    /// Whether a recorder was running at the time (None: not known, or
+    /// not asked).
     pub recorder_running: Option<bool>,
+    /// When that is not known: the last heartbeat of a recorder that
+    /// stopped without closing its session came this many seconds before
+    /// the kill.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_heartbeat_s: Option<f64>,
     /// The kills of its `memory.oom.group` incident (itself included),
     /// in the order the kernel killed them; empty outside one.
     /// At most [`INCIDENT_LISTED`] of them.
@@ -573,11 +579,45 @@ fn base_verdict(k: &KillRecord) -> Verdict {
 /// long after its last heartbeat (it beats every sampling tick, 1 s).
 pub const HEARTBEAT_GRACE_NS: i64 = 3_000_000_000;
 
-/// Whether any session covered `ts_ns`.
+/// Whether a recorder was running at a kill, as the store's sessions say.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Coverage {
+    /// A session covered it: closed after it, or beating after it.
+    Running,
+    /// The last heartbeat of a session that never closed (a crash, a
+    /// SIGKILL, a power cut) came this long before it, within
+    /// [`HEARTBEAT_GRACE_NS`]: whether it was still recording is unknown.
+    Unknown {
+        /// Nanoseconds from the last heartbeat to the kill.
+        since_heartbeat_ns: i64,
+    },
+    /// No session covered it.
+    NotRunning,
+}
+
+/// Whether a session covered `ts_ns`.
+pub fn coverage(sessions: &[Session], ts_ns: i64) -> Coverage {
+    let mut unknown: Option<i64> = None;
+    for s in sessions.iter().filter(|s| s.started_ns <= ts_ns) {
+        match s.ended_ns {
+            Some(end) if ts_ns <= end => return Coverage::Running,
+            None if ts_ns <= s.last_seen_ns => return Coverage::Running,
+            None if ts_ns <= s.last_seen_ns + HEARTBEAT_GRACE_NS => {
+                let since = ts_ns - s.last_seen_ns;
+                unknown = Some(unknown.map_or(since, |u| u.min(since)));
+            }
+            _ => {}
+        }
+    }
+    match unknown {
+        Some(since_heartbeat_ns) => Coverage::Unknown { since_heartbeat_ns },
+        None => Coverage::NotRunning,
+    }
+}
+
+/// Whether a session surely covered `ts_ns` (see [`coverage`]).
 pub fn recorder_running(sessions: &[Session], ts_ns: i64) -> bool {
-    sessions.iter().any(|s| {
-        s.started_ns <= ts_ns && ts_ns <= s.ended_ns.unwrap_or(s.last_seen_ns + HEARTBEAT_GRACE_NS)
-    })
+    coverage(sessions, ts_ns) == Coverage::Running
 }
 
 /// Builds the explanation of a kill.
@@ -594,6 +634,7 @@ pub fn explain(
         verdict,
         drops,
         recorder_running,
+        last_heartbeat_s: None,
         incident: Vec::new(),
         incident_kills: 0,
     }
@@ -892,6 +933,11 @@ pub fn render_text(e: &Explanation) -> String {
     if e.recorder_running == Some(false) {
         unknown.push("tracer was not recording at that time".into());
     }
+    if let Some(s) = e.last_heartbeat_s {
+        unknown.push(format!(
+            "whether tracer was recording: its last heartbeat was {s:.1} s before the kill, and it stopped without closing its session (a crash, a SIGKILL, a power cut)"
+        ));
+    }
     for g in unknown {
         let _ = writeln!(o, "  not known  {g}");
     }
@@ -1018,10 +1064,14 @@ mod tests {
             ended_ns: None,
         }];
         assert!(recorder_running(&s, 150));
-        assert!(
-            recorder_running(&s, 200 + 2_000_000_000),
-            "grace after the last heartbeat"
+        assert_eq!(
+            coverage(&s, 200 + 2_000_000_000),
+            Coverage::Unknown {
+                since_heartbeat_ns: 2_000_000_000
+            },
+            "after a crashed recorder's last heartbeat: not known, never running"
         );
+        assert!(!recorder_running(&s, 200 + 2_000_000_000));
         assert!(
             !recorder_running(&s, 200 + 5_000_000_000),
             "a crashed recorder's downtime is not covered"
