@@ -791,15 +791,24 @@ fn line_of(child: &mut std::process::Child) -> String {
     line
 }
 
+/// A recorder with its store in `dir`, serving metrics on a free loopback
+/// port, and the port.
+fn with_metrics(dir: &Path) -> (Recorder, u16) {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    (
+        Recorder::start_with(&dir.join("t.db"), &["--metrics", &addr]),
+        port,
+    )
+}
+
 #[test]
 fn an_endless_request_header_is_cut_off_and_grows_nothing() {
     if !privileged() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let rec = Recorder::start_with(&dir.path().join("t.db"), &["--metrics", &addr]);
+    let (rec, port) = with_metrics(dir.path());
     assert!(scrape(port).is_some());
     let rss_before = status_field(rec.pid(), "VmRSS:");
     // 256 MiB of one header, sent as fast as the server takes it.
@@ -846,9 +855,7 @@ fn two_thousand_idle_connections_take_no_thread_and_scrapes_come_back() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let rec = Recorder::start_with(&dir.path().join("t.db"), &["--metrics", &addr]);
+    let (rec, port) = with_metrics(dir.path());
     assert!(scrape(port).is_some());
     let pid = rec.pid();
     let threads = status_field(pid, "Threads:");
@@ -912,9 +919,7 @@ fn a_client_that_never_reads_blocks_no_scrape_and_no_stop() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let rec = Recorder::start_with(&dir.path().join("t.db"), &["--metrics", &addr]);
+    let (rec, port) = with_metrics(dir.path());
     assert!(scrape(port).is_some());
     // Thousands of pipelined requests, answers never read.
     let client = r#"
@@ -1030,9 +1035,7 @@ fn a_hostile_cgroup_name_keeps_every_scrape_valid() {
     }
     let Some(promtool) = promtool() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let rec = Recorder::start_with(&dir.path().join("t.db"), &["--metrics", &addr]);
+    let (rec, port) = with_metrics(dir.path());
     let cg = TestCgroup::new("q\"b\\s} 1 x{", 48 * MIB);
     oom_kill_in(&cg);
     let escaped = cg.path.replace('\\', "\\\\").replace('"', "\\\"");

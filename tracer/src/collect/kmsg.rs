@@ -72,7 +72,7 @@ pub fn parse_record(raw: &str) -> Result<KmsgRecord, RecordParseError> {
     let prio: u32 = f.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
     let seq = f.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
     let ts_us = f.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
-    let text = rest.split('\n').next().unwrap_or("").to_string();
+    let text = unescape(rest.split('\n').next().unwrap_or(""));
     Ok(KmsgRecord {
         seq,
         ts_us,
@@ -80,6 +80,34 @@ pub fn parse_record(raw: &str) -> Result<KmsgRecord, RecordParseError> {
         facility: (prio >> 3).min(255) as u8,
         text,
     })
+}
+
+/// A record's text as the kernel logged it: /dev/kmsg writes every byte
+/// below a space or above `~`, and `\`, as `\xNN` (so a UTF-8 name or
+/// cgroup path arrives as `\xc3\xa9`); `dmesg` and the journal undo this,
+/// and so does this.
+fn unescape(text: &str) -> String {
+    if !text.contains("\\x") {
+        return text.to_string();
+    }
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && b.get(i + 1) == Some(&b'x') {
+            let hex = b
+                .get(i + 2..i + 4)
+                .and_then(|h| std::str::from_utf8(h).ok());
+            if let Some(v) = hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Memory figures the kernel printed for the victim (kB).
@@ -1184,6 +1212,18 @@ mod tests {
         assert!(
             r.tasks.windows(2).all(|w| w[0].pid < w[1].pid),
             "in printed order"
+        );
+    }
+
+    #[test]
+    fn kmsg_escapes_are_undone() {
+        let r = parse_record(
+            "6,7,8,-;Killed process 5 (m\\xe2\\x80\\xaehog) in /caf\\xc3\\xa9 a\\x5cx41 \\xzz\\x4",
+        )
+        .unwrap();
+        assert_eq!(
+            r.text,
+            "Killed process 5 (m\u{202e}hog) in /caf\u{e9} a\\x41 \\xzz\\x4"
         );
     }
 
