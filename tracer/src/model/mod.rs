@@ -18,6 +18,9 @@ use proc::ProcInfo;
 
 /// Exits of unknown pids remembered for a late fork (forgotten in bulk past this).
 const EARLY_EXITS: usize = 65_536;
+/// The least time between two walks of the memory cgroups for an id not
+/// known yet.
+const MEMCG_WALK_GAP: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// A new program's /proc entries (command line, executable, uid, cgroups)
 /// are read once it has run this long, not at its exec: most programs a
@@ -99,6 +102,8 @@ pub struct ProcessTable {
     memcg_ids: HashMap<u64, String>,
     /// When the hierarchy was last walked for an unknown id.
     memcg_walked: Option<std::time::Instant>,
+    /// Kernel memcg ids a walk did not find (not walked for again).
+    memcg_missing: std::collections::HashSet<u64>,
     keep_exited_ns: i64,
     max_entries: usize,
     /// Exec'd processes whose /proc entries are still to read, oldest
@@ -123,6 +128,7 @@ impl ProcessTable {
             early_exits: HashMap::new(),
             memcg_ids: HashMap::new(),
             memcg_walked: None,
+            memcg_missing: Default::default(),
             keep_exited_ns,
             max_entries,
             reads: VecDeque::new(),
@@ -250,8 +256,9 @@ impl ProcessTable {
     }
 
     /// The path of the memory cgroup with kernel id `id` (0: unknown). An
-    /// id not seen in the last walk of the hierarchy walks it again, at most
-    /// once a second unless `force` (a kill is worth a walk).
+    /// id not seen in the last walk of the hierarchy walks it again, once
+    /// per id and at most every [`MEMCG_WALK_GAP`] unless `force` (a kill
+    /// is worth a walk).
     pub fn memcg_by_id(&mut self, id: u64, force: bool) -> Option<String> {
         if id == 0 {
             return None;
@@ -259,15 +266,26 @@ impl ProcessTable {
         if let Some(p) = self.memcg_ids.get(&id) {
             return Some(p.clone());
         }
+        // An id not known yet is a cgroup made since the last walk (a
+        // container starting): walked for at once, once per id, at most
+        // every MEMCG_WALK_GAP, so that its first program is never placed
+        // in its parent's cgroup.
         let recent = self
             .memcg_walked
-            .is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(1));
-        if recent && !force {
+            .is_some_and(|t| t.elapsed() < MEMCG_WALK_GAP);
+        if (recent || self.memcg_missing.contains(&id)) && !force {
             return None;
         }
         self.memcg_ids = self.layout.memcg_ids();
         self.memcg_walked = Some(std::time::Instant::now());
-        self.memcg_ids.get(&id).cloned()
+        let found = self.memcg_ids.get(&id).cloned();
+        if found.is_none() {
+            if self.memcg_missing.len() >= EARLY_EXITS {
+                self.memcg_missing.clear();
+            }
+            self.memcg_missing.insert(id);
+        }
+        found
     }
 
     /// A new program, in the memory cgroup with kernel id `memcg_id` at
