@@ -461,6 +461,7 @@ fn a_reused_pid_is_never_recorded_under_its_earlier_holder() {
     let rec = Recorder::start_with(&store, &["--export-jsonl", jsonl.to_str().unwrap()]);
     let old_cg = TestCgroup::new("reuse-old", 64 * MIB);
     let new_cg = TestCgroup::new("reuse-new", 16 * MIB);
+    let t0 = Instant::now();
     let mut reused = Vec::new();
     for i in 0..8 {
         // The earlier holder: known to the model (fork, exec, /proc), ended.
@@ -469,6 +470,7 @@ fn a_reused_pid_is_never_recorded_under_its_earlier_holder() {
         cmd.arg(format!("1.{i}"));
         let mut old = Proc::spawn(cmd);
         let pid = old.pid();
+        let old_ticks = start_ticks(pid);
         assert_eq!(old.wait_signal(Duration::from_secs(10)), None);
         drop(old); // reaped: its pid is free
         std::thread::sleep(Duration::from_millis(500));
@@ -485,9 +487,60 @@ fn a_reused_pid_is_never_recorded_under_its_earlier_holder() {
             tracer_e2e::wait_pid(pid, Duration::from_secs(30)),
             Some(libc::SIGKILL)
         );
-        reused.push((pid, argv.join(" "), old_cmdline));
+        reused.push((pid, argv.join(" "), old_cmdline, old_ticks));
     }
-    for (pid, want, old) in &reused {
+    // Only this test's kills (not an earlier one's of the same pid in the
+    // kernel log), however slowly it ran (a guest under emulation).
+    let since = format!("{}s", t0.elapsed().as_secs() + 10);
+    for (pid, want, old, old_ticks) in &reused {
+        // The kernel's starts, as the events carry them: the kill's target
+        // is the program exec'd under the reused pid, not the earlier one,
+        // whose start /proc gave (in clock ticks) while it ran.
+        let events = |kind: &str| -> Vec<Value> {
+            let out = tracer(&[
+                "events",
+                "--store",
+                store_s,
+                "--kind",
+                kind,
+                "--pid",
+                &pid.to_string(),
+            ]);
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect()
+        };
+        let kill = wait_for(Duration::from_secs(10), || {
+            events("signal_kill").into_iter().next()
+        })
+        .unwrap_or_else(|| panic!("no signal_kill event of pid {pid}"));
+        let target_start = kill["target_start_ns"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("the kill carries no start: {kill}"));
+        let execs = wait_for(Duration::from_secs(10), || {
+            let e = events("exec");
+            (e.len() >= 2).then_some(e)
+        })
+        .unwrap_or_else(|| panic!("pid {pid}: not two execs: {:?}", events("exec")));
+        let start_of = |needle: &str| {
+            execs
+                .iter()
+                .find(|e| e["cmdline"].as_str().is_some_and(|c| c.contains(needle)))
+                .and_then(|e| e["start_ns"].as_u64())
+                .unwrap_or_else(|| panic!("pid {pid}: no start for {needle}: {execs:?}"))
+        };
+        assert_eq!(start_of("reuse-"), target_start, "pid {pid}");
+        let old_start = start_of("sleep");
+        assert!(
+            old_start < target_start,
+            "pid {pid}: {old_start} {target_start}"
+        );
+        assert_eq!(
+            old_start / tick_ns(),
+            *old_ticks,
+            "pid {pid}: the kernel's start is /proc's"
+        );
         let v = explain_json(
             &[
                 "--store",
@@ -495,7 +548,7 @@ fn a_reused_pid_is_never_recorded_under_its_earlier_holder() {
                 "--pid",
                 &pid.to_string(),
                 "--since",
-                "1m",
+                &since,
             ],
             |v| {
                 v["kill"]["victim"]["cmdline"]
@@ -1166,4 +1219,18 @@ fn explain_reads_the_kernel_messages_of_a_saved_journal() {
         String::from_utf8_lossy(&missing.stderr)
             .contains("--journal-dir /nonexistent-journal: not a directory")
     );
+}
+
+/// /proc/PID/stat's start time (clock ticks after boot).
+fn start_ticks(pid: u32) -> u64 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the name's closing parenthesis; starttime is field 22.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    rest.split(' ').nth(19).unwrap().parse().unwrap()
+}
+
+/// Nanoseconds in one of /proc's clock ticks.
+fn tick_ns() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    1_000_000_000 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64
 }

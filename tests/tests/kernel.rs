@@ -42,7 +42,7 @@ fn doctor_names_what_this_kernel_lacks_in_one_line_each() {
     }
     for kill_capture in [
         "tracepoint/oom/mark_victim",
-        "tracepoint/signal/signal_generate",
+        "raw_tracepoint/signal_generate",
         "tracepoint/sched/sched_process_exit",
     ] {
         assert_eq!(row(kill_capture)["status"], "ok", "{}", row(kill_capture));

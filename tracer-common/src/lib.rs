@@ -105,7 +105,7 @@ pub mod programs {
     pub const SCHED_PROCESS_FORK: &str = "sched_process_fork";
     /// `tracepoint/sched/sched_process_exit`.
     pub const SCHED_PROCESS_EXIT: &str = "sched_process_exit";
-    /// `tracepoint/signal/signal_generate`.
+    /// `raw_tracepoint/signal_generate`.
     pub const SIGNAL_GENERATE: &str = "signal_generate";
     /// `uprobe` on every CUDA allocation API (the cookie says which).
     pub const CUDA_ENTRY: &str = "cuda_entry";
@@ -305,8 +305,12 @@ pub struct OomVictim {
     pub trigger_memcg_id: u64,
     /// Victim's name, NUL-padded.
     pub victim_comm: [u8; COMM_LEN],
+    /// Victim's start ([`ProcFork::child_start_ns`]) when it is the task
+    /// that triggered the kill (the tracepoint gives only its pid); 0
+    /// otherwise.
+    pub victim_start_ns: u64,
 }
-const _: () = assert!(size_of::<OomVictim>() == 120);
+const _: () = assert!(size_of::<OomVictim>() == 128);
 
 /// `oom:start_task_reaping` / `oom:finish_task_reaping`: the OOM reaper
 /// started or finished freeing the victim's memory.
@@ -367,6 +371,8 @@ pub struct ProcExec {
     /// task_struct; 0 when unknown. A process that joins a cgroup and execs
     /// is placed by this even when it is gone before /proc can be read.
     pub memcg_id: u64,
+    /// The process's start ([`ProcFork::child_start_ns`]).
+    pub start_ns: u64,
     /// The file exec'd, NUL-terminated, cut at [`FILENAME_LEN`].
     pub filename: [u8; FILENAME_LEN],
     /// Length of the new program's argument block (`mm->arg_end -
@@ -378,7 +384,7 @@ pub struct ProcExec {
     /// at exec: a program killed a moment later keeps its command line.
     pub args: [u8; ARGS_LEN],
 }
-const _: () = assert!(size_of::<ProcExec>() == 832);
+const _: () = assert!(size_of::<ProcExec>() == 840);
 
 /// A new process (not a thread) was forked. Read from the raw
 /// `sched_process_fork` tracepoint, which hands us the child's task.
@@ -391,8 +397,12 @@ pub struct ProcFork {
     pub child_pid: u32,
     /// Explicit padding.
     pub _pad: u32,
+    /// The child's start: its `task_struct.start_boottime` (boot-clock ns,
+    /// what /proc/PID/stat's start time is in clock ticks); with the pid,
+    /// what names a process for as long as the machine runs. 0 = unknown.
+    pub child_start_ns: u64,
 }
-const _: () = assert!(size_of::<ProcFork>() == 48);
+const _: () = assert!(size_of::<ProcFork>() == 56);
 
 /// `sched:sched_process_exit` of the last thread of a process.
 #[repr(C)]
@@ -411,16 +421,19 @@ pub struct ProcExit {
     pub rss_anon_pages: u64,
     /// Shared-memory pages at exit.
     pub rss_shmem_pages: u64,
+    /// The process's start ([`ProcFork::child_start_ns`]).
+    pub start_ns: u64,
 }
-const _: () = assert!(size_of::<ProcExit>() == 72);
+const _: () = assert!(size_of::<ProcExit>() == 80);
 
-/// `signal:signal_generate` of SIGKILL. The header is the sender.
+/// `signal_generate` of SIGKILL, read from the raw tracepoint, which
+/// hands us the target's task. The header is the sender.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SignalKill {
     /// Common header (`kind` = [`kind::SIGNAL_KILL`]).
     pub header: EventHeader,
-    /// Target thread id.
+    /// Target process id (its tgid: a SIGKILL ends the whole process).
     pub target_pid: u32,
     /// Signal number (9).
     pub sig: i32,
@@ -434,8 +447,10 @@ pub struct SignalKill {
     pub _pad: u32,
     /// Target's name, NUL-padded.
     pub target_comm: [u8; COMM_LEN],
+    /// Target's start ([`ProcFork::child_start_ns`]).
+    pub target_start_ns: u64,
 }
-const _: () = assert!(size_of::<SignalKill>() == 80);
+const _: () = assert!(size_of::<SignalKill>() == 88);
 
 /// CUDA runtime (`cuda*`) and driver (`cu*`) functions tracer probes.
 /// The id is the uprobe's attach cookie and the `func` of [`CudaCall`];
@@ -769,22 +784,10 @@ pub mod field {
     pub const EXIT_PID: usize = 13;
     /// `sched:sched_process_exit` `group_dead` (newer kernels only).
     pub const EXIT_GROUP_DEAD: usize = 14;
-    /// `signal:signal_generate` `sig`.
-    pub const SIG_SIG: usize = 15;
-    /// `signal:signal_generate` `code`.
-    pub const SIG_CODE: usize = 16;
-    /// `signal:signal_generate` `comm` (`char[16]`).
-    pub const SIG_COMM: usize = 17;
-    /// `signal:signal_generate` `pid`.
-    pub const SIG_PID: usize = 18;
-    /// `signal:signal_generate` `group`.
-    pub const SIG_GROUP: usize = 19;
-    /// `signal:signal_generate` `result`.
-    pub const SIG_RESULT: usize = 20;
     /// `cgroup:cgroup_attach_task` `pid`.
-    pub const CGROUP_ATTACH_PID: usize = 21;
+    pub const CGROUP_ATTACH_PID: usize = 15;
     /// Number of fields.
-    pub const COUNT: usize = 22;
+    pub const COUNT: usize = 16;
 }
 
 /// Number of memcg event items aggregated in `MEMCG_COUNTS`.
@@ -799,6 +802,14 @@ pub struct ProbeConfig {
     pub fields: [u16; field::COUNT],
     /// Offset of `task_struct.tgid` (from BTF), for the raw fork tracepoint.
     pub task_tgid_off: u32,
+    /// Offsets in `task_struct` (from BTF) of `group_leader`,
+    /// `start_boottime` (`real_start_time` before 5.5) and `comm`: a
+    /// process's start, and the target of a signal; 0 = unknown.
+    pub task_leader_off: u32,
+    /// See `task_leader_off`.
+    pub task_start_off: u32,
+    /// See `task_leader_off`.
+    pub task_comm_off: u32,
     /// Offset of `task_struct.mm` (from BTF); 0 = unknown.
     pub task_mm_off: u32,
     /// Offsets in `mm_struct` of the file, anon and shmem RSS counters
@@ -828,6 +839,9 @@ impl ProbeConfig {
         Self {
             fields: [FIELD_ABSENT; field::COUNT],
             task_tgid_off: 0,
+            task_leader_off: 0,
+            task_start_off: 0,
+            task_comm_off: 0,
             task_mm_off: 0,
             mm_rss_off: [0; 3],
             memcg_counted_items: [-1; MEMCG_COUNTED_ITEMS],

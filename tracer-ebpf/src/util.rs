@@ -104,6 +104,42 @@ pub fn current_mm() -> Option<*const u8> {
     (!mm.is_null()).then_some(mm)
 }
 
+/// The current task.
+#[inline(always)]
+pub fn current_task() -> *const u8 {
+    // SAFETY: bpf_get_current_task has no preconditions; the pointer is
+    // only ever read through bpf_probe_read_kernel.
+    unsafe { aya_ebpf::helpers::bpf_get_current_task() as *const u8 }
+}
+
+/// The start of the process `task` belongs to: its group leader's
+/// `start_boottime` (boot-clock ns; offsets from BTF); 0 when unknown.
+#[inline(always)]
+pub fn task_start_ns(task: *const u8) -> u64 {
+    let cfg = config();
+    if cfg.task_leader_off == 0 || cfg.task_start_off == 0 {
+        return 0;
+    }
+    // SAFETY: kernel pointers read through bpf_probe_read_kernel, which
+    // faults safely, at offsets from this kernel's BTF.
+    let leader = unsafe {
+        aya_ebpf::helpers::bpf_probe_read_kernel(
+            task.add(cfg.task_leader_off as usize).cast::<*const u8>(),
+        )
+    };
+    let Ok(leader) = leader else { return 0 };
+    if leader.is_null() {
+        return 0;
+    }
+    // SAFETY: as above.
+    unsafe {
+        aya_ebpf::helpers::bpf_probe_read_kernel(
+            leader.add(cfg.task_start_off as usize).cast::<u64>(),
+        )
+    }
+    .unwrap_or(0)
+}
+
 /// The id of the current task's memory cgroup (its kernfs node id, the
 /// inode of its directory), following the pointer chain whose offsets
 /// userspace read from BTF; 0 when any link is unknown or unreadable.
@@ -113,10 +149,9 @@ pub fn current_memcg_id() -> u64 {
     if chain[0] == 0 || chain[3] == 0 {
         return 0;
     }
-    // SAFETY: bpf_get_current_task has no preconditions; every pointer is
-    // only read through bpf_probe_read_kernel, which faults safely, at
-    // offsets from this kernel's BTF.
-    let mut p = unsafe { aya_ebpf::helpers::bpf_get_current_task() } as *const u8;
+    // Every pointer is only read through bpf_probe_read_kernel, which
+    // faults safely, at offsets from this kernel's BTF.
+    let mut p = current_task();
     for off in [chain[0], chain[1], chain[2], chain[3]] {
         // SAFETY: as above.
         match unsafe {

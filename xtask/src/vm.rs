@@ -598,6 +598,13 @@ fn guest(
                     if *ok { "ok" } else { "FAILED" }
                 );
             }
+            for (test, _) in results.iter().filter(|(_, ok)| !ok) {
+                // The guest's logs stay on the machine that ran it: what
+                // the test said goes into the run's own output.
+                for l in failure_output(&log, test) {
+                    eprintln!("xtask:     | {l}");
+                }
+            }
             passed += results.iter().filter(|(_, ok)| *ok).count();
             failures.extend(
                 results
@@ -646,9 +653,40 @@ fn test_results(log: &str) -> Vec<(String, bool)> {
         .collect()
 }
 
+/// The most lines of a failed test's output the run prints.
+const FAILURE_LINES: usize = 60;
+
+/// What libtest printed for failed `test` (its `---- TEST stdout ----`
+/// section), at most [`FAILURE_LINES`] lines, the last ones kept (the
+/// panic message comes last).
+fn failure_output<'a>(log: &'a str, test: &str) -> Vec<&'a str> {
+    let head = format!("---- {test} stdout ----");
+    let Some(at) = log.find(&head) else {
+        return Vec::new();
+    };
+    let section: Vec<&str> = log[at + head.len()..]
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.starts_with("---- ") && *l != "failures:")
+        .collect();
+    section[section.len().saturating_sub(FAILURE_LINES)..].to_vec()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_tests_own_output_is_found() {
+        let log = "test a ... FAILED\n\nfailures:\n\n---- a stdout ----\n\
+                   seen dead\nthread 'a' panicked at e2e.rs:1:\nno answer\n\n\
+                   ---- b stdout ----\nother\n\nfailures:\n    a\n";
+        let out = failure_output(log, "a");
+        assert_eq!(out[0], "seen dead");
+        assert!(out.contains(&"no answer"), "{out:?}");
+        assert!(!out.contains(&"other"), "{out:?}");
+        assert!(failure_output(log, "c").is_empty());
+    }
 
     #[test]
     fn libtest_lines_are_read_and_the_rest_ignored() {

@@ -4,7 +4,9 @@ use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
 use aya_log_ebpf::warn;
 use tracer_common::{COMM_LEN, OomVictim, Reap, field, kind, victim_field};
 
-use crate::util::{Ring, current_memcg_id, header, read_data_loc_str, read_field};
+use crate::util::{
+    Ring, current_memcg_id, current_task, header, read_data_loc_str, read_field, task_start_ns,
+};
 
 /// `tracepoint/oom/mark_victim`, from `mark_oom_victim()` in mm/oom_kill.c,
 /// in the context of the task whose allocation triggered the kill.
@@ -64,8 +66,16 @@ fn try_mark_victim(ctx: &TracePointContext) -> Result<(), ()> {
         present |= victim_field::COMM;
     }
     let victim_pid = read_field::<i32>(ctx, field::MV_PID).unwrap_or(0) as u32;
+    let hdr = header(kind::OOM_VICTIM);
+    // The tracepoint names the victim by pid only; when it is the task
+    // that triggered the kill, its start is current's.
+    let victim_start_ns = if victim_pid == hdr.pid {
+        task_start_ns(current_task())
+    } else {
+        0
+    };
     slot.submit_value(OomVictim {
-        header: header(kind::OOM_VICTIM),
+        header: hdr,
         victim_pid,
         uid,
         total_vm_kb,
@@ -78,6 +88,7 @@ fn try_mark_victim(ctx: &TracePointContext) -> Result<(), ()> {
         _pad: 0,
         trigger_memcg_id: current_memcg_id(),
         victim_comm,
+        victim_start_ns,
     });
     // The stack that tipped the kill is `growth_oom_tip`, a program of its
     // own on the same tracepoint: it needs helpers (5.15) this one must not.

@@ -8,7 +8,8 @@ use aya_ebpf::{
 use tracer_common::{ARGS_LEN, ProcExec, ProcExit, ProcFork, field, kind};
 
 use crate::util::{
-    Ring, config, current_memcg_id, current_mm, header, read_data_loc_str, read_field,
+    Ring, config, current_memcg_id, current_mm, current_task, header, read_data_loc_str,
+    read_field, task_start_ns,
 };
 
 /// `tracepoint/sched/sched_process_exec`, from `exec_binprm()` in
@@ -29,6 +30,7 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
         (*ev).pid = read_field::<i32>(&ctx, field::EXEC_PID).unwrap_or(0) as u32;
         (*ev).old_pid = read_field::<i32>(&ctx, field::EXEC_OLD_PID).unwrap_or(0) as u32;
         (*ev).memcg_id = current_memcg_id();
+        (*ev).start_ns = task_start_ns(current_task());
         (*ev).filename[0] = 0;
         read_data_loc_str(&ctx, field::EXEC_FILENAME, &mut (*ev).filename);
         let (total, len) = read_args((&raw mut (*ev).args).cast::<u8>());
@@ -104,6 +106,8 @@ pub fn sched_process_fork(ctx: RawTracePointContext) -> u32 {
         header: header(kind::PROC_FORK),
         child_pid: child_tgid as u32,
         _pad: 0,
+        // A new process's first task is its leader.
+        child_start_ns: task_start_ns(child),
     });
     0
 }
@@ -141,6 +145,7 @@ pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
         rss_file_pages: rss[0],
         rss_anon_pages: rss[1],
         rss_shmem_pages: rss[2],
+        start_ns: task_start_ns(current_task()),
     });
     0
 }

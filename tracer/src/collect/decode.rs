@@ -312,6 +312,7 @@ impl Event {
                     "pgtables_kb": has(victim_field::PGTABLES).then_some(e.pgtables_kb),
                     "oom_score_adj": has(victim_field::OOM_SCORE_ADJ).then_some(e.oom_score_adj),
                     "trigger_memcg_id": e.trigger_memcg_id,
+                    "victim_start_ns": start(e.victim_start_ns),
                 })
             }
             Event::Reap(e) => json!({ "victim_pid": e.victim_pid }),
@@ -322,8 +323,12 @@ impl Event {
                 "memcg_id": e.memcg_id,
                 "filename": c_str(&e.filename),
                 "cmdline": exec_cmdline(e),
+                "start_ns": start(e.start_ns),
             }),
-            Event::Fork(e) => json!({ "child_pid": e.child_pid }),
+            Event::Fork(e) => json!({
+                "child_pid": e.child_pid,
+                "child_start_ns": start(e.child_start_ns),
+            }),
             Event::Exit(e) => {
                 let kb = crate::util::sys::page_kb();
                 let known = e.rss_known != 0;
@@ -332,6 +337,7 @@ impl Event {
                     "anon_rss_kb": known.then_some(e.rss_anon_pages * kb),
                     "file_rss_kb": known.then_some(e.rss_file_pages * kb),
                     "shmem_rss_kb": known.then_some(e.rss_shmem_pages * kb),
+                    "start_ns": start(e.start_ns),
                 })
             }
             Event::Cuda(e) => json!({
@@ -371,9 +377,16 @@ impl Event {
                 "code": e.code,
                 "group": e.group,
                 "result": e.result,
+                "target_start_ns": start(e.target_start_ns),
             }),
         }
     }
+}
+
+/// A process start from an event (boot-clock ns): null where the kernel's
+/// value was not read, never a made-up zero.
+fn start(ns: u64) -> Option<u64> {
+    (ns != 0).then_some(ns)
 }
 
 /// Bytes of an event struct, for tests and fixtures.
@@ -402,6 +415,7 @@ mod tests {
             pid: 5,
             old_pid: 5,
             memcg_id: 0,
+            start_ns: 0,
             filename: [0; tracer_common::FILENAME_LEN],
             args_total: 9,
             args_len: 9,
@@ -486,6 +500,7 @@ mod tests {
                     pid: 5,
                     old_pid: 5,
                     memcg_id: 0,
+                    start_ns: 0,
                     filename: [0; tracer_common::FILENAME_LEN],
                     args_total: 0,
                     args_len: 0,
@@ -577,7 +592,7 @@ mod tests {
             decode(&unknown),
             Err(DecodeError::Length {
                 kind: kind::OOM_VICTIM,
-                len: 72,
+                len: 80,
                 expected: size_of::<OomVictim>()
             })
         );

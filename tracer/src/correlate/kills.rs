@@ -192,6 +192,7 @@ mod tests {
             rss_file_pages: pages[0],
             rss_anon_pages: pages[1],
             rss_shmem_pages: pages[2],
+            start_ns: 0,
         };
         match decode(&as_bytes(&ev)).unwrap() {
             Event::Exit(x) => x,

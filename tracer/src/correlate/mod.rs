@@ -20,7 +20,7 @@ use crate::record::{
 };
 use crate::{
     collect::{decode::c_str, kmsg::OomReport},
-    model::{Process, ProcessTable, proc::ProcFacts, sampler::Sampler},
+    model::{Process, ProcessTable, StartTime, proc::ProcFacts, sampler::Sampler},
     util::time::Clock,
 };
 
@@ -216,7 +216,8 @@ pub fn kill_from_victim(
 ) -> KillRecord {
     let ts_ns = ctx.clock.boot_to_wall(ev.header.ts_boot_ns);
     let has = |bit: u16| ev.present & bit != 0;
-    let (p, reused) = ctx.model.holder(ev.victim_pid, ts_ns);
+    let victim_start = StartTime::kernel(ev.victim_start_ns);
+    let (p, reused) = ctx.model.holder(ev.victim_pid, ts_ns, victim_start);
     let comm = if has(victim_field::COMM) {
         c_str(&ev.victim_comm)
     } else {
@@ -248,7 +249,13 @@ pub fn kill_from_victim(
         task: proc_ref(
             trig_pid,
             c_str(&ev.header.comm),
-            ctx.model.holder(trig_pid, ts_ns).0,
+            ctx.model
+                .holder(
+                    trig_pid,
+                    ts_ns,
+                    victim_start.filter(|_| trig_pid == ev.victim_pid),
+                )
+                .0,
         ),
         gfp_mask: None,
         order: None,
@@ -313,14 +320,16 @@ pub fn kill_from_signal_lean(ctx: &Context<'_>, ev: &SignalKill) -> KillRecord {
             sender: Some(proc_ref(
                 sender_pid,
                 c_str(&ev.header.comm),
-                ctx.model.holder(sender_pid, ts_ns).0,
+                ctx.model.holder(sender_pid, ts_ns, None).0,
             )),
             signal_code: Some(ev.code),
         },
         victim: victim_from(
             ev.target_pid,
             c_str(&ev.target_comm),
-            ctx.model.holder(ev.target_pid, ts_ns).0,
+            ctx.model
+                .holder(ev.target_pid, ts_ns, StartTime::kernel(ev.target_start_ns))
+                .0,
         ),
         session_id: ctx.session_id,
         tracepoint_ns: Some(ts_ns),
@@ -340,9 +349,10 @@ pub fn kill_from_signal(ctx: &Context<'_>, ev: &SignalKill) -> Option<KillRecord
     let sender = proc_ref(
         sender_pid,
         c_str(&ev.header.comm),
-        ctx.model.holder(sender_pid, ts_ns).0,
+        ctx.model.holder(sender_pid, ts_ns, None).0,
     );
-    let (p, reused) = ctx.model.holder(ev.target_pid, ts_ns);
+    let start = StartTime::kernel(ev.target_start_ns);
+    let (p, reused) = ctx.model.holder(ev.target_pid, ts_ns, start);
     let mut victim = victim_from(ev.target_pid, c_str(&ev.target_comm), p);
     let mut gaps = Vec::new();
     if reused {
@@ -578,7 +588,7 @@ pub fn kill_from_report(
     let ts_ns = clock.kmsg_to_wall(report.ts_us);
     // A kill from before the recorder started (the log's backlog) must not
     // take the name of whoever holds its pid now.
-    let (p, reused) = model.map_or((None, false), |m| m.holder(report.killed.pid, ts_ns));
+    let (p, reused) = model.map_or((None, false), |m| m.holder(report.killed.pid, ts_ns, None));
     let mut rec = KillRecord {
         ts_ns,
         source: Seen::default(),

@@ -45,6 +45,64 @@ pub struct Process {
     /// Wall time it started (its fork event, or /proc's start time), when
     /// known: with `exited_ns`, what tells it from another holder of its pid.
     pub started_ns: Option<i64>,
+    /// Its start on the boot clock, as the kernel or /proc said it: with
+    /// the pid, what names it. Where both this and an event's are known,
+    /// they alone decide whether the event is this process's.
+    #[serde(default)]
+    pub start: Option<StartTime>,
+}
+
+/// When a process started, on the boot clock: the kernel's own value
+/// (`task_struct.start_boottime`, ns), or /proc's, which is the same value
+/// cut to clock ticks (`nsec_to_clock_t`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartTime {
+    /// Boot-clock ns (for /proc's, the start of its tick).
+    pub ns: u64,
+    /// Whether `ns` is the kernel's exact value.
+    pub exact: bool,
+}
+
+/// Nanoseconds in one of /proc's clock ticks.
+fn tick_ns() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    1_000_000_000 / hz
+}
+
+impl StartTime {
+    /// An event's start (0: the kernel's value was not read).
+    pub fn kernel(ns: u64) -> Option<Self> {
+        (ns != 0).then_some(Self { ns, exact: true })
+    }
+
+    /// /proc/PID/stat's start time (0: unknown).
+    pub fn ticks(ticks: u64) -> Option<Self> {
+        (ticks != 0).then(|| Self {
+            ns: ticks.saturating_mul(tick_ns()),
+            exact: false,
+        })
+    }
+
+    /// The boot-clock ns it may stand for: [lo, hi).
+    fn range(self) -> (u64, u64) {
+        let width = if self.exact { 1 } else { tick_ns() };
+        (self.ns, self.ns.saturating_add(width))
+    }
+
+    /// How the process that started at `self` stands to the one that
+    /// started at `other`: `Equal` when they can be the same process,
+    /// `Less` when it started before.
+    pub fn order(self, other: Self) -> std::cmp::Ordering {
+        let ((a0, a1), (b0, b1)) = (self.range(), other.range());
+        if a1 <= b0 {
+            std::cmp::Ordering::Less
+        } else if b1 <= a0 {
+            std::cmp::Ordering::Greater
+        } else {
+            std::cmp::Ordering::Equal
+        }
+    }
 }
 
 /// How far apart the clocks of events and /proc may put the same moment.
@@ -59,6 +117,12 @@ impl Process {
         self.exited_ns.is_none_or(|t| t + HOLDER_SLACK_NS >= ts_ns)
             && self.started_ns.is_none_or(|t| t <= ts_ns + HOLDER_SLACK_NS)
     }
+}
+
+/// Whether two starts are of the same process; `None` when either is
+/// not known.
+fn same_start(a: Option<StartTime>, b: Option<StartTime>) -> Option<bool> {
+    Some(a?.order(b?) == std::cmp::Ordering::Equal)
 }
 
 /// Wall time of a /proc start time (clock ticks after boot); `None` for 0.
@@ -96,8 +160,9 @@ pub struct ProcessTable {
     /// Pids by memory cgroup: a kill's cgroup members without a walk of
     /// the whole table.
     by_memcg: BTreeMap<String, HashSet<u32>>,
-    /// Exits of pids not in the table yet (their fork is still on its way).
-    early_exits: HashMap<u32, i64>,
+    /// Exits of pids not in the table yet (their fork is still on its
+    /// way): (time, the start of the process that ended).
+    early_exits: HashMap<u32, (i64, Option<StartTime>)>,
     /// Memory cgroup paths by id, from the last walk of the hierarchy.
     memcg_ids: HashMap<u64, String>,
     /// When the hierarchy was last walked for an unknown id.
@@ -190,6 +255,7 @@ impl ProcessTable {
         );
         Process {
             started_ns: started_from_ticks(info.start_ticks),
+            start: StartTime::ticks(info.start_ticks),
             info,
             memcg,
             owner,
@@ -216,15 +282,28 @@ impl ProcessTable {
         }
     }
 
-    /// A fork stamped `ts_ns`. The exit of a short-lived child travels on
+    /// A fork stamped `ts_ns` of a child that started at `start` (the
+    /// kernel's, when read). The exit of a short-lived child travels on
     /// the critical ring and can be applied before its fork (data ring): a
-    /// fork older than an exit already seen for that pid is a process that
-    /// has ended, not a live one.
-    pub fn on_fork_at(&mut self, parent: u32, child: u32, comm: &str, ts_ns: i64) {
-        let exited = self.early_exits.remove(&child).filter(|&t| t >= ts_ns);
+    /// fork of the process an exit already seen for that pid ended (the
+    /// same start; else one older than the exit) has ended, not a live one.
+    pub fn on_fork_at(
+        &mut self,
+        parent: u32,
+        child: u32,
+        comm: &str,
+        ts_ns: i64,
+        start: Option<StartTime>,
+    ) {
+        let exited = self
+            .early_exits
+            .remove(&child)
+            .filter(|&(t, s)| same_start(s, start).unwrap_or(t >= ts_ns))
+            .map(|(t, _)| t);
         self.on_fork(parent, child, comm);
         if let Some(p) = self.procs.get_mut(&child) {
             p.started_ns = Some(ts_ns);
+            p.start = start;
             if exited.is_some() {
                 p.exited_ns = exited;
             }
@@ -302,14 +381,15 @@ impl ProcessTable {
         (filename, args): (&str, Option<String>),
         memcg_id: u64,
         ts_ns: i64,
+        start: Option<StartTime>,
     ) {
         self.stats.execs += 1;
         let kernel_memcg = self.memcg_by_id(memcg_id, false);
         // The entry of this process (its fork copy), not that of an
         // earlier holder of the pid whose successor's fork was not seen.
-        let (prev, prev_started, prev_exited) = match self.holder(pid, ts_ns) {
-            (Some(p), _) => (p.info.clone(), p.started_ns, p.exited_ns),
-            (None, _) => (ProcInfo::default(), None, None),
+        let (prev, prev_started, prev_exited, prev_start) = match self.holder(pid, ts_ns, start) {
+            (Some(p), _) => (p.info.clone(), p.started_ns, p.exited_ns, p.start),
+            (None, _) => (ProcInfo::default(), None, None, None),
         };
         // Its exit may be known already: exits travel on the critical
         // ring, read before the data ring's forks and execs. The program
@@ -319,7 +399,8 @@ impl ProcessTable {
             self.early_exits
                 .get(&pid)
                 .copied()
-                .filter(|&t| t >= ts_ns)
+                .filter(|&(t, s)| same_start(s, start).unwrap_or(t >= ts_ns))
+                .map(|(t, _)| t)
                 .inspect(|_| {
                     self.early_exits.remove(&pid);
                 })
@@ -333,6 +414,7 @@ impl ProcessTable {
         };
         let mut p = self.make(info, kernel_memcg);
         p.started_ns = p.started_ns.or(prev_started);
+        p.start = start.or(prev_start);
         p.exited_ns = ended;
         self.insert(pid, p);
         if ended.is_none() {
@@ -377,19 +459,32 @@ impl ProcessTable {
         self.insert(pid, p);
     }
 
-    /// A process ended.
-    pub fn on_exit(&mut self, pid: u32, now_ns: i64) {
+    /// A process that started at `start` (the kernel's, when read) ended.
+    pub fn on_exit(&mut self, pid: u32, now_ns: i64, start: Option<StartTime>) {
         self.stats.exits += 1;
-        match self.procs.get_mut(&pid) {
-            Some(p) if p.exited_ns.is_none() => p.exited_ns = Some(now_ns),
-            // An ended entry's pid ended again: a new holder whose fork was
-            // not seen (the old one keeps its own exit).
-            _ => {
+        let entry = self.procs.get_mut(&pid);
+        let order = entry.as_ref().and_then(|p| Some(p.start?.order(start?)));
+        match (entry, order) {
+            // The entry is of a later holder (its fork was read before
+            // this exit of the one before it): it lives on.
+            (Some(_), Some(std::cmp::Ordering::Greater)) => {
+                self.stats.unknown_exits += 1;
+            }
+            (Some(p), Some(std::cmp::Ordering::Equal) | None) if p.exited_ns.is_none() => {
+                p.exited_ns = Some(now_ns);
+            }
+            // An ended entry's pid ended again, or an entry of an earlier
+            // holder whose end was missed: a new holder whose fork was
+            // not seen (the old one is over either way).
+            (entry, _) => {
+                if let Some(p) = entry {
+                    p.exited_ns.get_or_insert(now_ns);
+                }
                 self.stats.unknown_exits += 1;
                 if self.early_exits.len() >= EARLY_EXITS {
                     self.early_exits.clear();
                 }
-                self.early_exits.insert(pid, now_ns);
+                self.early_exits.insert(pid, (now_ns, start));
             }
         }
     }
@@ -462,15 +557,22 @@ impl ProcessTable {
         self.procs.get(&pid)
     }
 
-    /// The entry of the process that held `pid` at wall time `ts_ns`, and
-    /// whether an entry of another holder of the pid (one that had ended
-    /// before, or started after) was set aside.
-    pub fn holder(&self, pid: u32, ts_ns: i64) -> (Option<&Process>, bool) {
-        match self.procs.get(&pid) {
-            Some(p) if p.held_pid_at(ts_ns) => (Some(p), false),
-            Some(_) => (None, true),
-            None => (None, false),
-        }
+    /// The entry of the process that held `pid` at wall time `ts_ns` (and
+    /// started at `start`, when the event said), and whether an entry of
+    /// another holder of the pid (one that started at another time, or,
+    /// where a start is not known, had ended before or started after) was
+    /// set aside.
+    pub fn holder(
+        &self,
+        pid: u32,
+        ts_ns: i64,
+        start: Option<StartTime>,
+    ) -> (Option<&Process>, bool) {
+        let Some(p) = self.procs.get(&pid) else {
+            return (None, false);
+        };
+        let same = same_start(p.start, start).unwrap_or_else(|| p.held_pid_at(ts_ns));
+        if same { (Some(p), false) } else { (None, true) }
     }
 
     /// Drops exited processes older than the retention.
@@ -567,21 +669,21 @@ mod tests {
         let mut t = table();
         t.add(info(1, "/a"));
         // pid 7 runs, ends at 2 s; its successor's fork is never seen.
-        t.on_fork_at(1, 7, "old", 1_000_000_000);
-        t.on_exit(7, 2_000_000_000);
-        assert!(t.holder(7, 1_500_000_000).0.is_some(), "alive then");
+        t.on_fork_at(1, 7, "old", 1_000_000_000, None);
+        t.on_exit(7, 2_000_000_000, None);
+        assert!(t.holder(7, 1_500_000_000, None).0.is_some(), "alive then");
         assert!(
-            t.holder(7, 2_050_000_000).0.is_some(),
+            t.holder(7, 2_050_000_000, None).0.is_some(),
             "its own exit, just after"
         );
-        let (p, reused) = t.holder(7, 5_000_000_000);
+        let (p, reused) = t.holder(7, 5_000_000_000, None);
         assert!(
             p.is_none() && reused,
             "a kill at 5 s is not of the old pid 7"
         );
         // Nor a process that started after the moment asked about.
-        assert!(t.holder(7, 500_000_000).1, "before its fork");
-        assert!(!t.holder(8, 1).1, "unknown is not reused");
+        assert!(t.holder(7, 500_000_000, None).1, "before its fork");
+        assert!(!t.holder(8, 1, None).1, "unknown is not reused");
         // An exec of the new holder starts from nothing of the old one.
         t.on_exec(
             7,
@@ -589,10 +691,59 @@ mod tests {
             ("/bin/new", Some("new --x".into())),
             0,
             6_000_000_000,
+            None,
         );
-        let p = t.holder(7, 6_500_000_000).0.unwrap();
+        let p = t.holder(7, 6_500_000_000, None).0.unwrap();
         assert_eq!(p.info.cmdline, "new --x");
         assert_eq!(p.info.ppid, 0, "not the old holder's parent");
+    }
+
+    /// The issue of a busy node: exits lost (a full ring) leave entries of
+    /// ended processes, and forks lost leave their successors unknown. The
+    /// kernel's start times tell them apart whatever arrives, or not, and
+    /// in whatever order.
+    #[test]
+    fn starts_tell_holders_of_a_pid_apart_whatever_was_lost() {
+        let s = |ns: u64| StartTime::kernel(ns);
+        let mut t = table();
+        t.add(info(1, "/a"));
+        t.on_fork_at(1, 7, "old", 1_000_000_000, s(1_000));
+        // Its exit is lost; pid 7 is held by a new process (fork lost too)
+        // that is killed 1 ms later: not the old one, though the time rule
+        // alone would say it still held the pid.
+        let (p, reused) = t.holder(7, 1_001_000_000, s(2_000));
+        assert!(p.is_none() && reused, "{p:?}");
+        assert!(
+            t.holder(7, 1_001_000_000, None).0.is_some(),
+            "by time alone"
+        );
+        assert!(t.holder(7, 9_000_000_000, s(1_000)).0.is_some(), "its own");
+        // The new one's exit: the old entry is over, and the exit waits
+        // for its fork, which is then known as ended.
+        t.on_exit(7, 1_002_000_000, s(2_000));
+        assert!(t.get(7).unwrap().exited_ns.is_some());
+        t.on_fork_at(1, 7, "new", 1_000_500_000, s(2_000));
+        assert_eq!(t.get(7).unwrap().exited_ns, Some(1_002_000_000));
+        // A later holder's fork read before its predecessor's exit: that
+        // exit does not end it.
+        t.on_fork_at(1, 7, "third", 3_000_000_000, s(3_000));
+        t.on_exit(7, 2_900_000_000, s(2_500));
+        assert_eq!(t.get(7).unwrap().exited_ns, None, "the third lives on");
+        // /proc's start is the kernel's cut to clock ticks.
+        let tick = tick_ns();
+        let proc_start = StartTime::ticks(12).unwrap();
+        assert_eq!(
+            proc_start.order(s(12 * tick + tick - 1).unwrap()),
+            std::cmp::Ordering::Equal
+        );
+        assert_eq!(
+            proc_start.order(s(13 * tick).unwrap()),
+            std::cmp::Ordering::Less
+        );
+        assert_eq!(
+            proc_start.order(s(12 * tick - 1).unwrap()),
+            std::cmp::Ordering::Greater
+        );
     }
 
     #[test]
@@ -602,7 +753,7 @@ mod tests {
         let mut t = table();
         t.add(info(1, "/a"));
         t.on_fork(1, me, "sh");
-        t.on_exec(me, "prog", ("/usr/bin/prog", None), 0, 1_000);
+        t.on_exec(me, "prog", ("/usr/bin/prog", None), 0, 1_000, None);
         // Not yet: the event's fields, the parent's cgroup.
         t.read_due(1_000 + EXEC_READ_DELAY_NS - 1);
         let p = t.get(me).unwrap();
@@ -620,13 +771,14 @@ mod tests {
             ("/usr/bin/prog2", Some("prog2 --x".into())),
             0,
             5_000,
+            None,
         );
-        t.on_exit(me, 6_000);
+        t.on_exit(me, 6_000, None);
         t.read_due(i64::MAX);
         assert_eq!(t.get(me).unwrap().info.cmdline, "prog2 --x");
         // A kill reads a pending one at once.
         t.on_fork(1, me, "sh");
-        t.on_exec(me, "prog3", ("/usr/bin/prog3", None), 0, 7_000);
+        t.on_exec(me, "prog3", ("/usr/bin/prog3", None), 0, 7_000, None);
         t.read_pending(me);
         assert_eq!(t.get(me).unwrap().info.exe.as_deref(), exe.to_str());
         assert!(t.reads.len() <= 3 && t.unread.is_empty());
@@ -643,7 +795,7 @@ mod tests {
         assert_eq!(child.info.ppid, 4_000_000);
         assert_eq!(child.memcg.as_deref(), Some("/kubepods/burstable/podabc/x"));
         assert_eq!(child.owner.pod_uid.as_deref(), Some("abc"));
-        t.on_exit(4_000_001, 10_000);
+        t.on_exit(4_000_001, 10_000, None);
         assert!(t.get(4_000_001).unwrap().exited_ns.is_some());
         t.prune(10_500);
         assert!(t.get(4_000_001).is_some(), "kept within retention");
@@ -651,7 +803,7 @@ mod tests {
         assert!(t.get(4_000_001).is_none(), "pruned after retention");
         assert_eq!(t.stats.forks, 1);
         assert_eq!(t.stats.exits, 1);
-        t.on_exit(4_000_002, 0);
+        t.on_exit(4_000_002, 0, None);
         assert_eq!(t.stats.unknown_exits, 1);
     }
 
@@ -664,22 +816,23 @@ mod tests {
         t.insert(4_000_000, parent);
         for (i, child) in (4_100_000..4_100_100u32).enumerate() {
             let at = 1_000_000 * i as i64;
-            t.on_exit(child, at + 900);
-            t.on_fork_at(4_000_000, child, "sh", at + 100);
+            t.on_exit(child, at + 900, None);
+            t.on_fork_at(4_000_000, child, "sh", at + 100, None);
             t.on_exec(
                 child,
                 "true",
                 ("/bin/true", Some("true x".into())),
                 0,
                 at + 200,
+                None,
             );
             let p = t.get(child).unwrap();
             assert_eq!(p.exited_ns, Some(at + 900), "{child}");
             assert_eq!(p.info.cmdline, "true x");
         }
         // An exec whose fork was never seen, after its exit: ended too.
-        t.on_exit(4_200_000, 5_000);
-        t.on_exec(4_200_000, "x", ("/bin/x", None), 0, 4_000);
+        t.on_exit(4_200_000, 5_000, None);
+        t.on_exec(4_200_000, "x", ("/bin/x", None), 0, 4_000, None);
         assert_eq!(t.get(4_200_000).unwrap().exited_ns, Some(5_000));
         assert_eq!(t.live().count(), 1, "only the parent is live");
         assert!(t.unread.is_empty(), "no /proc read of an ended program");
@@ -707,7 +860,7 @@ mod tests {
         ab.sort();
         assert_eq!(ab, [1, 3]);
         // Exited and pruned: gone from the index too.
-        t.on_exit(3, 0);
+        t.on_exit(3, 0, None);
         t.prune(10_000);
         assert_eq!(
             t.in_memcg("/ab", 0).map(|p| p.info.pid).collect::<Vec<_>>(),
@@ -724,15 +877,15 @@ mod tests {
         let mut t = table();
         let parent = t.make(info(50, "/storm"), None);
         t.insert(50, parent);
-        t.on_exit(51, 2_000);
-        t.on_fork_at(50, 51, "child", 1_000);
+        t.on_exit(51, 2_000, None);
+        t.on_fork_at(50, 51, "child", 1_000, None);
         assert!(
             t.get(51).unwrap().exited_ns.is_some(),
             "the child has ended"
         );
         assert_eq!(t.live().count(), 1);
         // A later fork of a reused pid is live.
-        t.on_fork_at(50, 51, "child", 3_000);
+        t.on_fork_at(50, 51, "child", 3_000, None);
         assert!(t.get(51).unwrap().exited_ns.is_none());
     }
 
@@ -744,7 +897,7 @@ mod tests {
             let p = t.make(info(pid, "/"), None);
             t.insert(pid, p);
         }
-        t.on_exit(10, 5);
+        t.on_exit(10, 5, None);
         let p = t.make(info(12, "/"), None);
         t.insert(12, p);
         assert!(t.get(10).is_none() && t.get(11).is_some() && t.get(12).is_some());

@@ -17,8 +17,6 @@ enum Want {
     Int(u16),
     /// A `__data_loc char[]` string.
     DataLoc,
-    /// A fixed `char[N]` of this many bytes.
-    Chars(u16),
 }
 
 /// Every field the programs read: (index, category, tracepoint, field, shape).
@@ -111,48 +109,6 @@ const FIELDS: &[(usize, &str, &str, &str, Want)] = &[
         Want::Int(1),
     ),
     (
-        field::SIG_SIG,
-        "signal",
-        "signal_generate",
-        "sig",
-        Want::Int(4),
-    ),
-    (
-        field::SIG_CODE,
-        "signal",
-        "signal_generate",
-        "code",
-        Want::Int(4),
-    ),
-    (
-        field::SIG_COMM,
-        "signal",
-        "signal_generate",
-        "comm",
-        Want::Chars(16),
-    ),
-    (
-        field::SIG_PID,
-        "signal",
-        "signal_generate",
-        "pid",
-        Want::Int(4),
-    ),
-    (
-        field::SIG_GROUP,
-        "signal",
-        "signal_generate",
-        "group",
-        Want::Int(4),
-    ),
-    (
-        field::SIG_RESULT,
-        "signal",
-        "signal_generate",
-        "result",
-        Want::Int(4),
-    ),
-    (
         field::CGROUP_ATTACH_PID,
         "cgroup",
         "cgroup_attach_task",
@@ -188,6 +144,18 @@ pub fn build(tracefs: &Path, btf: &KernelBtf) -> Result<(ProbeConfig, LayoutNote
     let mut notes = LayoutNotes::default();
     read_fields(tracefs, &mut cfg, &mut notes);
     cfg.task_tgid_off = btf.member_offset("task_struct", "tgid")?;
+    // What names a process across pid reuse (its start), and the target
+    // of a SIGKILL: without them kills are told apart by time alone.
+    match task_identity(btf) {
+        Ok([leader, start, comm]) => {
+            cfg.task_leader_off = leader;
+            cfg.task_start_off = start;
+            cfg.task_comm_off = comm;
+        }
+        Err(e) => notes
+            .missing_fields
+            .push(format!("process start times ({e})")),
+    }
     // RSS at exit is a nicety: a kernel without these keeps recording.
     match (btf.member_offset("task_struct", "mm"), btf.mm_rss_offsets()) {
         (Ok(mm), Ok(rss)) => {
@@ -252,6 +220,19 @@ pub fn memcg_limit_offsets(btf: &KernelBtf) -> Result<(u32, u32, u32), BtfError>
     ))
 }
 
+/// `task_struct`'s `group_leader`, start time and `comm` offsets.
+fn task_identity(btf: &KernelBtf) -> Result<[u32; 3], BtfError> {
+    // Renamed in 5.5; the same boot-clock nanoseconds before and after.
+    let start = btf
+        .member_offset("task_struct", "start_boottime")
+        .or_else(|_| btf.member_offset("task_struct", "real_start_time"))?;
+    Ok([
+        btf.member_offset("task_struct", "group_leader")?,
+        start,
+        btf.member_offset("task_struct", "comm")?,
+    ])
+}
+
 /// Offsets of the task -> memory cgroup id chain (see `ProbeConfig::memcg_chain`).
 fn memcg_chain(btf: &KernelBtf) -> Result<[u32; 5], BtfError> {
     let memory = btf.enum_member("memory_cgrp_id")? as u32;
@@ -301,7 +282,6 @@ fn offset_of(format: &Format, name: &str, want: Want) -> Option<u16> {
     let ok = match want {
         Want::Int(size) => f.size == size && !f.ty.contains('['),
         Want::DataLoc => f.ty.starts_with("__data_loc") && f.size == 4,
-        Want::Chars(size) => f.ty.starts_with("char[") && f.size == size,
     };
     (ok && f.offset != FIELD_ABSENT).then_some(f.offset)
 }
@@ -365,7 +345,6 @@ mod tests {
             missing.contains(&"cgroup:cgroup_attach_task"),
             "{missing:?}"
         );
-        assert!(missing.contains(&"signal:signal_generate"), "{missing:?}");
         assert!(!missing.contains(&"oom:mark_victim"));
         assert!(
             notes
@@ -399,7 +378,7 @@ mod tests {
             (EXIT_5_15, "group_dead", Want::Int(1), None),
             // A field whose shape changed is treated as missing, not misread.
             (EXIT_6_18, "comm", Want::DataLoc, None),
-            (EXIT_6_18, "comm", Want::Chars(16), Some(8)),
+            (EXIT_6_18, "comm", Want::Int(16), None),
             (MARK_VICTIM_6_18, "total_vm", Want::Int(4), None),
         ];
         for &(text, name, want, expect) in cases {

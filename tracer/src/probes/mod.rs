@@ -211,8 +211,7 @@ pub const PROBES: &[ProbeSpec] = &[
     },
     ProbeSpec {
         program: programs::SIGNAL_GENERATE,
-        hook: Hook::TracePoint {
-            category: "signal",
+        hook: Hook::RawTracePoint {
             name: "signal_generate",
         },
         required: false,
@@ -489,6 +488,11 @@ impl Probes {
         if program == programs::SCHED_PROCESS_FORK && self.config.task_tgid_off == 0 {
             return Err(Unavailable::Hook(
                 "task_struct.tgid not found in BTF".into(),
+            ));
+        }
+        if program == programs::SIGNAL_GENERATE && self.config.task_comm_off == 0 {
+            return Err(Unavailable::Hook(
+                "task_struct's comm or start time not found in BTF".into(),
             ));
         }
         let prog: &mut RawTracePoint = self.program(program)?;

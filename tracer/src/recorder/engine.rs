@@ -28,7 +28,7 @@ use crate::{
         decode::{Event, c_str},
         kmsg::KmsgEvent,
     },
-    model::{ProcessTable, proc::LiveProc, sampler::Sampler},
+    model::{ProcessTable, StartTime, proc::LiveProc, sampler::Sampler},
     probes::{DropCounters, Drops, MemcgCounters},
     store::{DropRow, EventRow, Store, StoreError},
     util::time::{Clock, wall_now_ns},
@@ -603,7 +603,11 @@ impl Engine {
                 if !self.storm.admit(row.ts_ns) {
                     let memcg = self
                         .model
-                        .holder(s.target_pid, row.ts_ns)
+                        .holder(
+                            s.target_pid,
+                            row.ts_ns,
+                            StartTime::kernel(s.target_start_ns),
+                        )
                         .0
                         .and_then(|p| p.memcg.clone());
                     let comm = c_str(&s.target_comm);
@@ -650,6 +654,7 @@ impl Engine {
                     (&c_str(&e.filename), args),
                     e.memcg_id,
                     row.ts_ns,
+                    StartTime::kernel(e.start_ns),
                 );
                 self.model.read_due(row.ts_ns);
                 self.on_late_exec(e.pid, row.ts_ns)?;
@@ -661,14 +666,20 @@ impl Engine {
                 }
             }
             Event::Fork(f) => {
-                self.model
-                    .on_fork_at(f.header.pid, f.child_pid, &c_str(&f.header.comm), row.ts_ns);
+                self.model.on_fork_at(
+                    f.header.pid,
+                    f.child_pid,
+                    &c_str(&f.header.comm),
+                    row.ts_ns,
+                    StartTime::kernel(f.child_start_ns),
+                );
                 if let Some(w) = &self.watcher {
                     w.on_fork(f.child_pid);
                 }
             }
             Event::Exit(x) => {
-                self.model.on_exit(x.pid, row.ts_ns);
+                self.model
+                    .on_exit(x.pid, row.ts_ns, StartTime::kernel(x.start_ns));
                 self.model.read_due(row.ts_ns);
                 if let Some(w) = &self.watcher {
                     w.on_exit(x.pid);
