@@ -489,9 +489,6 @@ fn a_reused_pid_is_never_recorded_under_its_earlier_holder() {
         );
         reused.push((pid, argv.join(" "), old_cmdline, old_ticks));
     }
-    // Only this test's kills (not an earlier one's of the same pid in the
-    // kernel log), however slowly it ran (a guest under emulation).
-    let since = format!("{}s", t0.elapsed().as_secs() + 10);
     for (pid, want, old, old_ticks) in &reused {
         // The kernel's starts, as the events carry them: the kill's target
         // is the program exec'd under the reused pid, not the earlier one,
@@ -541,6 +538,9 @@ fn a_reused_pid_is_never_recorded_under_its_earlier_holder() {
             *old_ticks,
             "pid {pid}: the kernel's start is /proc's"
         );
+        // Only this test's kills (not an earlier one's of the same pid in
+        // the kernel log), however slowly it runs (a guest under emulation).
+        let since = format!("{}s", t0.elapsed().as_secs() + 120);
         let v = explain_json(
             &[
                 "--store",
