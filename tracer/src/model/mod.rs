@@ -151,6 +151,9 @@ pub struct ModelStats {
     pub unknown_exits: u64,
     /// Exited entries dropped after their retention.
     pub pruned: u64,
+    /// Live entries found ended by the audit (their exit was never read:
+    /// a full ring, or a process that ended while the recorder started).
+    pub retired: u64,
 }
 
 /// The process table.
@@ -175,6 +178,8 @@ pub struct ProcessTable {
     /// first: (pid, exec time); `unread` holds the latest exec of each.
     reads: VecDeque<(u32, i64)>,
     unread: HashMap<u32, i64>,
+    /// Live pids still to audit this round (see [`Self::audit`]).
+    audit: Vec<u32>,
     /// Kubernetes names of pods' cgroups, when looked up (a lock: a kill's
     /// correlation names its processes through a shared table).
     kube: Option<std::sync::Mutex<kube::KubeResolver>>,
@@ -198,6 +203,7 @@ impl ProcessTable {
             max_entries,
             reads: VecDeque::new(),
             unread: HashMap::new(),
+            audit: Vec::new(),
             kube: None,
             stats: ModelStats::default(),
         }
@@ -473,6 +479,11 @@ impl ProcessTable {
             (Some(p), Some(std::cmp::Ordering::Equal) | None) if p.exited_ns.is_none() => {
                 p.exited_ns = Some(now_ns);
             }
+            // Its own exit, after the audit found it ended: the exit's
+            // time is the true one.
+            (Some(p), Some(std::cmp::Ordering::Equal)) => {
+                p.exited_ns = Some(now_ns.min(p.exited_ns.unwrap_or(now_ns)));
+            }
             // An ended entry's pid ended again, or an entry of an earlier
             // holder whose end was missed: a new holder whose fork was
             // not seen (the old one is over either way).
@@ -573,6 +584,55 @@ impl ProcessTable {
         };
         let same = same_start(p.start, start).unwrap_or_else(|| p.held_pid_at(ts_ns));
         if same { (Some(p), false) } else { (None, true) }
+    }
+
+    /// Checks up to `budget` live entries against /proc (a round over
+    /// every live entry, `budget` at a time): an entry whose pid no
+    /// process holds now, or another process (a start of its own), ended
+    /// without its exit being read, and is marked ended at `now_ns`. Reads
+    /// only /proc/PID/stat, which never waits on a process's memory map.
+    /// Returns how many were retired.
+    pub fn audit(&mut self, now_ns: i64, budget: usize) -> usize {
+        if self.audit.is_empty() {
+            self.audit = self
+                .procs
+                .iter()
+                .filter(|(_, p)| p.exited_ns.is_none())
+                .map(|(pid, _)| *pid)
+                .collect();
+        }
+        let mut retired = 0;
+        for _ in 0..budget {
+            let Some(pid) = self.audit.pop() else { break };
+            let Some(p) = self.procs.get(&pid) else {
+                continue;
+            };
+            if p.exited_ns.is_some() {
+                continue;
+            }
+            // Younger than a read's delay: its fork may be read before
+            // /proc has it, or its exec's read is still due.
+            if p.started_ns
+                .is_some_and(|t| now_ns - t < EXEC_READ_DELAY_NS)
+            {
+                continue;
+            }
+            let ended = match proc::start_ticks(pid) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+                Err(_) => false,
+                Ok(t) => match (p.start, StartTime::ticks(t)) {
+                    (Some(a), Some(b)) => a.order(b) != std::cmp::Ordering::Equal,
+                    _ => false,
+                },
+            };
+            if ended && let Some(p) = self.procs.get_mut(&pid) {
+                p.exited_ns = Some(now_ns);
+                self.unread.remove(&pid);
+                retired += 1;
+            }
+        }
+        self.stats.retired += retired as u64;
+        retired
     }
 
     /// Drops exited processes older than the retention.
@@ -744,6 +804,46 @@ mod tests {
             proc_start.order(s(12 * tick - 1).unwrap()),
             std::cmp::Ordering::Greater
         );
+    }
+
+    /// Entries whose exit was never read are found against /proc: a pid
+    /// no process holds, and a pid held by a process of another start.
+    #[test]
+    fn the_audit_retires_entries_whose_exit_was_lost() {
+        let me = std::process::id();
+        let mut t = table();
+        t.seed();
+        let live = t.live().count();
+        assert!(live > 1);
+        // Beyond any pid_max: no process holds it.
+        t.on_fork_at(me, 4_000_100, "gone", 0, StartTime::kernel(5));
+        // This process under a start that is not its own: a ghost.
+        let mine = t.get(me).unwrap().start.unwrap();
+        let mut ghost = t.get(me).unwrap().clone();
+        ghost.start = StartTime::kernel(mine.ns + 10 * tick_ns());
+        t.insert(me, ghost);
+        // Long after any of them started.
+        let now = i64::MAX / 2;
+        // A round, a few entries at a time.
+        let mut retired = 0;
+        for _ in 0..live + 1 {
+            retired += t.audit(now, 4);
+        }
+        assert!(retired >= 2, "{retired}");
+        assert_eq!(t.get(4_000_100).unwrap().exited_ns, Some(now));
+        assert_eq!(t.get(me).unwrap().exited_ns, Some(now));
+        assert_eq!(t.stats.retired, retired as u64);
+        // Its own start: kept. The seeded entries of live processes stay.
+        let mut t = table();
+        t.seed();
+        t.audit(now, usize::MAX);
+        assert!(t.get(me).unwrap().exited_ns.is_none());
+        // The lost exit read at last: the true time, no early exit kept.
+        t.on_fork_at(me, 4_000_101, "gone", 0, StartTime::kernel(5));
+        t.audit(now, usize::MAX);
+        t.on_exit(4_000_101, 7, StartTime::kernel(5));
+        assert_eq!(t.get(4_000_101).unwrap().exited_ns, Some(7));
+        assert!(t.early_exits.is_empty());
     }
 
     #[test]

@@ -99,6 +99,16 @@ pub fn read(pid: u32) -> io::Result<ProcInfo> {
     })
 }
 
+/// The start time (clock ticks after boot) of the process now holding
+/// `pid`, from /proc/PID/stat alone (which never waits on the process's
+/// memory map lock); `Err(NotFound)` when no process holds it.
+pub fn start_ticks(pid: u32) -> io::Result<u64> {
+    let stat = read_text(pid, "stat")?;
+    parse_stat(&stat)
+        .map(|(_, _, t)| t)
+        .ok_or_else(|| io::Error::other("bad stat"))
+}
+
 /// Reads the memory lines of /proc/PID/status.
 pub fn read_status_mem(pid: u32) -> Option<StatusMem> {
     let status = read_text(pid, "status").ok()?;

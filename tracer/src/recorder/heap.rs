@@ -620,6 +620,9 @@ fn work(
     // Kills whose report is still brought up to date: victim -> kill time.
     let mut kills: HashMap<u32, u64> = HashMap::new();
     let mut tips: HashMap<u32, TipStack> = HashMap::new();
+    // When each tip came: one whose kill is not here yet (the kill is
+    // sent after its commit, the tip as soon as it is read) waits for it.
+    let mut tip_at: HashMap<u32, u64> = HashMap::new();
     let mut next = Instant::now() + Duration::from_secs(1);
     let publish = |tracer: &mut HeapTracer, comms: &HashMap<u32, String>, pid: u32, now: u64| {
         if !tracer.pids().contains(&pid) {
@@ -673,6 +676,7 @@ fn work(
             }
             let victim = s.addr as u32;
             tips.insert(victim, tracer.tip(&s));
+            tip_at.insert(victim, crate::util::time::wall_now_ns().max(0) as u64);
             if let Some(&ts) = kills.get(&victim) {
                 report_kills(
                     &mut tracer,
@@ -750,7 +754,12 @@ fn work(
             &tips,
         );
         kills.retain(|_, ts| now.saturating_sub(*ts) < KILL_SETTLE_NS);
-        tips.retain(|pid, _| kills.contains_key(pid));
+        // A tip is kept while its kill is, or, kill not come yet, for as
+        // long as a kill is; dropping it at the next second's tick lost
+        // the tip of a kill whose commit came just after that tick.
+        tip_at
+            .retain(|pid, at| kills.contains_key(pid) || now.saturating_sub(*at) < KILL_SETTLE_NS);
+        tips.retain(|pid, _| tip_at.contains_key(pid));
         let gone: HashSet<u32> = exited.iter().map(|(p, _)| *p).collect();
         for pid in tracer.pids() {
             if !gone.contains(&pid) {
