@@ -63,11 +63,15 @@ pub struct StartTime {
     pub exact: bool,
 }
 
-/// Nanoseconds in one of /proc's clock ticks.
+/// Nanoseconds in one of /proc's clock ticks (read once: every start
+/// comparison uses it).
 fn tick_ns() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    1_000_000_000 / hz
+    static TICK: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TICK.get_or_init(|| {
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        1_000_000_000 / hz
+    })
 }
 
 impl StartTime {
@@ -130,9 +134,7 @@ fn started_from_ticks(ticks: u64) -> Option<i64> {
     if ticks == 0 {
         return None;
     }
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    let boot_ns = ticks.saturating_mul(1_000_000_000 / hz);
+    let boot_ns = ticks.saturating_mul(tick_ns());
     Some(crate::util::time::Clock::now().boot_to_wall(boot_ns))
 }
 

@@ -619,10 +619,10 @@ fn work(
     let mut exited: Vec<(u32, u64)> = Vec::new();
     // Kills whose report is still brought up to date: victim -> kill time.
     let mut kills: HashMap<u32, u64> = HashMap::new();
-    let mut tips: HashMap<u32, TipStack> = HashMap::new();
-    // When each tip came: one whose kill is not here yet (the kill is
-    // sent after its commit, the tip as soon as it is read) waits for it.
-    let mut tip_at: HashMap<u32, u64> = HashMap::new();
+    // Tipping stacks by victim, with when each came: one whose kill is not
+    // here yet (the kill is sent after its commit, the tip as soon as it
+    // is read) waits for it.
+    let mut tips: HashMap<u32, (TipStack, u64)> = HashMap::new();
     let mut next = Instant::now() + Duration::from_secs(1);
     let publish = |tracer: &mut HeapTracer, comms: &HashMap<u32, String>, pid: u32, now: u64| {
         if !tracer.pids().contains(&pid) {
@@ -640,7 +640,7 @@ fn work(
     let report_kills = |tracer: &mut HeapTracer,
                         comms: &HashMap<u32, String>,
                         kills: &mut dyn Iterator<Item = (u32, u64)>,
-                        tips: &HashMap<u32, TipStack>| {
+                        tips: &HashMap<u32, (TipStack, u64)>| {
         let lost = out.dropped.load(std::sync::atomic::Ordering::Relaxed);
         for (pid, ts) in kills {
             let grew = tracer.has_growth(pid);
@@ -659,7 +659,7 @@ fn work(
                     KillGrowth {
                         ts_ns: ts,
                         growth,
-                        tip: tips.get(&pid).cloned(),
+                        tip: tips.get(&pid).map(|(t, _)| t.clone()),
                     },
                 );
             }
@@ -675,8 +675,8 @@ fn work(
                 tracer.unwinders.set_maps(s.header.pid, &maps);
             }
             let victim = s.addr as u32;
-            tips.insert(victim, tracer.tip(&s));
-            tip_at.insert(victim, crate::util::time::wall_now_ns().max(0) as u64);
+            let at = crate::util::time::wall_now_ns().max(0) as u64;
+            tips.insert(victim, (tracer.tip(&s), at));
             if let Some(&ts) = kills.get(&victim) {
                 report_kills(
                     &mut tracer,
@@ -757,9 +757,9 @@ fn work(
         // A tip is kept while its kill is, or, kill not come yet, for as
         // long as a kill is; dropping it at the next second's tick lost
         // the tip of a kill whose commit came just after that tick.
-        tip_at
-            .retain(|pid, at| kills.contains_key(pid) || now.saturating_sub(*at) < KILL_SETTLE_NS);
-        tips.retain(|pid, _| tip_at.contains_key(pid));
+        tips.retain(|pid, (_, at)| {
+            kills.contains_key(pid) || now.saturating_sub(*at) < KILL_SETTLE_NS
+        });
         let gone: HashSet<u32> = exited.iter().map(|(p, _)| *p).collect();
         for pid in tracer.pids() {
             if !gone.contains(&pid) {
