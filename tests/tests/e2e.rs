@@ -539,8 +539,12 @@ fn a_reused_pid_is_never_recorded_under_its_earlier_holder() {
             "pid {pid}: the kernel's start is /proc's"
         );
         // Only this test's kills (not an earlier one's of the same pid in
-        // the kernel log), however slowly it runs (a guest under emulation).
-        let since = format!("{}s", t0.elapsed().as_secs() + 120);
+        // the kernel log), however slowly it runs (a guest under
+        // emulation), and for as long as explain_json asks again: a window
+        // that slid past the kill while it waited would hide the answer
+        // that was not complete behind "no kill".
+        let window = t0.elapsed() + tracer_e2e::scaled(Duration::from_secs(15));
+        let since = format!("{}s", window.as_secs() + 120);
         let v = explain_json(
             &[
                 "--store",
