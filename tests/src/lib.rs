@@ -780,6 +780,10 @@ impl Drop for Recorder {
 /// Sends SIGINT to a child of ours and waits up to `timeout` for it to end;
 /// kills it if it does not. Returns whether it ended on SIGINT.
 pub fn interrupt(child: &mut Child, timeout: Duration) -> bool {
+    // One already waited for is not signalled: its pid may be another's now.
+    if child.try_wait().ok().flatten().is_some() {
+        return true;
+    }
     // SAFETY: plain syscall on our own child's pid.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     if wait_for(timeout, || child.try_wait().ok().flatten()).is_some() {
@@ -1028,6 +1032,12 @@ impl Attach {
         );
         thread::sleep(Duration::from_millis(100));
         self.final_report()
+    }
+
+    /// Kills it with SIGKILL (it detaches nothing itself) and waits for it.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     fn final_report(&self) -> serde_json::Value {

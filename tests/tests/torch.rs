@@ -141,6 +141,50 @@ fn a_caching_allocator_attached_live_matches_its_own_figures() {
     t.ok("alloc 4096");
 }
 
+/// The semaphores are the kernel's to keep: raised while a tracer is
+/// attached, lowered when it ends, however it ends (SIGINT, SIGKILL). The
+/// kernel raises a semaphore once per installed probe site, however many
+/// tracers share the site: one of two tracers ending leaves it raised for
+/// the other.
+#[test]
+fn the_kernel_lowers_the_semaphores_however_attach_ends() {
+    if !privileged() {
+        return;
+    }
+    let mut t = torchalloc(&[]);
+    let settle = |t: &mut CudaLoad, want: [&str; 2], what: &str| {
+        let t0 = std::time::Instant::now();
+        wait_for(Duration::from_secs(10), || {
+            (semaphores(t) == want).then_some(())
+        })
+        .unwrap_or_else(|| panic!("{what}: semaphores {:?}, not {want:?}", semaphores(t)));
+        println!("{what}: {want:?} after {:?}", t0.elapsed());
+    };
+    // A tracer killed outright detaches nothing itself.
+    let a = Attach::start(t.pid(), &[]);
+    settle(&mut t, ["1", "1"], "attached");
+    a.kill();
+    settle(&mut t, ["0", "0"], "attach SIGKILLed");
+    // Two tracers share the sites; one ending leaves them for the other.
+    let a = Attach::start(t.pid(), &[]);
+    let b = Attach::start(t.pid(), &[]);
+    settle(&mut t, ["1", "1"], "two attached");
+    a.kill();
+    std::thread::sleep(Duration::from_millis(500));
+    settle(&mut t, ["1", "1"], "one of two SIGKILLed");
+    // The one left still sees the allocator's calls.
+    let p = t.ok("alloc 4096")[0].clone();
+    wait_for(Duration::from_secs(10), || {
+        (!b.of_type("block").is_empty()).then_some(())
+    })
+    .unwrap_or_else(|| panic!("no block seen by the tracer left: {}", b.stderr()));
+    t.ok(&format!("free {p}"));
+    b.stop();
+    settle(&mut t, ["0", "0"], "the other stopped by SIGINT");
+    // Untraced, the program runs on and computes no probe arguments.
+    t.ok("alloc 4096");
+}
+
 #[test]
 fn a_gpu_oom_with_plenty_reserved_but_free_in_the_cache_is_fragmentation() {
     if !privileged() {

@@ -564,12 +564,13 @@ impl Attached {
 }
 
 /// A caching allocator's USDT probes in one process (PyTorch's
-/// `pytorch:malloc` and `pytorch:free`), attached as its files appear,
-/// with their semaphores raised while attached.
+/// `pytorch:malloc` and `pytorch:free`), attached as its files appear.
+/// The kernel raises their semaphores while they are attached and lowers
+/// them when they go, however tracer ends.
 pub(super) struct AllocatorProbes {
     pid: u32,
     seen: HashSet<(u64, u64)>,
-    list: Vec<(crate::probes::usdt::UsdtAttachment, Vec<u64>)>,
+    list: Vec<crate::probes::usdt::UsdtAttachment>,
 }
 
 impl AllocatorProbes {
@@ -581,8 +582,7 @@ impl AllocatorProbes {
         }
     }
 
-    /// Attaches to the files with known probes not attached yet, then
-    /// raises their semaphores (so no probe fires before it is attached).
+    /// Attaches to the files with known probes not attached yet.
     pub(super) fn scan(&mut self, probes: &mut Probes) -> anyhow::Result<()> {
         use crate::probes::usdt;
         let Ok(candidates) =
@@ -606,37 +606,26 @@ impl AllocatorProbes {
             for (probe, why) in &att.failed {
                 tracing::warn!("{probe} in {path}: {why}");
             }
-            let (raised, failed) = f.raise_semaphores(self.pid);
-            for (off, e) in failed {
-                tracing::warn!(
-                    "{path}: cannot raise the semaphore at file offset {off:#x} in pid {}: {e}; its probes stay silent",
-                    self.pid
-                );
-            }
             let names = f.probe_names();
             crate::say!(
-                "tracer: attached to {} USDT probes ({}) in {path} in pid {}, {} semaphores raised",
+                "tracer: attached to {} USDT probes ({}) in {path} in pid {}, {} semaphores raised by the kernel while attached",
                 att.attached(),
                 names.join(", "),
                 self.pid,
-                raised.len()
+                if att.attached() > 0 {
+                    f.semaphores()
+                } else {
+                    0
+                }
             );
-            self.list.push((att, raised));
+            self.list.push(att);
         }
         Ok(())
     }
 
-    /// Lowers the semaphores again, then removes the probes.
+    /// Removes the probes (the kernel lowers the semaphores).
     pub(super) fn detach(self, probes: &mut Probes) {
-        let mut atts = Vec::with_capacity(self.list.len());
-        for (att, raised) in self.list {
-            for addr in raised {
-                // The process may be gone: nothing to lower then.
-                let _ = crate::probes::usdt::add_to_semaphore(self.pid, addr, -1);
-            }
-            atts.push(att);
-        }
-        probes.detach_usdt(atts);
+        probes.detach_usdt(self.list);
     }
 }
 

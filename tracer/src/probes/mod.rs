@@ -10,6 +10,7 @@ pub mod growth;
 pub mod heap;
 pub mod layout;
 pub mod placement;
+pub mod refctr;
 pub mod tracefs;
 pub mod uprobe;
 pub mod usdt;
@@ -539,7 +540,7 @@ impl Probes {
 }
 
 impl Unavailable {
-    fn into_probe_error(self, name: &'static str) -> ProbeError {
+    pub(crate) fn into_probe_error(self, name: &'static str) -> ProbeError {
         match self {
             Unavailable::Program(source) => ProbeError::Program {
                 program: name,
@@ -555,7 +556,7 @@ impl Unavailable {
 }
 
 #[derive(Debug, thiserror::Error)]
-enum Unavailable {
+pub(crate) enum Unavailable {
     #[error("{0}")]
     Hook(String),
     #[error("{0}")]

@@ -15,14 +15,13 @@
 
 use std::{
     fs, io,
-    num::NonZeroU32,
-    os::unix::fs::{FileExt as _, MetadataExt as _},
+    os::{
+        fd::AsFd as _,
+        unix::fs::{FileExt as _, MetadataExt as _},
+    },
 };
 
-use aya::programs::{
-    UProbe,
-    uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
-};
+use aya::programs::UProbe;
 use object::{Object as _, ObjectSection as _, ObjectSegment as _};
 use tracer_common::{
     maps, programs,
@@ -426,30 +425,10 @@ impl UsdtFile {
             .collect())
     }
 
-    /// Raises its semaphores in `pid` (the probes are attached first, so
-    /// none fires unseen): the addresses raised, and the offsets that could
-    /// not be, with why.
-    pub fn raise_semaphores(&self, pid: u32) -> (Vec<u64>, Vec<(u64, io::Error)>) {
-        let (mut raised, mut failed) = (Vec::new(), Vec::new());
-        match self.semaphores_in(pid) {
-            Ok(list) => {
-                for (off, addr) in list {
-                    let r = addr
-                        .ok_or_else(|| io::Error::other("not mapped"))
-                        .and_then(|a| add_to_semaphore(pid, a, 1).map(|_| a));
-                    match r {
-                        Ok(a) => raised.push(a),
-                        Err(e) => failed.push((off, e)),
-                    }
-                }
-            }
-            Err(e) => {
-                for off in self.semaphore_offsets() {
-                    failed.push((off, io::Error::new(e.kind(), e.to_string())));
-                }
-            }
-        }
-        (raised, failed)
+    /// How many semaphores its sites have (each counted by the kernel in
+    /// every process the probes are installed in, while attached).
+    pub fn semaphores(&self) -> usize {
+        self.semaphore_offsets().len()
     }
 }
 
@@ -484,27 +463,12 @@ pub fn read_semaphore(pid: u32, addr: u64) -> io::Result<u16> {
     Ok(u16::from_ne_bytes(v))
 }
 
-/// Adds `delta` to the `u16` semaphore at `addr` in `pid` (through
-/// /proc/PID/mem, as `<sys/sdt.h>` expects of a tracer); returns the new
-/// value. It never goes below zero.
-pub fn add_to_semaphore(pid: u32, addr: u64, delta: i32) -> io::Result<u16> {
-    let mem = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(format!("/proc/{pid}/mem"))?;
-    let mut v = [0u8; 2];
-    mem.read_exact_at(&mut v, addr)?;
-    let new = (i32::from(u16::from_ne_bytes(v)) + delta).clamp(0, i32::from(u16::MAX)) as u16;
-    mem.write_all_at(&new.to_ne_bytes(), addr)?;
-    Ok(new)
-}
-
 /// The probes of one file attached.
 #[derive(Debug)]
 pub struct UsdtAttachment {
     /// The file.
     pub file: UsdtFile,
-    links: Vec<UProbeLinkId>,
+    links: Vec<super::refctr::CountedLink>,
     /// Sites that failed to attach, with why.
     pub failed: Vec<(String, String)>,
 }
@@ -530,10 +494,6 @@ impl Probes {
         file: &UsdtFile,
         pid: Option<u32>,
     ) -> Result<UsdtAttachment, ProbeError> {
-        let scope = match pid.and_then(NonZeroU32::new) {
-            Some(p) => UProbeScope::OneProcess(p),
-            None => UProbeScope::AllProcesses,
-        };
         let mut att = UsdtAttachment {
             file: file.clone(),
             links: Vec::new(),
@@ -560,11 +520,18 @@ impl Probes {
             let prog: &mut UProbe = self
                 .program(programs::USDT_PROBE)
                 .map_err(|e| e.into_probe_error(programs::USDT_PROBE))?;
-            let point = UProbeAttachPoint {
-                location: UProbeAttachLocation::AbsoluteOffset(site.offset),
-                cookie: Some(u64::from(slot)),
-            };
-            match prog.attach(point, &file.file.host_path, scope) {
+            let fd = prog.fd().map_err(|e| {
+                super::Unavailable::Program(e).into_probe_error(programs::USDT_PROBE)
+            })?;
+            // The kernel counts the site's semaphore while it is attached.
+            match super::refctr::attach(
+                fd.as_fd(),
+                &file.file.host_path,
+                site.offset,
+                site.semaphore,
+                pid,
+                u64::from(slot),
+            ) {
                 Ok(l) => att.links.push(l),
                 Err(e) => att.failed.push((probe_name(site.probe), e.to_string())),
             }
@@ -572,16 +539,10 @@ impl Probes {
         Ok(att)
     }
 
-    /// Removes attachments' probes, together ([`super::drop_together`]).
+    /// Removes attachments' probes, together ([`super::drop_together`]);
+    /// the kernel lowers their semaphores.
     pub fn detach_usdt(&mut self, atts: Vec<UsdtAttachment>) {
-        if let Ok(prog) = self.program::<UProbe>(programs::USDT_PROBE) {
-            let links: Vec<_> = atts
-                .into_iter()
-                .flat_map(|a| a.links)
-                .filter_map(|id| prog.take_link(id).ok())
-                .collect();
-            super::drop_together(links);
-        }
+        super::drop_together(atts.into_iter().flat_map(|a| a.links).collect());
     }
 }
 

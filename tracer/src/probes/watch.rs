@@ -15,7 +15,7 @@
 //! per candidate file.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashSet,
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -28,7 +28,7 @@ use std::{
 use super::{
     Probes,
     uprobe::{Attachment, UprobeFamily, candidates, candidates_of, inspect},
-    usdt::{self, UsdtAttachment, UsdtFile},
+    usdt::{self, UsdtAttachment},
 };
 use crate::util::{sys::all_pids, term::escape};
 
@@ -127,27 +127,14 @@ struct Watch {
 }
 
 /// The caching allocator's USDT probes, node-wide: each file with probes
-/// attached once for all processes, and the semaphores of each process
-/// that maps one raised (a probe stays silent in a process whose semaphore
-/// is zero).
+/// attached once for all processes. The kernel raises each probe's
+/// semaphore in every process that maps the file (a probe stays silent in
+/// a process whose semaphore is zero), and lowers it when the probes go.
 #[derive(Default)]
 struct AllocatorWatch {
-    /// Files looked at: their probes, if they have any.
-    files: HashMap<(u64, u64), Option<UsdtFile>>,
+    /// Files looked at (attached if they have probes).
+    files: HashSet<(u64, u64)>,
     attached: Vec<UsdtAttachment>,
-    /// (pid, its start time, file) whose semaphores are raised, and where.
-    raised: HashMap<(u32, u64, (u64, u64)), Vec<u64>>,
-}
-
-/// The start time of `pid` (clock ticks since boot, /proc/PID/stat field
-/// 22): with the pid, it names one process even when pids are reused.
-fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 2..]
-        .split_whitespace()
-        .nth(19)?
-        .parse()
-        .ok()
 }
 
 impl AllocatorWatch {
@@ -156,77 +143,37 @@ impl AllocatorWatch {
             return;
         };
         for c in files {
-            let found = self.files.entry(c.id).or_insert_with(|| {
-                stats.files_parsed.fetch_add(1, Ordering::Relaxed);
-                let f = usdt::inspect(&c)?;
-                for (probe, why) in &f.refused {
-                    tracing::warn!("{probe} in {}: not attached: {why}", escape(&c.path));
-                }
-                match probes.attach_usdt(&f, None) {
-                    Ok(att) => {
-                        stats.files_attached.fetch_add(1, Ordering::Relaxed);
-                        tracing::info!(
-                            "caching allocator: attached to {} USDT probes in {} (found in pid {pid})",
-                            att.attached(),
-                            escape(&c.path)
-                        );
-                        for (probe, why) in &att.failed {
-                            tracing::warn!("{probe} in {}: {why}", escape(&c.path));
-                        }
-                        self.attached.push(att);
-                    }
-                    Err(e) => tracing::warn!("attaching to {}: {e}", escape(&c.path)),
-                }
-                Some(f)
-            });
-            let Some(f) = found else { continue };
-            let Some(started) = start_time(pid) else {
+            if !self.files.insert(c.id) {
+                continue;
+            }
+            stats.files_parsed.fetch_add(1, Ordering::Relaxed);
+            let Some(f) = usdt::inspect(&c) else {
                 continue;
             };
-            let key = (pid, started, c.id);
-            if self.raised.contains_key(&key) {
-                continue;
+            for (probe, why) in &f.refused {
+                tracing::warn!("{probe} in {}: not attached: {why}", escape(&c.path));
             }
-            let (raised, failed) = f.raise_semaphores(pid);
-            for (_, e) in failed {
-                tracing::warn!(
-                    "pid {pid}: cannot raise the semaphore of {}: {e}",
-                    escape(&c.path)
-                );
+            match probes.attach_usdt(&f, None) {
+                Ok(att) => {
+                    stats.files_attached.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(
+                        "caching allocator: attached to {} USDT probes in {} (found in pid {pid}); the kernel raises their {} semaphores in every process that maps it",
+                        att.attached(),
+                        escape(&c.path),
+                        f.semaphores()
+                    );
+                    for (probe, why) in &att.failed {
+                        tracing::warn!("{probe} in {}: {why}", escape(&c.path));
+                    }
+                    self.attached.push(att);
+                }
+                Err(e) => tracing::warn!("attaching to {}: {e}", escape(&c.path)),
             }
-            if !raised.is_empty() {
-                tracing::info!(
-                    "caching allocator: {} semaphores raised in pid {pid} ({})",
-                    raised.len(),
-                    escape(&c.path)
-                );
-            }
-            self.raised.insert(key, raised);
         }
     }
 
-    fn exited(&mut self, pid: u32) {
-        self.raised.retain(|(p, ..), _| *p != pid);
-    }
-
-    /// Forgets the processes that ended (exits reach the watcher only when
-    /// a family is attached per process).
-    fn prune(&mut self) {
-        self.raised
-            .retain(|(pid, started, _), _| start_time(*pid) == Some(*started));
-    }
-
-    /// Lowers the semaphores of the processes still running, then removes
-    /// the probes.
+    /// Removes the probes (the kernel lowers the semaphores).
     fn detach(self, probes: &mut Probes) {
-        for ((pid, started, _), addrs) in self.raised {
-            if start_time(pid) != Some(started) {
-                continue;
-            }
-            for addr in addrs {
-                let _ = usdt::add_to_semaphore(pid, addr, -1);
-            }
-        }
         probes.detach_usdt(self.attached);
     }
 }
@@ -301,9 +248,6 @@ impl Watch {
     /// A traced process is gone: its own attachments are removed.
     fn exited(&mut self, pid: u32) {
         self.rescans.retain(|(p, _)| *p != pid);
-        if let Some(a) = &mut self.allocator {
-            a.exited(pid);
-        }
         self.detach_pid(pid);
     }
 
@@ -368,9 +312,6 @@ impl Watch {
 
     fn full_scan(&mut self) {
         self.last_full = Instant::now();
-        if let Some(a) = &mut self.allocator {
-            a.prune();
-        }
         for pid in all_pids() {
             self.scan(pid);
         }
