@@ -237,3 +237,80 @@ fn max_store_size_holds_at_every_moment_of_a_flood() {
         "the store reached {peak} bytes against {max}"
     );
 }
+
+/// A peak resident size of a process, bytes (VmHWM).
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
+        .unwrap()
+        * 1024
+}
+
+/// An unprivileged user's program with a 1.5 MiB command line, in a
+/// memory-limited cgroup (so its processes' growth is sampled too), forks
+/// children that end at once, for 10 s (about 35,000 here). Each child's
+/// entry shares its parent's (capped) command line, the model keeps to its
+/// budget, and the recorder grows by less than its bound. Measured on the
+/// debug build: 60 MiB before, 148 MiB at the peak (the model 16 MiB plus
+/// its hash table's spare slots, the growth worker's state about 44 MiB);
+/// before the shared lines, the budget and the worker's cap the copies of
+/// the line alone were 140 MiB.
+#[test]
+fn a_long_command_line_forking_short_lived_children_leaves_the_recorder_bounded() {
+    if !privileged() {
+        return;
+    }
+    const GROWTH_BOUND: u64 = 100 * MIB;
+    let dir = tempfile::tempdir().unwrap();
+    let rec = Recorder::start(&dir.path().join("t.db"));
+    let before = peak_rss(rec.pid());
+    let cg = TestCgroup::new("long-line", 256 * MIB);
+    let mut cmd = cg.command("setpriv");
+    cmd.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "sh",
+        "-c",
+        "end=$(($(date +%s) + 10)); while [ $(date +%s) -lt $end ]; do \
+         for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do (:) & done; wait; done",
+        "attacker",
+    ]);
+    // 1,500 arguments of 1,000 bytes.
+    let arg = "z".repeat(1000);
+    cmd.args(std::iter::repeat_n(arg.as_str(), 1500));
+    let mut attacker = Proc::spawn(cmd);
+    let _ = attacker.wait_signal(Duration::from_secs(60));
+    let peak = peak_rss(rec.pid());
+    if let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", rec.pid())) {
+        let rss: Vec<&str> = status.lines().filter(|l| l.starts_with("Rss")).collect();
+        eprintln!("recorder after the attack: {rss:?}");
+    }
+    let summary = rec.stop_summary();
+    let s = &summary["summary"];
+    let (forks, bytes) = (
+        s["model"]["forks"].as_u64().unwrap(),
+        s["model_bytes"].as_u64().unwrap(),
+    );
+    eprintln!(
+        "long command line: {forks} forks; recorder peak RSS {:.1} MiB (before {:.1} MiB); model {:.1} MiB, {} entries, {} evicted",
+        peak as f64 / MIB as f64,
+        before as f64 / MIB as f64,
+        bytes as f64 / MIB as f64,
+        s["model_entries"],
+        s["model"]["evicted"]
+    );
+    eprintln!(
+        "growth state of {} exited processes forgotten early",
+        s["growth_forgotten"]
+    );
+    assert!(forks > 5_000, "the attack ran: {summary}");
+    assert!(bytes <= 16 * MIB, "model {bytes} bytes: {summary}");
+    assert!(
+        peak - before <= GROWTH_BOUND,
+        "recorder peak RSS {peak} bytes, {before} before the attack"
+    );
+}

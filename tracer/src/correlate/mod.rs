@@ -72,7 +72,9 @@ pub fn proc_ref(pid: u32, comm: String, p: Option<&Process>) -> ProcRef {
     ProcRef {
         pid,
         comm,
-        cmdline: p.map(|p| p.info.cmdline.clone()).filter(|c| !c.is_empty()),
+        cmdline: p
+            .map(|p| p.info.cmdline.to_string())
+            .filter(|c| !c.is_empty()),
         memcg: p.and_then(|p| p.memcg.clone()),
         owner: p.map(|p| p.owner.clone()).filter(|o| !o.is_empty()),
     }
@@ -93,7 +95,9 @@ fn victim_from(pid: u32, comm: String, p: Option<&Process>) -> Victim {
         } else {
             comm
         },
-        cmdline: p.map(|p| p.info.cmdline.clone()).filter(|c| !c.is_empty()),
+        cmdline: p
+            .map(|p| p.info.cmdline.to_string())
+            .filter(|c| !c.is_empty()),
         exe: p.and_then(|p| p.info.exe.clone()),
         uid: p.map(|p| p.info.uid),
         memcg: p.and_then(|p| p.memcg.clone()),
@@ -678,7 +682,7 @@ mod tests {
             model.add(ProcInfo {
                 pid: *pid,
                 comm: comm.to_string(),
-                cmdline: format!("/bin/{comm} --serve"),
+                cmdline: format!("/bin/{comm} --serve").into(),
                 cgroups: ProcCgroups {
                     memory_v1: Some(memcg.to_string()),
                     unified: None,

@@ -34,6 +34,13 @@ pub struct KubeNames {
     pub container: Option<String>,
 }
 
+impl KubeNames {
+    /// The bytes of its strings.
+    pub fn weight(&self) -> usize {
+        self.namespace.len() + self.pod.len() + self.container.as_ref().map_or(0, String::len)
+    }
+}
+
 /// The directories are listed again for a name not known at most this often.
 const RESCAN: Duration = Duration::from_secs(1);
 /// An OCI bundle that did not name a container is read again after this.

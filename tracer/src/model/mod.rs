@@ -18,6 +18,14 @@ use proc::ProcInfo;
 
 /// Exits of unknown pids remembered for a late fork (forgotten in bulk past this).
 const EARLY_EXITS: usize = 65_536;
+/// What the table's entries may take in memory, about (their slots and
+/// strings, see [`ProcessTable::bytes`]), before exited entries are
+/// dropped oldest first, whatever their retention. Live entries are real
+/// processes and are never dropped. Each entry's slot is about 450 bytes,
+/// so this keeps about 37,000 entries with short command lines, or 3,600
+/// whose own lines are at the 4 KiB cap (forks share their parent's). The
+/// hash table's spare slots can add as much again.
+pub const BUDGET_BYTES: usize = 16 << 20;
 /// The least time between two walks of the memory cgroups for an id not
 /// known yet.
 const MEMCG_WALK_GAP: std::time::Duration = std::time::Duration::from_millis(20);
@@ -50,6 +58,29 @@ pub struct Process {
     /// they alone decide whether the event is this process's.
     #[serde(default)]
     pub start: Option<StartTime>,
+}
+
+impl Process {
+    /// What the entry's strings take, but its command line (shared with
+    /// its forks: the table counts each line once); its slot is the
+    /// table's to count.
+    pub fn weight(&self) -> usize {
+        let s = |o: &Option<String>| o.as_ref().map_or(0, String::len);
+        let i = &self.info;
+        let o = &self.owner;
+        i.comm.len()
+            + s(&i.exe)
+            + s(&i.cgroups.memory_v1)
+            + s(&i.cgroups.unified)
+            // The memory cgroup path once more in the by-cgroup index.
+            + 2 * s(&self.memcg)
+            + s(&o.runtime)
+            + s(&o.container_id)
+            + s(&o.pod_uid)
+            + s(&o.qos)
+            + s(&o.unit)
+            + o.kube.as_ref().map_or(0, |k| k.weight())
+    }
 }
 
 /// When a process started, on the boot clock: the kernel's own value
@@ -153,6 +184,9 @@ pub struct ModelStats {
     pub unknown_exits: u64,
     /// Exited entries dropped after their retention.
     pub pruned: u64,
+    /// Exited entries dropped before their retention to keep the table
+    /// within its budget (entries or bytes).
+    pub evicted: u64,
     /// Live entries found ended by the audit (their exit was never read:
     /// a full ring, or a process that ended while the recorder started).
     pub retired: u64,
@@ -176,6 +210,17 @@ pub struct ProcessTable {
     memcg_missing: std::collections::HashSet<u64>,
     keep_exited_ns: i64,
     max_entries: usize,
+    /// The entries' weight and their distinct command lines' bytes, in
+    /// all, and what they may reach.
+    bytes: usize,
+    /// Entries holding each command line (by the line's address; the
+    /// table holds the line while it counts it, so no address is reused).
+    lines: HashMap<usize, usize>,
+    budget: usize,
+    /// The weight at which exited entries are dropped next (the budget,
+    /// or more while live entries alone exceed it: a pass that frees
+    /// nothing is not repeated at every insert).
+    evict_at: usize,
     /// Exec'd processes whose /proc entries are still to read, oldest
     /// first: (pid, exec time); `unread` holds the latest exec of each.
     reads: VecDeque<(u32, i64)>,
@@ -203,12 +248,30 @@ impl ProcessTable {
             memcg_missing: Default::default(),
             keep_exited_ns,
             max_entries,
+            bytes: 0,
+            lines: HashMap::new(),
+            budget: BUDGET_BYTES,
+            evict_at: BUDGET_BYTES,
             reads: VecDeque::new(),
             unread: HashMap::new(),
             audit: Vec::new(),
             kube: None,
             stats: ModelStats::default(),
         }
+    }
+
+    /// Sets what the entries may weigh, in all (see [`BUDGET_BYTES`]).
+    pub fn set_budget(&mut self, bytes: usize) {
+        self.budget = bytes;
+        self.evict_at = bytes;
+    }
+
+    /// What the entries take now: their slots in the table and their
+    /// strings (see [`Process::weight`]). The hash table's spare slots
+    /// (it doubles when full) are not counted: they add at most as much
+    /// again.
+    pub fn bytes(&self) -> usize {
+        self.used()
     }
 
     /// Names pods' processes (namespace, pod, container) from the node's
@@ -416,7 +479,7 @@ impl ProcessTable {
         let info = ProcInfo {
             pid,
             comm: comm.into(),
-            cmdline: args.unwrap_or_else(|| filename.into()),
+            cmdline: args.unwrap_or_else(|| filename.into()).into(),
             exe: Some(filename.into()),
             ..prev
         };
@@ -502,14 +565,57 @@ impl ProcessTable {
         }
     }
 
+    /// Counts one more holder of `line`: its bytes (and its count's) when
+    /// it is the first.
+    fn hold_line(&mut self, line: &std::sync::Arc<str>) -> usize {
+        let n = self.lines.entry(line.as_ptr() as usize).or_insert(0);
+        *n += 1;
+        if *n == 1 { line.len() + 16 } else { 0 }
+    }
+
+    /// Counts one holder of `line` less: its bytes when it was the last.
+    fn release_line(&mut self, line: &std::sync::Arc<str>) -> usize {
+        let key = line.as_ptr() as usize;
+        match self.lines.get_mut(&key) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                0
+            }
+            Some(_) => {
+                self.lines.remove(&key);
+                line.len() + 16
+            }
+            None => 0,
+        }
+    }
+
+    /// What one entry's slot of the table takes (key, entry, control byte).
+    const SLOT: usize = size_of::<(u32, Process)>() + 1;
+
+    /// What the entries take: their slots and their strings.
+    fn used(&self) -> usize {
+        self.bytes + self.procs.len() * Self::SLOT
+    }
+
     fn insert(&mut self, pid: u32, p: Process) {
-        if self.procs.len() >= self.max_entries && !self.procs.contains_key(&pid) {
-            self.evict_oldest_exited();
+        let line = &p.info.cmdline;
+        let new = !self.procs.contains_key(&pid);
+        let w = p.weight()
+            + if self.lines.contains_key(&(line.as_ptr() as usize)) {
+                0
+            } else {
+                line.len() + 16
+            };
+        let after = self.used() + w + usize::from(new) * Self::SLOT;
+        if (new && self.procs.len() >= self.max_entries) || after > self.evict_at {
+            self.evict_exited(w + Self::SLOT);
         }
         if let Some(m) = &p.memcg {
             self.by_memcg.entry(m.clone()).or_default().insert(pid);
         }
+        self.bytes += p.weight() + self.hold_line(&p.info.cmdline);
         if let Some(old) = self.procs.insert(pid, p) {
+            self.bytes -= old.weight() + self.release_line(&old.info.cmdline);
             self.unindex(pid, &old);
         }
     }
@@ -536,21 +642,39 @@ impl ProcessTable {
     fn remove(&mut self, pid: u32) {
         self.unread.remove(&pid);
         if let Some(old) = self.procs.remove(&pid) {
+            self.bytes -= old.weight() + self.release_line(&old.info.cmdline);
             self.unindex(pid, &old);
         }
     }
 
-    fn evict_oldest_exited(&mut self) {
-        if let Some(pid) = self
+    /// Drops exited entries, oldest exit first, until the table is a tenth
+    /// under its limits with room for an entry of `room` bytes: one sort
+    /// serves the many inserts that follow, where dropping one entry at a
+    /// time would look over the whole table at every insert.
+    fn evict_exited(&mut self, room: usize) {
+        let entries = self.max_entries - self.max_entries / 10;
+        let bytes = (self.budget - self.budget / 10).saturating_sub(room);
+        let mut exited: Vec<(i64, u32)> = self
             .procs
             .iter()
-            .filter_map(|(pid, p)| Some((*pid, p.exited_ns?)))
-            .min_by_key(|(_, t)| *t)
-            .map(|(pid, _)| pid)
-        {
+            .filter_map(|(pid, p)| Some((p.exited_ns?, *pid)))
+            .collect();
+        exited.sort_unstable();
+        for (_, pid) in exited {
+            if self.procs.len() < entries.max(1) && self.used() <= bytes {
+                break;
+            }
             self.remove(pid);
-            self.stats.pruned += 1;
+            self.stats.evicted += 1;
         }
+        // Live entries alone over the budget: the next pass waits until an
+        // eighth more has come (so passes are few however far over it is).
+        let over = self.used() + room;
+        self.evict_at = if over <= self.budget {
+            self.budget
+        } else {
+            over + (over / 8).max(self.budget / 10)
+        };
     }
 
     /// Looks a process up; unknown live pids, and programs whose read is
@@ -650,6 +774,9 @@ impl ProcessTable {
         for pid in old {
             self.remove(pid);
         }
+        self.evict_at = self
+            .evict_at
+            .min(self.budget.max(self.used() + self.budget / 10));
     }
 
     /// Live processes.
@@ -756,7 +883,7 @@ mod tests {
             None,
         );
         let p = t.holder(7, 6_500_000_000, None).0.unwrap();
-        assert_eq!(p.info.cmdline, "new --x");
+        assert_eq!(&*p.info.cmdline, "new --x");
         assert_eq!(p.info.ppid, 0, "not the old holder's parent");
     }
 
@@ -859,13 +986,13 @@ mod tests {
         // Not yet: the event's fields, the parent's cgroup.
         t.read_due(1_000 + EXEC_READ_DELAY_NS - 1);
         let p = t.get(me).unwrap();
-        assert_eq!(p.info.cmdline, "/usr/bin/prog");
+        assert_eq!(&*p.info.cmdline, "/usr/bin/prog");
         assert_eq!(p.memcg.as_deref(), Some("/a"));
         // Due: /proc says what it really is.
         t.read_due(1_000 + EXEC_READ_DELAY_NS);
         let p = t.get(me).unwrap();
         assert_eq!(p.info.exe.as_deref(), exe.to_str());
-        assert_ne!(p.info.cmdline, "/usr/bin/prog");
+        assert_ne!(&*p.info.cmdline, "/usr/bin/prog");
         // Once: a second exec is read again, an ended program never.
         t.on_exec(
             me,
@@ -877,7 +1004,7 @@ mod tests {
         );
         t.on_exit(me, 6_000, None);
         t.read_due(i64::MAX);
-        assert_eq!(t.get(me).unwrap().info.cmdline, "prog2 --x");
+        assert_eq!(&*t.get(me).unwrap().info.cmdline, "prog2 --x");
         // A kill reads a pending one at once.
         t.on_fork(1, me, "sh");
         t.on_exec(me, "prog3", ("/usr/bin/prog3", None), 0, 7_000, None);
@@ -930,7 +1057,7 @@ mod tests {
             );
             let p = t.get(child).unwrap();
             assert_eq!(p.exited_ns, Some(at + 900), "{child}");
-            assert_eq!(p.info.cmdline, "true x");
+            assert_eq!(&*p.info.cmdline, "true x");
         }
         // An exec whose fork was never seen, after its exit: ended too.
         t.on_exit(4_200_000, 5_000, None);
@@ -1003,5 +1130,72 @@ mod tests {
         let p = t.make(info(12, "/"), None);
         t.insert(12, p);
         assert!(t.get(10).is_none() && t.get(11).is_some() && t.get(12).is_some());
+    }
+
+    /// A local user's long command line forking short-lived children: the
+    /// children share their parent's line, and the exited ones are dropped
+    /// oldest first to keep the table within its budget; live entries stay.
+    #[test]
+    fn forks_share_the_command_line_and_exited_entries_keep_to_the_budget() {
+        let mut t = ProcessTable::new(CgroupLayout::default(), i64::MAX, 1 << 20);
+        t.set_budget(1 << 20);
+        let parent = ProcInfo {
+            cmdline: "x".repeat(proc::CMDLINE_MAX).into(),
+            ..info(100, "/attacker")
+        };
+        t.add(parent);
+        let line = t.get(100).unwrap().info.cmdline.clone();
+        let mut most = 0;
+        for i in 0..20_000u32 {
+            let child = 1_000 + i;
+            t.on_fork_at(100, child, "child", i64::from(i), None);
+            assert!(
+                std::sync::Arc::ptr_eq(&t.get(child).unwrap().info.cmdline, &line),
+                "a fork shares its parent's line"
+            );
+            t.on_exit(child, i64::from(i) + 1, None);
+            most = most.max(t.bytes());
+        }
+        assert!(
+            most <= 1 << 20,
+            "at most {most} bytes against a budget of 1 MiB"
+        );
+        println!("{} entries in 1 MiB", t.len());
+        assert!(t.stats.evicted > 10_000, "{:?}", t.stats);
+        assert!(t.get(100).is_some(), "the live parent stays");
+        assert!(t.get(1_000 + 19_999).is_some(), "the newest exit stays");
+        assert!(t.get(1_000).is_none(), "the oldest exit went first");
+        // The weight is kept exactly: what is left adds up, each line once.
+        assert_eq!(t.bytes(), exact(&t));
+        assert_eq!(t.lines.len(), 1, "the parent's line, shared");
+    }
+
+    /// Live entries are never dropped, and when they alone exceed the
+    /// budget the table does not look over every entry at each insert.
+    #[test]
+    fn live_entries_over_the_budget_stay_and_inserts_stay_cheap() {
+        let mut t = ProcessTable::new(CgroupLayout::default(), i64::MAX, 1 << 20);
+        t.set_budget(64 << 10);
+        let started = std::time::Instant::now();
+        for pid in 1..=30_000 {
+            t.add(info(pid, "/a"));
+        }
+        let took = started.elapsed();
+        assert_eq!(t.live().count(), 30_000);
+        assert_eq!(t.stats.evicted, 0);
+        // A pass over the whole table at each insert would take seconds.
+        assert!(took < std::time::Duration::from_secs(2), "{took:?}");
+        assert_eq!(t.bytes(), exact(&t));
+    }
+
+    /// The table's weight added up from scratch.
+    fn exact(t: &ProcessTable) -> usize {
+        let mut lines = HashMap::new();
+        for p in t.procs.values() {
+            lines.insert(p.info.cmdline.as_ptr() as usize, p.info.cmdline.len() + 16);
+        }
+        t.procs.values().map(Process::weight).sum::<usize>()
+            + lines.values().sum::<usize>()
+            + t.procs.len() * ProcessTable::SLOT
     }
 }

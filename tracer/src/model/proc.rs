@@ -15,8 +15,10 @@ pub struct ProcInfo {
     pub ppid: u32,
     /// Task name.
     pub comm: String,
-    /// Command line, arguments joined by spaces (empty for kernel threads).
-    pub cmdline: String,
+    /// Command line, arguments joined by spaces (empty for kernel threads),
+    /// at most [`CMDLINE_MAX`] bytes; shared, not copied, with the
+    /// process's forks until they exec.
+    pub cmdline: std::sync::Arc<str>,
     /// Executable path.
     pub exe: Option<String>,
     /// Real uid.
@@ -91,7 +93,7 @@ pub fn read(pid: u32) -> io::Result<ProcInfo> {
         pid,
         ppid,
         comm,
-        cmdline,
+        cmdline: cmdline.into(),
         exe,
         uid: parse_uid(&status).unwrap_or(0),
         start_ticks,

@@ -100,6 +100,9 @@ pub struct EngineSummary {
     pub model_entries: usize,
     /// Live processes in the model at the end.
     pub model_live: usize,
+    /// What the model's entries weigh at the end, bytes (its budget:
+    /// [`crate::model::BUDGET_BYTES`]).
+    pub model_bytes: usize,
     /// GPU out-of-memory failures recorded.
     pub gpu_ooms: u64,
     /// NVML samples taken.
@@ -119,6 +122,9 @@ pub struct EngineSummary {
     pub growth: Option<crate::probes::growth::GrowthCounts>,
     /// Heap and growth samples the worker could not take in time.
     pub growth_queue_drops: u64,
+    /// Exited processes whose heap and growth state was forgotten before
+    /// its time, to keep the worker's memory bounded.
+    pub growth_forgotten: u64,
 }
 
 /// Every this many ticks, each process's growth decision is taken again
@@ -1341,7 +1347,7 @@ impl Engine {
         let Some(p) = self.model.get(pid) else {
             return Ok(());
         };
-        let cmdline = Some(p.info.cmdline.clone()).filter(|c| !c.is_empty());
+        let cmdline = Some(p.info.cmdline.to_string()).filter(|c| !c.is_empty());
         let (exe, memcg) = (p.info.exe.clone(), p.memcg.clone());
         for (id, rec) in self.kills.recent_since(exec_ns) {
             let v = &mut rec.victim;
@@ -1629,6 +1635,7 @@ impl Engine {
         }
         if let Some(h) = self.heap.take() {
             self.summary.growth_queue_drops = h.dropped();
+            self.summary.growth_forgotten = h.forgotten();
             h.stop();
         }
         if let Some(w) = self.watcher.take() {
@@ -1673,6 +1680,7 @@ impl Engine {
         self.summary.model = self.model.stats;
         self.summary.model_entries = self.model.len();
         self.summary.model_live = self.model.live().count();
+        self.summary.model_bytes = self.model.bytes();
         Ok(self.summary)
     }
 }

@@ -329,6 +329,14 @@ const WORKER_NICE: libc::c_int = 10;
 /// is committed long before).
 const KEEP_AFTER_EXIT_NS: u64 = 120_000_000_000;
 
+/// Exited processes whose state (samples, stacks, maps, names) is kept
+/// for [`KEEP_AFTER_EXIT_NS`], at most: past this, the oldest are
+/// forgotten at once (counted), except victims whose kill is still being
+/// reported. A user whose short-lived processes are sampled (a fork storm
+/// in a memory-limited cgroup) would otherwise hold about 20 KiB of the
+/// recorder's memory per process for two minutes.
+const MAX_EXITED_KEPT: usize = 512;
+
 /// The heap tracer on a thread of its own (unwinding and naming must never
 /// delay a kill's commit, nor the reading of the ring): samples go in
 /// through a bounded queue (full: counted, dropped); each second every
@@ -343,6 +351,7 @@ pub struct HeapWorker {
     kills: std::sync::Arc<std::sync::Mutex<HashMap<u32, KillGrowth>>>,
     thread: Option<std::thread::JoinHandle<()>>,
     dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    forgotten: std::sync::Arc<std::sync::atomic::AtomicU64>,
     urgent: Urgent,
     /// Set at stop: the worker ends without taking in its backlog (what
     /// the kills needed was settled before, within the stop's budget).
@@ -366,6 +375,7 @@ impl HeapWorker {
         let latest: Arc<Mutex<HashMap<u32, HeapSnapshot>>> = Arc::default();
         let kills: Arc<Mutex<HashMap<u32, KillGrowth>>> = Arc::default();
         let dropped = Arc::new(AtomicU64::new(0));
+        let forgotten = Arc::new(AtomicU64::new(0));
         let urgent = Urgent::default();
         let worker_urgent = urgent.clone();
         let quit = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -376,6 +386,7 @@ impl HeapWorker {
             latest: latest.clone(),
             kills: kills.clone(),
             dropped: dropped.clone(),
+            forgotten: forgotten.clone(),
         };
         let thread = std::thread::Builder::new()
             .name("tracer-heap".into())
@@ -400,6 +411,7 @@ impl HeapWorker {
             kills,
             thread: Some(thread),
             dropped,
+            forgotten,
             urgent,
             quit,
             tid,
@@ -539,6 +551,12 @@ impl HeapWorker {
         self.dropped.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Exited processes whose state was forgotten early (past
+    /// [`MAX_EXITED_KEPT`]).
+    pub fn forgotten(&self) -> u64 {
+        self.forgotten.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// A process exited: when it was sampled, its last snapshot is taken
     /// now and kept a while.
     pub fn on_exit(&self, pid: u32, ts_ns: u64) {
@@ -597,6 +615,21 @@ struct Outputs {
     latest: std::sync::Arc<std::sync::Mutex<HashMap<u32, HeapSnapshot>>>,
     kills: std::sync::Arc<std::sync::Mutex<HashMap<u32, KillGrowth>>>,
     dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    forgotten: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Forgets an exited process's state, and its last snapshot.
+fn forget_exited(
+    tracer: &mut HeapTracer,
+    comms: &mut HashMap<u32, String>,
+    out: &Outputs,
+    pid: u32,
+) {
+    tracer.forget(pid);
+    comms.remove(&pid);
+    if let Ok(mut m) = out.latest.lock() {
+        m.remove(&pid);
+    }
 }
 
 fn comm_of(pid: u32) -> String {
@@ -736,6 +769,22 @@ fn work(
             Ok(Msg::Exit(pid, ts)) => {
                 publish(&mut tracer, &comms, pid, ts);
                 exited.push((pid, ts));
+                // Over the cap by a quarter: back to it, oldest first.
+                if exited.len() > MAX_EXITED_KEPT + MAX_EXITED_KEPT / 4 {
+                    let mut excess = exited.len() - MAX_EXITED_KEPT;
+                    let mut n = 0;
+                    exited.retain(|&(pid, _)| {
+                        if excess == 0 || kills.contains_key(&pid) || tips.contains_key(&pid) {
+                            return true;
+                        }
+                        excess -= 1;
+                        n += 1;
+                        forget_exited(&mut tracer, &mut comms, &out, pid);
+                        false
+                    });
+                    out.forgotten
+                        .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                }
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
@@ -769,11 +818,7 @@ fn work(
         exited.retain(|&(pid, ts)| {
             let keep = now.saturating_sub(ts) < KEEP_AFTER_EXIT_NS;
             if !keep {
-                tracer.forget(pid);
-                comms.remove(&pid);
-                if let Ok(mut m) = out.latest.lock() {
-                    m.remove(&pid);
-                }
+                forget_exited(&mut tracer, &mut comms, &out, pid);
             }
             keep
         });
