@@ -125,6 +125,10 @@ pub struct EngineSummary {
     /// Exited processes whose heap and growth state was forgotten before
     /// its time, to keep the worker's memory bounded.
     pub growth_forgotten: u64,
+    /// Reads of a sampled or tipping task's maps not made because both
+    /// readers were busy (perhaps stuck on tasks holding their memory map
+    /// lock); the worker reads those maps itself when it unwinds.
+    pub maps_reads_skipped: u64,
 }
 
 /// Every this many ticks, each process's growth decision is taken again
@@ -575,10 +579,10 @@ impl Engine {
             }
             Event::OomTip(s) => {
                 if let Some(h) = &self.heap {
-                    // Its task's maps now, while it lives: it may be the
-                    // next to die, and the worker may be busy.
-                    let maps = crate::stacks::maps::exec_mappings(s.header.pid).ok();
-                    h.tip(s, maps);
+                    // Its task's maps are read at once, off this thread:
+                    // the task may be stuck in the OOM it set off, holding
+                    // its memory map lock.
+                    h.tip(s);
                 }
                 return Ok(());
             }
@@ -1636,6 +1640,7 @@ impl Engine {
         if let Some(h) = self.heap.take() {
             self.summary.growth_queue_drops = h.dropped();
             self.summary.growth_forgotten = h.forgotten();
+            self.summary.maps_reads_skipped = h.maps_skipped();
             h.stop();
         }
         if let Some(w) = self.watcher.take() {

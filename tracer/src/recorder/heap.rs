@@ -353,6 +353,9 @@ pub struct HeapWorker {
     dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
     forgotten: std::sync::Arc<std::sync::atomic::AtomicU64>,
     urgent: Urgent,
+    /// Readers of tasks' maps (see [`MapsJob`]).
+    maps: crate::util::handoff::Handoff<MapsJob>,
+    maps_skipped: std::sync::atomic::AtomicU64,
     /// Set at stop: the worker ends without taking in its backlog (what
     /// the kills needed was settled before, within the stop's budget).
     quit: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -365,6 +368,38 @@ pub struct HeapWorker {
 /// that tipped a kill may end soon after it (killed next, or done), and
 /// its stack is unwound with its memory map, read while it lives.
 type Urgent = std::sync::Arc<std::sync::Mutex<Vec<(Box<GrowthSample>, Option<Vec<Mapping>>)>>>;
+
+/// A task's maps to read at once, off the engine's thread: a read of
+/// /proc/PID/maps waits for the task's memory map lock, which a task stuck
+/// in an OOM (the one that set it off, or one queued for the lock behind
+/// it) may hold for seconds. Two readers take these only when idle (see
+/// [`crate::util::handoff`]); a job neither can take is done without.
+enum MapsJob {
+    /// A process's first sample came: its maps, while it surely lives.
+    First(u32),
+    /// The stack that tipped an OOM kill: with its task's maps.
+    Tip(Box<GrowthSample>),
+}
+
+/// How many threads read tasks' maps.
+const MAPS_READERS: usize = 2;
+
+/// Hands a tipping stack to the worker, ahead of its queue.
+fn push_tip(
+    urgent: &Urgent,
+    tx: Option<&std::sync::mpsc::SyncSender<Msg>>,
+    s: Box<GrowthSample>,
+    maps: Option<Vec<Mapping>>,
+) {
+    if let Ok(mut u) = urgent.lock() {
+        u.push((s, maps));
+    }
+    // A full queue needs no wake: the worker is busy, and looks at the
+    // tips before each thing it takes.
+    if let Some(tx) = tx {
+        let _ = tx.try_send(Msg::Wake);
+    }
+}
 
 impl HeapWorker {
     /// Starts the worker, for heap samples taken every `sample_bytes` and
@@ -404,6 +439,27 @@ impl HeapWorker {
                 tracer.set_growth_sample_bytes(growth_sample_bytes);
                 work(rx, tracer, view, out, worker_urgent, &worker_quit)
             })?;
+        let maps =
+            {
+                let (tx, urgent, dropped) = (tx.clone(), urgent.clone(), dropped.clone());
+                crate::util::handoff::Handoff::spawn("tracer-maps", MAPS_READERS, move |job| {
+                    match job {
+                        MapsJob::First(pid) => {
+                            // An ended process reads as no mappings: nothing to send.
+                            if let Ok(maps) = crate::stacks::maps::exec_mappings(pid)
+                                && !maps.is_empty()
+                                && tx.try_send(Msg::Maps(pid, maps)).is_err()
+                            {
+                                dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                        }
+                        MapsJob::Tip(s) => {
+                            let maps = crate::stacks::maps::exec_mappings(s.header.pid).ok();
+                            push_tip(&urgent, Some(&tx), s, maps);
+                        }
+                    }
+                })?
+            };
         Ok(Self {
             tx: Some(tx),
             sampled: std::sync::Mutex::default(),
@@ -413,6 +469,8 @@ impl HeapWorker {
             dropped,
             forgotten,
             urgent,
+            maps,
+            maps_skipped: Default::default(),
             quit,
             tid,
         })
@@ -425,17 +483,15 @@ impl HeapWorker {
     }
 
     /// Notes a process a sample is sent for; at its first (since start or
-    /// its last exec), its maps are read here and now, while it surely
-    /// lives: the worker may get to its samples after it has ended (a
-    /// process killed a moment after it grew), and unwinds them with these.
+    /// its last exec), its maps are read at once by a reader, while it
+    /// surely lives: the worker may get to its samples after it has ended
+    /// (a process killed a moment after it grew), and unwinds them with
+    /// these.
     fn first_sample(&self, pid: u32) {
         let first = self.sampled.lock().is_ok_and(|mut p| p.insert(pid));
-        // An ended process reads as no mappings: nothing to send.
-        if first
-            && let Ok(maps) = crate::stacks::maps::exec_mappings(pid)
-            && !maps.is_empty()
-        {
-            self.send(Msg::Maps(pid, maps));
+        if first && self.maps.offer(MapsJob::First(pid)).is_err() {
+            self.maps_skipped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -446,17 +502,22 @@ impl HeapWorker {
         }
     }
 
-    /// The stack that tipped an OOM kill, with its task's maps as read
-    /// when it came: taken ahead of the queue.
-    pub fn tip(&self, s: Box<GrowthSample>, maps: Option<Vec<Mapping>>) {
-        if let Ok(mut u) = self.urgent.lock() {
-            u.push((s, maps));
+    /// The stack that tipped an OOM kill: an idle reader reads its task's
+    /// maps at once (with both busy it goes without; the worker reads them
+    /// when it unwinds), and the worker takes it ahead of its queue.
+    pub fn tip(&self, s: Box<GrowthSample>) {
+        if let Err(job) = self.maps.offer(MapsJob::Tip(s)) {
+            self.maps_skipped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if let MapsJob::Tip(s) = job {
+                push_tip(&self.urgent, self.tx.as_ref(), s, None);
+            }
         }
-        // A full queue needs no wake: the worker is busy, and looks at the
-        // tips before each thing it takes.
-        if let Some(tx) = &self.tx {
-            let _ = tx.try_send(Msg::Wake);
-        }
+    }
+
+    /// Reads of tasks' maps not made: both readers were busy.
+    pub fn maps_skipped(&self) -> u64 {
+        self.maps_skipped.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A kill of `pid` at wall time `ts_ns` was recorded: the worker
@@ -577,6 +638,8 @@ impl HeapWorker {
     pub fn stop(mut self) {
         self.quit.store(true, std::sync::atomic::Ordering::Relaxed);
         self.tx = None;
+        // Idle readers end, and with them their senders to the worker.
+        self.maps.close();
         if let Some(t) = self.thread.take() {
             let deadline = std::time::Instant::now() + STOP_WAIT;
             while !t.is_finished() && std::time::Instant::now() < deadline {
