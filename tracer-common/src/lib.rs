@@ -54,6 +54,8 @@ pub mod maps {
     pub const CUDA_THREAD_DEVICE: &str = "CUDA_THREAD_DEV";
     /// `LruHashMap<u64, i32>`: the device of each CUDA context.
     pub const CUDA_CTX_DEVICE: &str = "CUDA_CTX_DEV";
+    /// Targets of the kernel's own SIGKILLs: cgroup and start, for the OOM victim.
+    pub const KERNEL_KILLS: &str = "KERNEL_KILLS";
     /// Heap calls in flight per thread.
     pub const HEAP_INFLIGHT: &str = "HEAP_INFLIGHT";
     /// `Array<HeapInflight>`: each thread's heap call in flight, in the
@@ -305,12 +307,16 @@ pub struct OomVictim {
     pub trigger_memcg_id: u64,
     /// Victim's name, NUL-padded.
     pub victim_comm: [u8; COMM_LEN],
-    /// Victim's start ([`ProcFork::child_start_ns`]) when it is the task
-    /// that triggered the kill (the tracepoint gives only its pid); 0
-    /// otherwise.
+    /// Victim's start ([`ProcFork::child_start_ns`]): current's when it is
+    /// the task that triggered the kill, else as read at the SIGKILL the
+    /// OOM killer sent it just before (the tracepoint gives only its pid);
+    /// 0 when unknown.
     pub victim_start_ns: u64,
+    /// Victim's memory cgroup id, read from its task_struct as the start
+    /// is; 0 when unknown.
+    pub victim_memcg_id: u64,
 }
-const _: () = assert!(size_of::<OomVictim>() == 128);
+const _: () = assert!(size_of::<OomVictim>() == 136);
 
 /// `oom:start_task_reaping` / `oom:finish_task_reaping`: the OOM reaper
 /// started or finished freeing the victim's memory.

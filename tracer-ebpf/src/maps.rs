@@ -59,6 +59,13 @@ pub static CUDA_INFLIGHT: LruHashMap<u64, CudaInflight> =
 pub static CUDA_THREAD_DEVICE: LruHashMap<u64, i32> =
     LruHashMap::with_max_entries(CUDA_THREAD_ENTRIES, 0);
 
+/// Targets of the kernel's own SIGKILLs (`SEND_SIG_PRIV`), by process:
+/// (memory cgroup id, start). The OOM killer sends its victim SIGKILL
+/// just before `mark_victim`, whose tracepoint names the victim by pid
+/// only; the kill takes the victim's cgroup and start from here.
+#[map(name = "KERNEL_KILLS")]
+pub static KERNEL_KILLS: LruHashMap<u32, [u64; 2]> = LruHashMap::with_max_entries(1024, 0);
+
 /// The device of each CUDA context seen created.
 #[map(name = "CUDA_CTX_DEV")]
 pub static CUDA_CTX_DEVICE: LruHashMap<u64, i32> =

@@ -140,18 +140,24 @@ pub fn task_start_ns(task: *const u8) -> u64 {
     .unwrap_or(0)
 }
 
-/// The id of the current task's memory cgroup (its kernfs node id, the
-/// inode of its directory), following the pointer chain whose offsets
-/// userspace read from BTF; 0 when any link is unknown or unreadable.
+/// The id of the current task's memory cgroup (see [`task_memcg_id`]).
 #[inline(always)]
 pub fn current_memcg_id() -> u64 {
+    task_memcg_id(current_task())
+}
+
+/// The id of `task`'s memory cgroup (its kernfs node id, the inode of its
+/// directory), following the pointer chain whose offsets userspace read
+/// from BTF; 0 when any link is unknown or unreadable.
+#[inline(always)]
+pub fn task_memcg_id(task: *const u8) -> u64 {
     let chain = config().memcg_chain;
     if chain[0] == 0 || chain[3] == 0 {
         return 0;
     }
     // Every pointer is only read through bpf_probe_read_kernel, which
     // faults safely, at offsets from this kernel's BTF.
-    let mut p = current_task();
+    let mut p = task;
     for off in [chain[0], chain[1], chain[2], chain[3]] {
         // SAFETY: as above.
         match unsafe {

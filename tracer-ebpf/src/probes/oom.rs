@@ -4,8 +4,11 @@ use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
 use aya_log_ebpf::warn;
 use tracer_common::{COMM_LEN, OomVictim, Reap, field, kind, victim_field};
 
-use crate::util::{
-    Ring, current_memcg_id, current_task, header, read_data_loc_str, read_field, task_start_ns,
+use crate::{
+    maps::KERNEL_KILLS,
+    util::{
+        Ring, current_memcg_id, current_task, header, read_data_loc_str, read_field, task_start_ns,
+    },
 };
 
 /// `tracepoint/oom/mark_victim`, from `mark_oom_victim()` in mm/oom_kill.c,
@@ -67,13 +70,20 @@ fn try_mark_victim(ctx: &TracePointContext) -> Result<(), ()> {
     }
     let victim_pid = read_field::<i32>(ctx, field::MV_PID).unwrap_or(0) as u32;
     let hdr = header(kind::OOM_VICTIM);
-    // The tracepoint names the victim by pid only; when it is the task
-    // that triggered the kill, its start is current's.
-    let victim_start_ns = if victim_pid == hdr.pid {
-        task_start_ns(current_task())
+    // The tracepoint names the victim by pid only. When it is the task
+    // that triggered the kill, its start and cgroup are current's; else
+    // they were noted at the SIGKILL the OOM killer sent it just before.
+    let trigger_memcg_id = current_memcg_id();
+    let (victim_memcg_id, victim_start_ns) = if victim_pid == hdr.pid {
+        (trigger_memcg_id, task_start_ns(current_task()))
     } else {
-        0
+        // SAFETY: a plain map lookup; the value is copied out at once.
+        match unsafe { KERNEL_KILLS.get(&victim_pid) } {
+            Some(&[memcg, start]) => (memcg, start),
+            None => (0, 0),
+        }
     };
+    let _ = KERNEL_KILLS.remove(&victim_pid);
     slot.submit_value(OomVictim {
         header: hdr,
         victim_pid,
@@ -86,9 +96,10 @@ fn try_mark_victim(ctx: &TracePointContext) -> Result<(), ()> {
         oom_score_adj: adj.unwrap_or(0),
         present,
         _pad: 0,
-        trigger_memcg_id: current_memcg_id(),
+        trigger_memcg_id,
         victim_comm,
         victim_start_ns,
+        victim_memcg_id,
     });
     // The stack that tipped the kill is `growth_oom_tip`, a program of its
     // own on the same tracepoint: it needs helpers (5.15) this one must not.

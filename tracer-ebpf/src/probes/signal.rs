@@ -6,7 +6,10 @@ use aya_ebpf::{
 };
 use tracer_common::{COMM_LEN, SignalKill, kind};
 
-use crate::util::{Ring, config, header, task_start_ns};
+use crate::{
+    maps::KERNEL_KILLS,
+    util::{Ring, config, header, task_memcg_id, task_start_ns},
+};
 
 const SIGKILL: i32 = 9;
 /// `SEND_SIG_NOINFO` and `SEND_SIG_PRIV`: the two small constants
@@ -61,6 +64,12 @@ pub fn signal_generate(ctx: RawTracePointContext) -> u32 {
             .unwrap_or_default(),
         )
     };
+    let start = task_start_ns(task);
+    // The kernel's own kill (the OOM killer's, just before its
+    // mark_victim): the victim's cgroup and start, for that event.
+    if code == SI_KERNEL {
+        let _ = KERNEL_KILLS.insert(&(tgid as u32), &[task_memcg_id(task), start], 0);
+    }
     let Some(slot) = Ring::Critical.reserve::<SignalKill>() else {
         return 1;
     };
@@ -73,7 +82,7 @@ pub fn signal_generate(ctx: RawTracePointContext) -> u32 {
         result: result as i32,
         _pad: 0,
         target_comm,
-        target_start_ns: task_start_ns(task),
+        target_start_ns: start,
     });
     0
 }

@@ -313,6 +313,7 @@ impl Event {
                     "oom_score_adj": has(victim_field::OOM_SCORE_ADJ).then_some(e.oom_score_adj),
                     "trigger_memcg_id": e.trigger_memcg_id,
                     "victim_start_ns": start(e.victim_start_ns),
+                    "victim_memcg_id": (e.victim_memcg_id != 0).then_some(e.victim_memcg_id),
                 })
             }
             Event::Reap(e) => json!({ "victim_pid": e.victim_pid }),

@@ -34,6 +34,11 @@ use crate::{
     util::time::{Clock, wall_now_ns},
 };
 
+/// Events taken from one queue in one batch, at most: the loop then looks
+/// at its other branches (stop, the tick) before the next batch, however
+/// fast a storm refills the queue.
+const MAX_BATCH: usize = 1024;
+
 /// CUDA allocations at least this large are stored as events.
 const NOTABLE_CUDA_BYTES: u64 = 64 << 20;
 /// How long GPU OOMs and kills wait for the CUDA calls before them.
@@ -328,7 +333,16 @@ impl Engine {
                 tokio::time::Instant::now() + std::time::Duration::from_nanos(wait)
             });
             let result: Result<(), StoreError> = tokio::select! {
+                // Stop first, the tick before bulk events: under a storm the
+                // kill and log queues are never empty, and a branch polled
+                // after them would never be reached (a recorder that did
+                // not stop on SIGTERM during an OOM storm).
                 biased;
+                _ = inputs.stop.changed() => {
+                    stop = true;
+                    stop_at = Some(std::time::Instant::now());
+                    self.drain_for_stop(&mut inputs)
+                }
                 ev = inputs.oom.recv(), if oom_open => match ev {
                     Some(ev) => self.on_kill_batch(ev, &mut inputs.oom).map(|killed| {
                         if self.gpu.is_some() && killed && settle_due.is_none() {
@@ -358,6 +372,7 @@ impl Engine {
                         Ok(())
                     }
                 },
+                _ = tick.tick() => self.tick(),
                 ev = inputs.data.recv(), if data_open => match ev {
                     Some(ev) => self.on_event(ev),
                     None => {
@@ -365,7 +380,6 @@ impl Engine {
                         Ok(())
                     }
                 },
-                _ = tick.tick() => self.tick(),
                 s = recv_opt(&mut nvml_rx), if nvml_rx.is_some() => match s {
                     Some(s) => self.on_gpu_sample(s),
                     None => {
@@ -373,11 +387,6 @@ impl Engine {
                         Ok(())
                     }
                 },
-                _ = inputs.stop.changed() => {
-                    stop = true;
-                    stop_at = Some(std::time::Instant::now());
-                    self.drain_for_stop(&mut inputs)
-                }
                 _ = sleep_until(settle_due), if settle_due.is_some() => {
                     settle_due = None;
                     self.settle_gpu(&mut inputs.data)
@@ -405,7 +414,8 @@ impl Engine {
         rx: &mut mpsc::Receiver<KmsgEvent>,
     ) -> Result<(), StoreError> {
         self.on_kmsg(first)?;
-        while let Ok(ev) = rx.try_recv() {
+        for _ in 0..MAX_BATCH {
+            let Ok(ev) = rx.try_recv() else { break };
             self.on_kmsg(ev)?;
         }
         if self.reports.has_backlog() {
@@ -463,7 +473,8 @@ impl Engine {
         rx: &mut mpsc::Receiver<Event>,
     ) -> Result<bool, StoreError> {
         self.on_event(first)?;
-        while let Ok(ev) = rx.try_recv() {
+        for _ in 0..MAX_BATCH {
+            let Ok(ev) = rx.try_recv() else { break };
             self.on_event(ev)?;
         }
         let committed = self.commit_kills()?;
@@ -592,11 +603,14 @@ impl Engine {
         match &ev {
             Event::OomVictim(v) => {
                 let t_recv = wall_now_ns();
-                // The trigger's cgroup, from the kernel at the kill, is the
-                // victim's when it was killed for its own allocation.
-                let kernel_memcg = (v.header.pid == v.victim_pid)
-                    .then(|| self.model.memcg_by_id(v.trigger_memcg_id, true))
-                    .flatten();
+                // The victim's cgroup from the kernel at the kill: read at
+                // the SIGKILL the OOM killer sent it, or the trigger's when
+                // it was killed for its own allocation.
+                let id = match v.victim_memcg_id {
+                    0 if v.header.pid == v.victim_pid => v.trigger_memcg_id,
+                    id => id,
+                };
+                let kernel_memcg = self.model.memcg_by_id(id, true);
                 let mut rec = kill_from_victim(&self.ctx(), v, kernel_memcg);
                 tracing::debug!(
                     "kill of {}: received {} us after the kernel, built in {} us",

@@ -439,27 +439,26 @@ impl HeapWorker {
                 tracer.set_growth_sample_bytes(growth_sample_bytes);
                 work(rx, tracer, view, out, worker_urgent, &worker_quit)
             })?;
-        let maps =
-            {
-                let (tx, urgent, dropped) = (tx.clone(), urgent.clone(), dropped.clone());
-                crate::util::handoff::Handoff::spawn("tracer-maps", MAPS_READERS, move |job| {
-                    match job {
-                        MapsJob::First(pid) => {
-                            // An ended process reads as no mappings: nothing to send.
-                            if let Ok(maps) = crate::stacks::maps::exec_mappings(pid)
-                                && !maps.is_empty()
-                                && tx.try_send(Msg::Maps(pid, maps)).is_err()
-                            {
-                                dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            }
-                        }
-                        MapsJob::Tip(s) => {
-                            let maps = crate::stacks::maps::exec_mappings(s.header.pid).ok();
-                            push_tip(&urgent, Some(&tx), s, maps);
+        let maps = {
+            let (tx, urgent, dropped) = (tx.clone(), urgent.clone(), dropped.clone());
+            crate::util::handoff::Handoff::spawn("tracer-maps", MAPS_READERS, move |job| {
+                match job {
+                    MapsJob::First(pid) => {
+                        // An ended process reads as no mappings: nothing to send.
+                        if let Ok(maps) = crate::stacks::maps::exec_mappings(pid)
+                            && !maps.is_empty()
+                            && tx.try_send(Msg::Maps(pid, maps)).is_err()
+                        {
+                            dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
                     }
-                })?
-            };
+                    MapsJob::Tip(s) => {
+                        let maps = crate::stacks::maps::exec_mappings(s.header.pid).ok();
+                        push_tip(&urgent, Some(&tx), s, maps);
+                    }
+                }
+            })?
+        };
         Ok(Self {
             tx: Some(tx),
             sampled: std::sync::Mutex::default(),
