@@ -457,6 +457,19 @@ pub fn memory_root() -> (PathBuf, bool) {
     );
 }
 
+/// Started as root, becomes uid and gid `uid` (group first, then user);
+/// otherwise stays who it is.
+pub fn drop_to_uid(uid: u64) {
+    let uid = uid as libc::uid_t;
+    // SAFETY: plain syscalls; order matters (group first, then user).
+    unsafe {
+        if libc::getuid() == 0 {
+            assert_eq!(libc::setgid(uid), 0, "setgid");
+            assert_eq!(libc::setuid(uid), 0, "setuid");
+        }
+    }
+}
+
 /// The numeric flags of a workload (`--name N`), each with its default.
 /// `--help` prints `usage` and the flags and exits 0; an unknown flag, a
 /// missing value or one that is not a number prints the same help on

@@ -11,14 +11,7 @@ fn main() {
         "killstorm [--seconds N] [--uid N]: fork and SIGKILL children as uid N",
         [("--seconds", 10), ("--uid", 65534)],
     );
-    let uid = uid as libc::uid_t;
-    // SAFETY: plain syscalls; order matters (group first, then user).
-    unsafe {
-        if libc::getuid() == 0 {
-            assert_eq!(libc::setgid(uid), 0, "setgid");
-            assert_eq!(libc::setuid(uid), 0, "setuid");
-        }
-    }
+    tracer_e2e::drop_to_uid(uid);
     let end = Instant::now() + Duration::from_secs(seconds);
     let mut killed = 0u64;
     while Instant::now() < end {

@@ -32,14 +32,7 @@ fn main() {
             ("--uid", 65534),
         ],
     );
-    let uid = uid as libc::uid_t;
-    // SAFETY: plain syscalls; order matters (group first, then user).
-    unsafe {
-        if libc::getuid() == 0 {
-            assert_eq!(libc::setgid(uid), 0, "setgid");
-            assert_eq!(libc::setuid(uid), 0, "setuid");
-        }
-    }
+    tracer_e2e::drop_to_uid(uid);
     let end = Instant::now() + Duration::from_secs(seconds);
     let mut live = std::collections::HashSet::new();
     let mut killed = 0u64;
