@@ -654,10 +654,13 @@ fn doctor_as_another_user_says_tracefs_is_unreadable_not_missing() {
     );
 }
 
-/// Fills the file system of `dir` with one file until it is full.
+/// Fills the file system of `dir` with one new file until it is full.
 fn fill(dir: &Path) -> PathBuf {
     use std::io::Write as _;
-    let path = dir.join("filler");
+    let path = (0..)
+        .map(|n| dir.join(format!("filler{n}")))
+        .find(|p| !p.exists())
+        .expect("a free name");
     let mut f = fs::File::create(&path).unwrap();
     let block = vec![0x5au8; 1 << 16];
     loop {
@@ -737,6 +740,203 @@ fn a_full_disk_costs_events_never_kills_or_the_recorder() {
         "json",
     ]);
     assert!(all.as_array().unwrap().len() >= 3, "{all}");
+}
+
+/// The spill store in `dir` (the one file a recorder made there).
+fn spill_store(dir: &Path) -> Option<PathBuf> {
+    fs::read_dir(dir)
+        .ok()?
+        .map_while(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "spill"))
+}
+
+#[test]
+fn a_recorder_started_on_a_full_disk_keeps_its_kills_in_a_spill_store_and_brings_them_home() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = Mount::tmpfs(&dir.path().join("mnt"), "12m");
+    // /run is a tmpfs too; a small one of the test's own stands for it.
+    let run = Mount::tmpfs(&dir.path().join("run"), "24m");
+    let spill_arg = ["--spill-dir", run.0.to_str().unwrap()];
+    let store = mnt.0.join("t.db");
+    let cg = TestCgroup::new("spill", 64 * MIB);
+    let killed = || {
+        let mut victim = sleeper(&cg);
+        std::thread::sleep(Duration::from_millis(300));
+        sigkill(&mut victim);
+        victim.pid()
+    };
+    let mut pids = Vec::new();
+    // A store some recorder wrote, on a file system that filled up after
+    // its reserve was spent: nothing, not even opening it, can be written.
+    let rec = Recorder::start_with(&store, &spill_arg);
+    pids.push(killed());
+    explain_pid(&store, pids[0]);
+    rec.stop();
+    fs::remove_file(mnt.0.join("t.db.reserve")).unwrap();
+    let filler = fill(&mnt.0);
+
+    // Started on it: records into the spill store, a kill and an OOM kill.
+    let rec = Recorder::start_with(&store, &spill_arg);
+    assert!(
+        rec.log().contains("recording into the spill store"),
+        "{}",
+        rec.log()
+    );
+    let spill = spill_store(&run.0).expect("a spill store");
+    pids.push(killed());
+    let oom_cg = TestCgroup::new("spill-oom", 32 * MIB);
+    pids.push(oom_killed(&oom_cg, Path::new(env!("CARGO_BIN_EXE_memhog")), 8, 20).pid());
+    for &pid in &pids[1..] {
+        let v = explain_pid(&spill, pid);
+        assert_eq!(v["kill"]["victim"]["pid"], pid, "{v}");
+    }
+    let log = rec.stop();
+    assert!(log.contains("tracer: stopped"), "{log}");
+    assert!(
+        log.contains("kept in the spill store"),
+        "the stop says where the session is: {log}"
+    );
+
+    // Restarted, still full: the same spill store takes the next session.
+    let rec = Recorder::start_with(&store, &spill_arg);
+    pids.push(killed());
+    explain_pid(&spill, pids[3]);
+    // Room again: everything moves into the store, and recording goes on there.
+    fs::remove_file(&filler).unwrap();
+    assert!(
+        wait_for(Duration::from_secs(10), || rec
+            .log()
+            .contains("has room again: recording into")
+            .then_some(()))
+        .is_some(),
+        "{}",
+        rec.log()
+    );
+    pids.push(killed());
+    let v = explain_pid(&store, pids[4]);
+    assert_eq!(v["kill"]["victim"]["memcg"], cg.path.as_str(), "{v}");
+    let log = rec.stop();
+    assert!(log.contains("tracer: stopped"), "{log}");
+    assert_eq!(spill_store(&run.0), None, "the spill store is removed");
+
+    let all = tracer_json(&[
+        "explain",
+        "--all",
+        "--store",
+        store.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let stored: Vec<u64> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["kill"]["victim"]["pid"].as_u64())
+        .collect();
+    for pid in &pids {
+        assert_eq!(
+            stored.iter().filter(|p| **p == u64::from(*pid)).count(),
+            1,
+            "pid {pid} stored once: {stored:?}"
+        );
+    }
+    // A session recorded in the spill store is a session of the store.
+    let v = explain_pid(&store, pids[2]);
+    assert_eq!(v["kill"]["victim"]["memcg"], oom_cg.path.as_str(), "{v}");
+    assert_eq!(v["recorder_running"], true, "{v}");
+}
+
+#[test]
+fn kills_held_on_a_full_disk_outlive_the_recorder_in_the_spill_store() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = Mount::tmpfs(&dir.path().join("mnt"), "12m");
+    let run = Mount::tmpfs(&dir.path().join("run"), "24m");
+    let spill_arg = ["--spill-dir", run.0.to_str().unwrap()];
+    let store = mnt.0.join("t.db");
+    let cg = TestCgroup::new("held", 64 * MIB);
+    let rec = Recorder::start_with(&store, &spill_arg);
+    // Full: the recorder gives its reserve back and sheds events to make
+    // room; then that room is taken too.
+    let filler = fill(&mnt.0);
+    let mut first = sleeper(&cg);
+    std::thread::sleep(Duration::from_millis(300));
+    sigkill(&mut first);
+    assert!(
+        wait_for(Duration::from_secs(10), || rec
+            .log()
+            .contains("file system is full: shedding")
+            .then_some(()))
+        .is_some(),
+        "{}",
+        rec.log()
+    );
+    let filler2 = fill(&mnt.0);
+    // Kills that cannot be written now: held, and copied out at once.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut victim = sleeper(&cg);
+        std::thread::sleep(Duration::from_millis(300));
+        sigkill(&mut victim);
+        held.push(victim.pid());
+    }
+    let copied = wait_for(Duration::from_secs(10), || {
+        rec.log()
+            .contains("copied to the spill store")
+            .then_some(())
+    });
+    let log = rec.stop();
+    assert!(copied.is_some(), "{log}");
+    assert!(log.contains("tracer: stopped"), "{log}");
+    let spill = spill_store(&run.0).expect("the spill store outlives the recorder");
+    assert!(log.contains("kept in"), "{log}");
+    // Every kill is in the store or the spill store; the held ones at least
+    // in the spill store.
+    for &pid in &held {
+        let v = explain_pid(&spill, pid);
+        assert_eq!(v["kill"]["victim"]["pid"], pid, "{v}");
+    }
+
+    // Room again; the next start imports them, each once.
+    fs::remove_file(&filler2).unwrap();
+    fs::remove_file(&filler).unwrap();
+    let rec = Recorder::start_with(&store, &spill_arg);
+    assert!(
+        rec.log()
+            .contains("from the spill store an earlier recorder left"),
+        "{}",
+        rec.log()
+    );
+    rec.stop();
+    assert_eq!(spill_store(&run.0), None, "imported and removed");
+    for &pid in held.iter().chain([first.pid()].iter()) {
+        let v = explain_pid(&store, pid);
+        assert_eq!(v["kill"]["victim"]["pid"], pid, "{v}");
+        assert_eq!(v["kill"]["victim"]["memcg"], cg.path.as_str(), "{v}");
+    }
+    let all = tracer_json(&[
+        "explain",
+        "--all",
+        "--store",
+        store.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    for pid in &held {
+        let n = all
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|v| v["kill"]["victim"]["pid"] == *pid)
+            .count();
+        assert_eq!(n, 1, "pid {pid}: {all}");
+    }
 }
 
 #[test]

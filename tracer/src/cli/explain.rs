@@ -265,6 +265,7 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         )
     } else {
         let store = Store::open_ro(&args.store.path)?;
+        say_if_spilled(&args.store.path);
         stored(&store, since_ns, args.pid, limit, |k| {
             printable_if(&args, k)
         })?
@@ -344,6 +345,28 @@ fn printable_if<T: serde::Serialize + serde::de::DeserializeOwned>(
     match args.format {
         Format::Text => term::printable(rec),
         Format::Json => rec,
+    }
+}
+
+/// Says so when a recorder keeps kills of this store in its spill store
+/// (the store's file system is full; see `record --spill-dir`).
+fn say_if_spilled(store: &std::path::Path) {
+    use crate::store::spill;
+    let path = spill::path_for(store, std::path::Path::new(spill::DEFAULT_DIR));
+    if std::fs::symlink_metadata(&path).is_err() {
+        return;
+    }
+    let held = Store::open_ro(&path)
+        .and_then(|s| s.kills(i64::MIN, None, usize::MAX))
+        .map(|k| k.len());
+    if let Ok(n) = held
+        && n > 0
+    {
+        crate::say!(
+            "tracer: {n} kill(s) are held in the spill store {} until this store's file system has room; `tracer explain --store {}` shows them",
+            path.display(),
+            path.display()
+        );
     }
 }
 

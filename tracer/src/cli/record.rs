@@ -1,6 +1,6 @@
 //! `tracer record`: the node agent.
 
-use std::{process::ExitCode, sync::Arc, time::Duration};
+use std::{path::Path, process::ExitCode, sync::Arc, time::Duration};
 
 use anyhow::{Context as _, anyhow};
 use tokio::{
@@ -21,12 +21,13 @@ use crate::{
         uprobe,
         watch::{LibraryWatcher, Scope, Watched},
     },
+    recorder::spill::{Home, Spill},
     recorder::{
         cuda::GpuTracker,
         engine::{Engine, EngineOptions},
         heap::{HeapWorker, View},
     },
-    store::{Checkpointer, Store},
+    store::{Checkpointer, Store, StoreError},
     util::time::wall_now_ns,
 };
 
@@ -47,6 +48,10 @@ pub struct RecordArgs {
     /// Keep the store under this size (oldest events go first, kills last).
     #[arg(long, default_value = "512MiB", value_parser = super::parse_size)]
     pub max_store_size: u64,
+    /// Where kills are kept while the store's file system is full (a
+    /// tmpfs, at most 16MiB; imported into the store once it has room).
+    #[arg(long, value_name = "DIR", default_value = crate::store::spill::DEFAULT_DIR)]
+    pub spill_dir: std::path::PathBuf,
     /// Also trace CUDA allocations of every process on the node (uprobes on
     /// each distinct libcudart/libcuda file, and cudart linked into executables).
     #[arg(long)]
@@ -257,8 +262,15 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         }
     }
     crate::probes::caps::require_bpf()?;
-    let store = Store::open_rw(&args.store.path)?;
-    let _checkpointer = Checkpointer::spawn(&args.store.path, Duration::from_secs(5))?;
+    let (store, spill) = open_store(&args.store.path, &args.spill_dir)?;
+    let _checkpointer = match spill.home() {
+        // The spill store checkpoints itself.
+        Some(_) => None,
+        None => Some(Checkpointer::spawn(
+            &args.store.path,
+            Duration::from_secs(5),
+        )?),
+    };
     let heap = args.traces_heap();
     if heap && (args.sample_bytes == 0 || args.sample_bytes > MAX_SAMPLE_BYTES) {
         return Err(anyhow!(
@@ -322,12 +334,58 @@ pub fn run(args: RecordArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("tokio runtime")?;
-    rt.block_on(record(args, store, probes))
+    rt.block_on(record(args, store, spill, probes))
+}
+
+/// Opens the store for recording. On a full file system, where even
+/// opening it fails, the recorder records into the store's spill store
+/// (`store::spill`) and goes back to the store when it has room. A spill
+/// store an earlier recorder left is imported first.
+fn open_store(path: &Path, spill_dir: &Path) -> anyhow::Result<(Store, Spill)> {
+    match Store::open_rw(path) {
+        Ok(mut store) => {
+            match store.import_left_spill(spill_dir) {
+                Ok(Some(i)) => tracing::info!(
+                    "imported {} kill(s) ({} already stored), {} GPU OOM(s) and {} other rows from the spill store an earlier recorder left",
+                    i.kills,
+                    i.known,
+                    i.gpu_ooms,
+                    i.rows
+                ),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(
+                    "the spill store {} an earlier recorder left was not imported, and is left in place: {e:#}",
+                    crate::store::spill::path_for(path, spill_dir).display()
+                ),
+            }
+            Ok((store, Spill::new(spill_dir.into(), None)))
+        }
+        Err(e @ StoreError::Sql { .. })
+            if e.is_disk_full() || !crate::store::has_room_for(path) =>
+        {
+            let lock = Store::lock_rw(path)?;
+            let store = Store::open_spill(path, spill_dir).with_context(|| {
+                format!("the store's file system is full ({e}), and the spill store in {} cannot be opened", spill_dir.display())
+            })?;
+            tracing::warn!(
+                "the store's file system is full ({:#}): recording into the spill store {} until it has room",
+                anyhow::Error::from(e),
+                store.path().display()
+            );
+            let home = Home {
+                path: path.into(),
+                lock,
+            };
+            Ok((store, Spill::new(spill_dir.into(), Some(home))))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 async fn record(
     args: RecordArgs,
     mut store: Store,
+    spill: Spill,
     mut probes: Probes,
 ) -> anyhow::Result<ExitCode> {
     let stats = Arc::new(ReaderStats::default());
@@ -496,7 +554,14 @@ async fn record(
     } else {
         None
     };
+    let away = spill.home().map(|_| {
+        format!(
+            ", into its spill store {} while its file system is full",
+            store.path().display()
+        )
+    });
     let mut engine = Engine::new(store, model, session, opts, Some(drops), Some(memcg), gpu);
+    engine.set_spill(spill);
     let feeds = kill_counts.map(|counts| {
         let feeds = crate::export::prometheus::Feeds::new(engine.metrics(), counts);
         engine.set_published(feeds.published.clone());
@@ -628,8 +693,9 @@ async fn record(
     tokio::select! {
         r = ready_rx => if r.is_ok() {
             crate::say!(
-                "tracer: recording to {} (session {session}); {attached}/{} probes attached",
+                "tracer: recording to {}{} (session {session}); {attached}/{} probes attached",
                 args.store.path.display(),
+                away.as_deref().unwrap_or(""),
                 statuses.len()
             );
         },

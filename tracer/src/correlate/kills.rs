@@ -62,6 +62,20 @@ impl KillBook {
         self.recent.iter().find(|(i, _)| *i == id).map(|(_, r)| r)
     }
 
+    /// The kills moved to another store: committed ones to the rows of
+    /// `ids` (old row, new row), every one to session `session_id`.
+    pub fn moved(&mut self, ids: &std::collections::HashMap<i64, i64>, session_id: i64) {
+        for (id, rec) in &mut self.recent {
+            if let Some(&to) = ids.get(id) {
+                *id = to;
+            }
+            rec.session_id = Some(session_id);
+        }
+        for rec in &mut self.queued {
+            rec.session_id = Some(session_id);
+        }
+    }
+
     /// Forgets committed kills older than [`RECENT_NS`].
     pub fn prune(&mut self, now_ns: i64) {
         self.recent.retain(|(_, r)| now_ns - r.ts_ns < RECENT_NS);

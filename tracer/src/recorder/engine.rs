@@ -217,6 +217,8 @@ pub struct Engine {
     metrics: Arc<Metrics>,
     /// Where stored records are handed on.
     exporters: Exporters,
+    /// Where kills go while the store's file system is full.
+    spill: super::spill::Spill,
 }
 
 impl Engine {
@@ -301,7 +303,14 @@ impl Engine {
             disk_full: false,
             metrics: Arc::default(),
             exporters: Exporters::default(),
+            spill: super::spill::Spill::new(crate::store::spill::DEFAULT_DIR.into(), None),
         }
+    }
+
+    /// Where kills go while the store's file system is full; with a home,
+    /// `store` is that home's spill store, left for it when it has room.
+    pub fn set_spill(&mut self, s: super::spill::Spill) {
+        self.spill = s;
     }
 
     /// Runs until every input closes; `ready` fires once the model is seeded
@@ -449,6 +458,38 @@ impl Engine {
     /// A step's result: a full file system is survived.
     fn step(&mut self, r: Result<(), StoreError>) -> Result<(), StoreError> {
         r.or_else(|e| self.survive(e))
+    }
+
+    /// Recording into the spill store, and the store's file system has
+    /// room again: what the spill store holds moves into the store, and the
+    /// engine goes on there. Row ids change on the way (kills recent enough
+    /// to be updated follow theirs); records already handed to exporters
+    /// keep the spill store's.
+    fn go_home(&mut self) {
+        let Some((store, imported)) = self.spill.go_home(&self.store) else {
+            return;
+        };
+        let spill = std::mem::replace(&mut self.store, store);
+        let spill_path = spill.path().to_path_buf();
+        drop(spill);
+        self.spill.arrived(&spill_path);
+        tracing::info!(
+            "{} kill(s), {} GPU OOM(s) and {} other rows moved from the spill store",
+            imported.kills,
+            imported.gpu_ooms,
+            imported.rows
+        );
+        if let Some(&id) = imported.session_ids.get(&self.session_id) {
+            self.session_id = id;
+            self.summary.session_id = id;
+        }
+        self.kills.moved(&imported.kill_ids, self.session_id);
+        for (id, rec) in &mut self.ooms_awaiting_nvml {
+            if let Some(&to) = imported.gpu_oom_ids.get(id) {
+                *id = to;
+            }
+            rec.session_id = Some(self.session_id);
+        }
     }
 
     /// Says once that the store's file system is full, and makes room.
@@ -1252,14 +1293,31 @@ impl Engine {
                     Ok(ids) => ids,
                     Err(e) => {
                         let n = kills.len();
-                        self.kills.requeue(kills);
-                        if e.is_disk_full() {
-                            tracing::warn!(
-                                "{n} kill(s) held in memory: the store's file system is still full"
-                            );
-                            return Ok(false);
+                        if !e.is_disk_full() {
+                            self.kills.requeue(kills);
+                            return Err(e);
                         }
-                        return Err(e);
+                        // Held in memory and retried every tick; copied to
+                        // the spill store, so that a crash or a stop loses
+                        // none of them.
+                        match self
+                            .spill
+                            .copy_held(&self.store, self.session_id, &kills, t_commit)
+                        {
+                            Ok(copied) if copied > 0 => tracing::warn!(
+                                "{n} kill(s) held in memory, and copied to the spill store {}: the store's file system is still full",
+                                self.spill
+                                    .side_path()
+                                    .map(|p| p.display().to_string())
+                                    .unwrap_or_default()
+                            ),
+                            Ok(_) => {}
+                            Err(e) => tracing::error!(
+                                "{n} kill(s) held in memory only: the store's file system is full and the spill store failed: {e}"
+                            ),
+                        }
+                        self.kills.requeue(kills);
+                        return Ok(false);
                     }
                 }
             }
@@ -1269,6 +1327,9 @@ impl Engine {
             }
         };
         let done = wall_now_ns();
+        if self.kills.queued() == 0 {
+            self.spill.all_stored();
+        }
         tracing::debug!(
             "{} kill(s) committed in {} us",
             kills.len(),
@@ -1531,6 +1592,7 @@ impl Engine {
         {
             tracing::warn!("growth: cannot renew the decisions: {e}");
         }
+        self.go_home();
         // Kills held while the file system was full.
         self.commit_kills()?;
         if (self.disk_full || !self.store.has_reserve()) && self.store.has_room() {
@@ -1559,10 +1621,18 @@ impl Engine {
         self.store.heartbeat(self.session_id, now)?;
         // The size bound holds at every tick: a flood of events fills a
         // store faster than once a minute can catch.
-        if self.ticks % per_min != 1 && self.store.near_size(self.opts.max_store_bytes) {
+        // A spill store is memory: it keeps to its own, smaller bound.
+        let max_bytes = if self.store.is_spill() {
+            self.opts
+                .max_store_bytes
+                .min(crate::store::spill::MAX_BYTES)
+        } else {
+            self.opts.max_store_bytes
+        };
+        if self.ticks % per_min != 1 && self.store.near_size(max_bytes) {
             // A tenth below the bound: the flood goes on while the next
             // tick comes, and the WAL runs ahead of its checkpoints.
-            let max = self.opts.max_store_bytes;
+            let max = max_bytes;
             let n = self.store.enforce_size(max, max / 10, true)?;
             if n > 0 {
                 tracing::debug!("size bound removed {n} rows");
@@ -1572,7 +1642,7 @@ impl Engine {
             let n = self.store.enforce_retention(
                 now,
                 self.opts.retention.as_nanos() as i64,
-                self.opts.max_store_bytes,
+                max_bytes,
             )?;
             if n > 0 {
                 tracing::debug!("retention removed {n} rows");
@@ -1673,10 +1743,17 @@ impl Engine {
         self.step(r)?;
         let r = self.commit_kills().map(drop);
         self.step(r)?;
-        if self.kills.queued() > 0 {
+        if self.kills.queued() > 0 && self.spill.side_path().is_none() {
             tracing::error!(
-                "{} kill(s) could not be written before the recorder stopped: the store's file system is full",
+                "{} kill(s) could not be written before the recorder stopped: the store's file system is full, and so is the spill store's",
                 self.kills.queued()
+            );
+        }
+        self.spill.close(wall_now_ns());
+        if self.spill.home().is_some() {
+            tracing::warn!(
+                "the store's file system is still full: this session is kept in the spill store {}, which the next start imports",
+                self.store.path().display()
             );
         }
         let r = self.store.end_session(self.session_id, wall_now_ns());

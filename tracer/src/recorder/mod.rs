@@ -8,3 +8,4 @@ pub mod fold;
 pub mod growth;
 pub mod heap;
 pub mod metrics;
+pub mod spill;

@@ -7,6 +7,7 @@ pub use gpu::ProcessPoint;
 mod kills;
 mod schema;
 mod sessions;
+pub mod spill;
 pub mod tables;
 
 pub use crate::record::{DeviceRow, ProcRow};
@@ -135,6 +136,8 @@ pub struct Store {
     /// The writer's lock, held as long as the store is open for writing
     /// (after `conn` in drop order).
     _lock: Option<StoreLock>,
+    /// Whether this is a spill store (see [`spill`]): no reserve beside it.
+    spill: bool,
 }
 
 fn classify(path: &Path, e: rusqlite::Error, op: &'static str) -> StoreError {
@@ -188,6 +191,26 @@ fn has_room(dir: &Path) -> bool {
         return false;
     }
     (st.f_bavail as u64).saturating_mul(st.f_frsize as u64) >= 2 * RESERVE_BYTES
+}
+
+/// Whether the file system of the store at `path` has room to write to it
+/// again (twice [`RESERVE_BYTES`] free).
+pub fn has_room_for(path: &Path) -> bool {
+    has_room(store_dir(path))
+}
+
+/// A path a privileged writer must not use.
+fn refuse(path: &Path, source: fsafe::UnsafePath) -> StoreError {
+    match source {
+        fsafe::UnsafePath::Io { source, .. } => StoreError::NotWritable {
+            path: path.into(),
+            source,
+        },
+        source => StoreError::Unsafe {
+            path: path.into(),
+            source,
+        },
+    }
 }
 
 /// The file named like the store with `suffix` appended (`-wal`, `.lock`).
@@ -331,19 +354,25 @@ impl Store {
     /// is followed, no file of another user or another application (or of a
     /// newer tracer) is changed, and a second recorder is told who holds it.
     pub fn open_rw(path: &Path) -> Result<Self, StoreError> {
-        let refuse = |source| match source {
-            fsafe::UnsafePath::Io { source, .. } => StoreError::NotWritable {
-                path: path.into(),
-                source,
-            },
-            source => StoreError::Unsafe {
-                path: path.into(),
-                source,
-            },
-        };
+        let lock = Self::lock_rw(path)?;
+        let mut s = Self::open_rw_held(path, true)?;
+        s._lock = Some(lock);
+        Ok(s)
+    }
+
+    /// Makes the store's directory (private) and takes the store's lock.
+    pub fn lock_rw(path: &Path) -> Result<StoreLock, StoreError> {
+        fsafe::private_dir(store_dir(path)).map_err(|e| refuse(path, e))?;
+        StoreLock::take(path)
+    }
+
+    /// Same as [`Store::open_rw`], for a caller that holds the store's lock
+    /// ([`Store::lock_rw`]); `reserve`: whether to set [`RESERVE_BYTES`]
+    /// aside beside it (not for a spill store, which lives in memory).
+    pub(crate) fn open_rw_held(path: &Path, reserve: bool) -> Result<Self, StoreError> {
+        let refuse = |e| refuse(path, e);
         let dir = store_dir(path);
         fsafe::private_dir(dir).map_err(refuse)?;
-        let lock = StoreLock::take(path)?;
         // Restarted on a full file system: the reserve a recorder set aside
         // is what lets SQLite open (its -shm) and write the session.
         if !has_room(dir) && std::fs::remove_file(beside(path, ".reserve")).is_ok() {
@@ -369,11 +398,14 @@ impl Store {
         let store = Self {
             conn,
             path: path.into(),
-            _lock: Some(lock),
+            _lock: None,
+            spill: !reserve,
         };
         store.configure(true)?;
         store.migrate()?;
-        store.ensure_reserve();
+        if reserve {
+            store.ensure_reserve();
+        }
         Ok(store)
     }
 
@@ -385,6 +417,9 @@ impl Store {
     /// unless they already are or there is no room for them.
     pub fn ensure_reserve(&self) -> bool {
         use std::os::fd::AsRawFd as _;
+        if self.spill {
+            return true;
+        }
         let path = self.reserve_path();
         if std::fs::symlink_metadata(&path).is_ok_and(|m| m.len() >= RESERVE_BYTES) {
             return true;
@@ -402,6 +437,11 @@ impl Store {
         true
     }
 
+    /// Whether this is a spill store.
+    pub fn is_spill(&self) -> bool {
+        self.spill
+    }
+
     /// Whether the store's file system has room for the reserve again (and
     /// as much besides).
     pub fn has_room(&self) -> bool {
@@ -410,7 +450,9 @@ impl Store {
 
     /// Whether the reserve is set aside now.
     pub fn has_reserve(&self) -> bool {
-        std::fs::symlink_metadata(self.reserve_path()).is_ok_and(|m| m.len() >= RESERVE_BYTES)
+        self.spill
+            || std::fs::symlink_metadata(self.reserve_path())
+                .is_ok_and(|m| m.len() >= RESERVE_BYTES)
     }
 
     /// The file system is full: gives the reserve back, sheds the oldest
@@ -463,6 +505,7 @@ impl Store {
                 conn,
                 path: path.into(),
                 _lock: None,
+                spill: false,
             };
             store.configure(false)?;
             Ok(store)

@@ -49,6 +49,37 @@ impl Store {
         Ok(self.conn.last_insert_rowid())
     }
 
+    /// Adds a copy of session `id` of `from` (its start, host and probes),
+    /// for the kills of that session this store keeps; returns its id here.
+    /// An import takes it back to the session it copies.
+    pub fn copy_session(&self, from: &Store, id: i64) -> Result<i64, StoreError> {
+        type Row = (
+            i64,
+            i64,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+        );
+        let row: Row = from
+            .conn
+            .query_row(
+                "SELECT started_ns, last_seen_ns, host, kernel, version, probes, gpu FROM sessions WHERE id = ?1",
+                [id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?)),
+            )
+            .map_err(sql("copy session"))?;
+        let (started, seen, host, kernel, version, probes, gpu) = row;
+        self.conn
+            .execute(
+                "INSERT INTO sessions (started_ns, last_seen_ns, host, kernel, version, probes, gpu) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![started, seen, host, kernel, version, probes, gpu],
+            )
+            .map_err(sql("copy session"))?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
     /// Records that a session is still alive.
     pub fn heartbeat(&self, session: i64, now_ns: i64) -> Result<(), StoreError> {
         self.conn

@@ -1,0 +1,169 @@
+//! The recorder's side of the spill store (see `store::spill`): where kills
+//! go while the store's file system is full, and the way back.
+
+use std::{
+    collections::HashSet,
+    path::{Path, PathBuf},
+};
+
+use crate::{
+    record::KillRecord,
+    store::{Checkpointer, Store, StoreError, StoreLock, spill},
+};
+
+/// The store to go back to, for a recorder that started on a full file
+/// system and records into the spill store.
+pub struct Home {
+    /// The store.
+    pub path: PathBuf,
+    /// Its lock, held while the recorder is away: no second recorder
+    /// takes the store meanwhile.
+    pub lock: StoreLock,
+}
+
+/// Spill state.
+pub struct Spill {
+    dir: PathBuf,
+    home: Option<Home>,
+    /// The spill store holding copies of the kills the store could not
+    /// take, and the session there that stands for the recorder's.
+    side: Option<(Store, i64)>,
+    /// The kills copied there: (time, pid).
+    copied: HashSet<(i64, u32)>,
+    /// The checkpoint thread of the store, once back home.
+    checkpointer: Option<Checkpointer>,
+    /// The store's lock, once back home.
+    lock: Option<StoreLock>,
+}
+
+impl Spill {
+    /// Spill stores in `dir`; `home`: the store to go back to, when the
+    /// recorder records into its spill store.
+    pub fn new(dir: PathBuf, home: Option<Home>) -> Self {
+        Self {
+            dir,
+            home,
+            side: None,
+            copied: HashSet::new(),
+            checkpointer: None,
+            lock: None,
+        }
+    }
+
+    /// The store the recorder will go back to, if it is away from it.
+    pub fn home(&self) -> Option<&Path> {
+        self.home.as_ref().map(|h| h.path.as_path())
+    }
+
+    /// The spill store that holds copies of held kills, if any.
+    pub fn side_path(&self) -> Option<&Path> {
+        self.side.as_ref().map(|(s, _)| s.path())
+    }
+
+    /// Copies kills the store could not take into its spill store (made
+    /// when first needed), each once. Returns how many were new.
+    pub fn copy_held(
+        &mut self,
+        store: &Store,
+        session_id: i64,
+        kills: &[KillRecord],
+        now_ns: i64,
+    ) -> Result<usize, StoreError> {
+        let new: Vec<KillRecord> = kills
+            .iter()
+            .filter(|k| !self.copied.contains(&(k.ts_ns, k.victim.pid)))
+            .cloned()
+            .collect();
+        if new.is_empty() {
+            return Ok(0);
+        }
+        if self.side.is_none() {
+            let side = Store::open_spill(store.path(), &self.dir)?;
+            let session = side.copy_session(store, session_id)?;
+            self.side = Some((side, session));
+        }
+        let (side, session) = self.side.as_mut().expect("made above");
+        let new: Vec<KillRecord> = new
+            .into_iter()
+            .map(|mut k| {
+                k.session_id = Some(*session);
+                k
+            })
+            .collect();
+        side.insert_kills(&new, &[], now_ns)?;
+        self.copied
+            .extend(new.iter().map(|k| (k.ts_ns, k.victim.pid)));
+        Ok(new.len())
+    }
+
+    /// Every held kill reached the store: their copies go.
+    pub fn all_stored(&mut self) {
+        if let Some((side, _)) = self.side.take() {
+            let path = side.path().to_path_buf();
+            drop(side);
+            spill::remove(&path);
+            tracing::info!(
+                "the {} kill(s) held while the file system was full are in the store; their spill copies were removed",
+                self.copied.len()
+            );
+            self.copied.clear();
+        }
+    }
+
+    /// The recorder stops: the copies stay for the next start to import,
+    /// with their session ended.
+    pub fn close(&mut self, now_ns: i64) {
+        if let Some((side, session)) = self.side.take() {
+            if let Err(e) = side.end_session(session, now_ns) {
+                tracing::debug!("ending the spill store's session: {e}");
+            }
+            tracing::warn!(
+                "{} kill(s) the store's file system had no room for are kept in {}: the next start imports them",
+                self.copied.len(),
+                side.path().display()
+            );
+        }
+    }
+
+    /// Away from home and its file system has room: opens it and imports
+    /// the spill store `current` (which the caller then leaves). `None`:
+    /// not yet (said why, at debug level).
+    pub fn go_home(&mut self, current: &Store) -> Option<(Store, spill::Imported)> {
+        let home = self.home.as_ref()?;
+        if !crate::store::has_room_for(&home.path) {
+            return None;
+        }
+        let mut store = match Store::open_rw_held(&home.path, true) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!("the store cannot be opened yet: {e}");
+                return None;
+            }
+        };
+        let imported = match store.import_spill(current.path()) {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::debug!("the spill store cannot be imported yet: {e}");
+                return None;
+            }
+        };
+        match Checkpointer::spawn(&home.path, std::time::Duration::from_secs(5)) {
+            Ok(c) => self.checkpointer = Some(c),
+            Err(e) => tracing::warn!("the store's checkpoints: {e}"),
+        }
+        Some((store, imported))
+    }
+
+    /// Back home: the spill store at `path` was imported and closed.
+    pub fn arrived(&mut self, path: &Path) {
+        spill::remove(path);
+        if let Some(h) = &self.home {
+            tracing::info!(
+                "the store's file system has room again: recording into {}",
+                h.path.display()
+            );
+        }
+        // The lock is kept until the recorder ends.
+        self.lock = self.home.take().map(|h| h.lock);
+    }
+}
