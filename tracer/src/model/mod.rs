@@ -211,11 +211,12 @@ pub struct ProcessTable {
     keep_exited_ns: i64,
     max_entries: usize,
     /// The entries' weight and their distinct command lines' bytes, in
-    /// all, and what they may reach.
+    /// all (their slots are counted apart: see [`ProcessTable::bytes`]).
     bytes: usize,
     /// Entries holding each command line (by the line's address; the
     /// table holds the line while it counts it, so no address is reused).
     lines: HashMap<usize, usize>,
+    /// What the entries may reach.
     budget: usize,
     /// The weight at which exited entries are dropped next (the budget,
     /// or more while live entries alone exceed it: a pass that frees
@@ -271,7 +272,7 @@ impl ProcessTable {
     /// (it doubles when full) are not counted: they add at most as much
     /// again.
     pub fn bytes(&self) -> usize {
-        self.used()
+        self.bytes + self.procs.len() * Self::SLOT
     }
 
     /// Names pods' processes (namespace, pod, container) from the node's
@@ -570,7 +571,23 @@ impl ProcessTable {
     fn hold_line(&mut self, line: &std::sync::Arc<str>) -> usize {
         let n = self.lines.entry(line.as_ptr() as usize).or_insert(0);
         *n += 1;
-        if *n == 1 { line.len() + 16 } else { 0 }
+        if *n == 1 { Self::line_cost(line) } else { 0 }
+    }
+
+    /// What a command line takes while an entry holds it: its bytes and
+    /// its count.
+    fn line_cost(line: &str) -> usize {
+        line.len() + 16
+    }
+
+    /// What `line` would add to the table: nothing when an entry already
+    /// holds it.
+    fn new_line_cost(&self, line: &std::sync::Arc<str>) -> usize {
+        if self.lines.contains_key(&(line.as_ptr() as usize)) {
+            0
+        } else {
+            Self::line_cost(line)
+        }
     }
 
     /// Counts one holder of `line` less: its bytes when it was the last.
@@ -583,7 +600,7 @@ impl ProcessTable {
             }
             Some(_) => {
                 self.lines.remove(&key);
-                line.len() + 16
+                Self::line_cost(line)
             }
             None => 0,
         }
@@ -592,21 +609,11 @@ impl ProcessTable {
     /// What one entry's slot of the table takes (key, entry, control byte).
     const SLOT: usize = size_of::<(u32, Process)>() + 1;
 
-    /// What the entries take: their slots and their strings.
-    fn used(&self) -> usize {
-        self.bytes + self.procs.len() * Self::SLOT
-    }
-
     fn insert(&mut self, pid: u32, p: Process) {
         let line = &p.info.cmdline;
         let new = !self.procs.contains_key(&pid);
-        let w = p.weight()
-            + if self.lines.contains_key(&(line.as_ptr() as usize)) {
-                0
-            } else {
-                line.len() + 16
-            };
-        let after = self.used() + w + usize::from(new) * Self::SLOT;
+        let w = p.weight() + self.new_line_cost(line);
+        let after = self.bytes() + w + usize::from(new) * Self::SLOT;
         if (new && self.procs.len() >= self.max_entries) || after > self.evict_at {
             self.evict_exited(w + Self::SLOT);
         }
@@ -661,7 +668,7 @@ impl ProcessTable {
             .collect();
         exited.sort_unstable();
         for (_, pid) in exited {
-            if self.procs.len() < entries.max(1) && self.used() <= bytes {
+            if self.procs.len() < entries.max(1) && self.bytes() <= bytes {
                 break;
             }
             self.remove(pid);
@@ -669,7 +676,7 @@ impl ProcessTable {
         }
         // Live entries alone over the budget: the next pass waits until an
         // eighth more has come (so passes are few however far over it is).
-        let over = self.used() + room;
+        let over = self.bytes() + room;
         self.evict_at = if over <= self.budget {
             self.budget
         } else {
@@ -776,7 +783,7 @@ impl ProcessTable {
         }
         self.evict_at = self
             .evict_at
-            .min(self.budget.max(self.used() + self.budget / 10));
+            .min(self.budget.max(self.bytes() + self.budget / 10));
     }
 
     /// Live processes.
