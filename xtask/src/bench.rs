@@ -17,6 +17,8 @@ use tracer_e2e::{Attach, CudaLoad, Proc, Recorder, TestCgroup};
 
 use crate::progstats::ProgStats;
 
+mod busy;
+
 const MIB: u64 = 1 << 20;
 
 /// Benchmark sizes.
@@ -35,7 +37,7 @@ pub struct Options {
     #[arg(long, default_value_t = 1000)]
     pub churn_rate: u64,
     /// Run only one benchmark.
-    #[arg(long, value_parser = ["latency", "load", "cuda-scan", "idle", "churn", "nvml", "cuda", "cuda-real", "usdt", "heap", "growth", "scrape"])]
+    #[arg(long, value_parser = ["latency", "load", "busy", "cuda-scan", "idle", "churn", "nvml", "cuda", "cuda-real", "usdt", "heap", "growth", "scrape"])]
     pub only: Option<String>,
     /// cudaMalloc/cudaFree pairs per measured loop of the CUDA benchmark.
     #[arg(long, default_value_t = 100_000)]
@@ -65,6 +67,9 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
     }
     if want("load") {
         println!("{}", kill_latency_under_load(&bins, opts.kills)?);
+    }
+    if want("busy") {
+        println!("{}", busy::busy(&bins, opts.kills)?);
     }
     if want("cuda-scan") {
         println!("{}", kill_latency_during_cuda_scans(&bins, opts.kills)?);
