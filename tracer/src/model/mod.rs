@@ -195,7 +195,9 @@ pub struct ModelStats {
 /// The process table.
 pub struct ProcessTable {
     layout: CgroupLayout,
-    procs: HashMap<u32, Process>,
+    /// Boxed: the table's spare slots (it doubles when full) then cost a
+    /// pointer each, not a whole entry (26 MiB at 65,536 slots before).
+    procs: HashMap<u32, Box<Process>>,
     /// Pids by memory cgroup: a kill's cgroup members without a walk of
     /// the whole table.
     by_memcg: BTreeMap<String, HashSet<u32>>,
@@ -269,8 +271,8 @@ impl ProcessTable {
 
     /// What the entries take now: their slots in the table and their
     /// strings (see [`Process::weight`]). The hash table's spare slots
-    /// (it doubles when full) are not counted: they add at most as much
-    /// again.
+    /// (it doubles when full) are not counted: a pointer and a key each,
+    /// at most 17 bytes per entry.
     pub fn bytes(&self) -> usize {
         self.bytes + self.procs.len() * Self::SLOT
     }
@@ -606,8 +608,9 @@ impl ProcessTable {
         }
     }
 
-    /// What one entry's slot of the table takes (key, entry, control byte).
-    const SLOT: usize = size_of::<(u32, Process)>() + 1;
+    /// What one entry takes: its slot of the table (key, box, control byte)
+    /// and its box (the entry and the allocator's header).
+    const SLOT: usize = size_of::<(u32, Box<Process>)>() + 1 + size_of::<Process>() + 16;
 
     fn insert(&mut self, pid: u32, p: Process) {
         let line = &p.info.cmdline;
@@ -621,7 +624,7 @@ impl ProcessTable {
             self.by_memcg.entry(m.clone()).or_default().insert(pid);
         }
         self.bytes += p.weight() + self.hold_line(&p.info.cmdline);
-        if let Some(old) = self.procs.insert(pid, p) {
+        if let Some(old) = self.procs.insert(pid, Box::new(p)) {
             self.bytes -= old.weight() + self.release_line(&old.info.cmdline);
             self.unindex(pid, &old);
         }
@@ -693,12 +696,12 @@ impl ProcessTable {
             let p = self.make(info, None);
             self.insert(pid, p);
         }
-        self.procs.get(&pid)
+        self.procs.get(&pid).map(|p| &**p)
     }
 
     /// Looks a process up.
     pub fn get(&self, pid: u32) -> Option<&Process> {
-        self.procs.get(&pid)
+        self.procs.get(&pid).map(|p| &**p)
     }
 
     /// The entry of the process that held `pid` at wall time `ts_ns` (and
@@ -788,7 +791,10 @@ impl ProcessTable {
 
     /// Live processes.
     pub fn live(&self) -> impl Iterator<Item = &Process> {
-        self.procs.values().filter(|p| p.exited_ns.is_none())
+        self.procs
+            .values()
+            .map(|p| &**p)
+            .filter(|p| p.exited_ns.is_none())
     }
 
     /// Number of entries, live and exited.
@@ -830,7 +836,7 @@ impl ProcessTable {
             .take_while(move |(m, _)| m.starts_with(path))
             .filter(move |(m, _)| m.len() == path.len() || m[path.len()..].starts_with('/'))
             .flat_map(|(_, pids)| pids.iter())
-            .filter_map(|pid| self.procs.get(pid))
+            .filter_map(|pid| self.procs.get(pid).map(|p| &**p))
             .filter(move |p| p.exited_ns.is_none_or(|t| t >= since_ns))
     }
 }
@@ -1201,7 +1207,7 @@ mod tests {
         for p in t.procs.values() {
             lines.insert(p.info.cmdline.as_ptr() as usize, p.info.cmdline.len() + 16);
         }
-        t.procs.values().map(Process::weight).sum::<usize>()
+        t.procs.values().map(|p| p.weight()).sum::<usize>()
             + lines.values().sum::<usize>()
             + t.procs.len() * ProcessTable::SLOT
     }

@@ -276,11 +276,7 @@ pub(super) fn name_with(
             }
         })
         .collect();
-    symbols.resolve(pid, &lookup, |a| {
-        unwinders
-            .locate(pid, a)
-            .map(|(held, off, path)| (held, off, path.to_string()))
-    })
+    symbols.resolve(pid, &lookup, |a| unwinders.locate(pid, a))
 }
 
 /// A snapshot asked of the worker, and the folded stacks with it.

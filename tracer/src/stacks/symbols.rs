@@ -5,6 +5,8 @@
 
 use std::{collections::HashMap, num::NonZeroU32, path::Path};
 
+use super::unwind::Located;
+
 use blazesym::{
     Pid,
     symbolize::{
@@ -92,16 +94,22 @@ impl Default for Symbols {
 impl Symbols {
     /// Names lookup addresses of `pid` (a return address minus 1, so that
     /// the call instruction is what is named). `locate` says where an
-    /// address is in its file (a path that opens it, the offset, the path
-    /// as the process sees it): such addresses are named from the file, so
+    /// address is in its file: such addresses are named from the file, so
     /// a process that is gone by now (an OOM kill's victim) is still named.
     /// Others are named through the process, while it lives. Addresses
     /// named before are not looked up again.
+    ///
+    /// File and line come only from DWARF a file carries itself. DWARF
+    /// found elsewhere (a system debug package under /usr/lib/debug, by
+    /// build id) is not read: parsing libc's held 20 MiB of the recorder,
+    /// for the frames of allocator and string functions that reports name
+    /// from symbols and trim anyway; and a library's debug package can be
+    /// gigabytes.
     pub fn resolve(
         &mut self,
         pid: u32,
         addrs: &[u64],
-        locate: impl Fn(u64) -> Option<(String, u64, String)>,
+        locate: impl Fn(u64) -> Option<Located>,
     ) -> Vec<Frame> {
         let mut new: Vec<u64> = addrs
             .iter()
@@ -110,23 +118,24 @@ impl Symbols {
             .collect();
         new.sort_unstable();
         new.dedup();
-        // By file: (held path) -> [(address, offset, module)].
-        let mut by_file: HashMap<String, Vec<(u64, u64, String)>> = HashMap::new();
+        // By file: (held path, own DWARF) -> [(address, offset, module)].
+        let mut by_file: HashMap<(String, bool), Vec<(u64, u64, String)>> = HashMap::new();
         let mut by_process = Vec::new();
         for a in new {
             match locate(a) {
-                Some((held, off, path)) => {
-                    by_file
-                        .entry(held)
-                        .or_default()
-                        .push((a, off, base(Path::new(&path))))
-                }
+                Some(l) => by_file.entry((l.held, l.own_dwarf)).or_default().push((
+                    a,
+                    l.offset,
+                    base(Path::new(&l.path)),
+                )),
                 None => by_process.push(a),
             }
         }
-        for (held, list) in by_file {
+        for ((held, own_dwarf), list) in by_file {
             let offsets: Vec<u64> = list.iter().map(|l| l.1).collect();
-            let src = Source::Elf(Elf::new(held));
+            let mut elf = Elf::new(held.as_str());
+            elf.debug_syms = own_dwarf;
+            let src = Source::Elf(elf);
             match self.symbolizer.symbolize(&src, Input::FileOffset(&offsets)) {
                 Ok(syms) => {
                     for ((addr, _, module), sym) in list.into_iter().zip(syms) {
@@ -145,6 +154,9 @@ impl Symbols {
             let mut src = Process::new(Pid::Pid(p));
             // perf maps live in the host's /tmp, not the process's.
             src.perf_map = false;
+            // Symbols only: files reached through the process are not
+            // looked at one by one for DWARF of their own.
+            src.debug_syms = false;
             match self
                 .symbolizer
                 .symbolize(&Source::Process(src), Input::AbsAddr(&by_process))
@@ -191,10 +203,9 @@ mod tests {
             Some("tracer_symbols_test_target"),
             "{f:?}"
         );
-        assert!(
-            f[0].file.as_deref().is_some_and(|f| f.ends_with(".rs")),
-            "{f:?}"
-        );
+        // Through the process: symbols only, no file of its own looked at
+        // for DWARF.
+        assert_eq!(f[0].file, None, "{f:?}");
         // Unmapped: unknown, not an error.
         let f = s.resolve(std::process::id(), &[8], |_| None);
         assert_eq!(f[0], Frame::default());
@@ -211,14 +222,36 @@ mod tests {
             .clone();
         // A pid that names nothing: only the file can.
         let mut s = Symbols::default();
-        let f = s.resolve(u32::MAX, &[addr], |a| {
-            Some((m.path.clone(), a - m.start + m.offset, m.path.clone()))
-        });
+        let at = |own_dwarf| {
+            let m = m.clone();
+            move |a| {
+                Some(Located {
+                    held: m.path.clone(),
+                    offset: a - m.start + m.offset,
+                    path: m.path.clone(),
+                    own_dwarf,
+                })
+            }
+        };
+        let f = s.resolve(u32::MAX, &[addr], at(true));
         assert_eq!(
             f[0].function.as_deref(),
             Some("tracer_symbols_test_target"),
             "{f:?}"
         );
         assert_eq!(f[0].module, Some(base(Path::new(&m.path))));
+        // The test binary carries its DWARF: file and line.
+        assert!(
+            f[0].file.as_deref().is_some_and(|f| f.ends_with(".rs")) && f[0].line.is_some(),
+            "{f:?}"
+        );
+        // A file whose DWARF would be found elsewhere: symbols only.
+        let f = Symbols::default().resolve(u32::MAX, &[addr], at(false));
+        assert_eq!(
+            f[0].function.as_deref(),
+            Some("tracer_symbols_test_target"),
+            "{f:?}"
+        );
+        assert_eq!((f[0].file.as_deref(), f[0].line), (None, None), "{f:?}");
     }
 }

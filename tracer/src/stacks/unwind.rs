@@ -34,6 +34,20 @@ const FIRST_RETRY: Duration = Duration::from_millis(10);
 const REFRESH: Duration = Duration::from_secs(1);
 
 /// What unwinding needs of one file, shared by every process that maps it.
+/// Where an address is in its file.
+#[derive(Clone, Debug)]
+pub struct Located {
+    /// A path that opens the file while tracer runs.
+    pub held: String,
+    /// The address's offset in the file.
+    pub offset: u64,
+    /// The file's path as the process sees it.
+    pub path: String,
+    /// Whether the file carries its own DWARF: only then is it named with
+    /// file and line (see `symbols::Symbols::resolve`).
+    pub own_dwarf: bool,
+}
+
 struct FileInfo {
     /// Executable PT_LOAD segments: (p_offset, p_filesz, p_vaddr).
     exec: Vec<(u64, u64, u64)>,
@@ -44,6 +58,8 @@ struct FileInfo {
     eh_frame: Option<Arc<[u8]>>,
     eh_frame_hdr: Option<Arc<[u8]>>,
     debug_frame: Option<Arc<[u8]>>,
+    /// Whether the file carries its own DWARF (`.debug_info`).
+    own_dwarf: bool,
     /// The file, held open: it is named through this descriptor even
     /// after every process that mapped it is gone.
     held: fs::File,
@@ -84,6 +100,9 @@ impl FileInfo {
             eh_frame: eh_frame.flatten(),
             eh_frame_hdr: eh_frame_hdr.flatten(),
             debug_frame: sect(".debug_frame").and_then(|s| s.1),
+            own_dwarf: obj
+                .section_by_name(".debug_info")
+                .is_some_and(|s| s.size() > 0),
             held,
         })
     }
@@ -220,10 +239,15 @@ impl Unwinders {
     /// Where `addr` of `pid` is in its file: a path that opens the file
     /// (held open by tracer), the offset in it, and the path as the process
     /// sees it. Known as long as the process's maps were read once.
-    pub fn locate(&self, pid: u32, addr: u64) -> Option<(String, u64, &str)> {
+    pub fn locate(&self, pid: u32, addr: u64) -> Option<Located> {
         let p = self.procs.get(&pid)?;
         let (r, path, off, info) = p.ranges.iter().find(|(r, ..)| r.contains(&addr))?;
-        Some((info.held_path(), addr - r.start + off, path.as_str()))
+        Some(Located {
+            held: info.held_path(),
+            offset: addr - r.start + off,
+            path: path.clone(),
+            own_dwarf: info.own_dwarf,
+        })
     }
 
     /// The path (as `pid` sees it) of the file whose code holds `addr`.
