@@ -71,6 +71,9 @@ fn frame_of(s: Symbolized<'_>) -> Frame {
     }
 }
 
+/// An address to name from its file: (address, offset in the file, module).
+type ByFile = (u64, u64, String);
+
 /// A symbolizer with a cache of what it has named.
 pub struct Symbols {
     symbolizer: Symbolizer,
@@ -119,7 +122,7 @@ impl Symbols {
         new.sort_unstable();
         new.dedup();
         // By file: (held path, own DWARF) -> [(address, offset, module)].
-        let mut by_file: HashMap<(String, bool), Vec<(u64, u64, String)>> = HashMap::new();
+        let mut by_file: HashMap<(String, bool), Vec<ByFile>> = HashMap::new();
         let mut by_process = Vec::new();
         for a in new {
             match locate(a) {
