@@ -592,7 +592,8 @@ fn idle_cost(bins: &crate::Bins, secs: u64) -> anyhow::Result<String> {
 }
 
 /// Short processes at `rate` per second for `secs`: every one must be in
-/// the store (fork, exec, exit), with no critical-ring drops.
+/// the store (fork, exec, exit; forks and exits past their allowance
+/// counted in their window's row), with no critical-ring drops.
 fn churn(bins: &crate::Bins, secs: u64, rate: u64) -> anyhow::Result<String> {
     let dir = tempfile::tempdir()?;
     let store = dir.path().join("churn.db");
@@ -612,10 +613,26 @@ fn churn(bins: &crate::Bins, secs: u64, rate: u64) -> anyhow::Result<String> {
             .filter(|p| pids.contains(p))
             .collect())
     };
-    let forks =
-        count("SELECT json_extract(data, '$.child_pid') FROM events WHERE kind = 'fork'")?.len();
+    // Forks and exits past a parent's (a name's) allowance are counted in
+    // the window's summary row, not stored one by one.
+    let folded = |kind: &str, pid: &str| -> anyhow::Result<usize> {
+        let mut st = conn.prepare(&format!(
+            "SELECT json_extract(data, '$.{pid}'), json_extract(data, '$.repeats') FROM events
+             WHERE kind = '{kind}' AND json_extract(data, '$.repeats') IS NOT NULL"
+        ))?;
+        let rows = st.query_map([], |r| Ok((r.get::<_, u32>(0)?, r.get::<_, i64>(1)?)))?;
+        Ok(rows
+            .filter_map(Result::ok)
+            .filter(|(p, _)| pids.contains(p))
+            .map(|(_, n)| n as usize)
+            .sum())
+    };
+    let forks = count("SELECT json_extract(data, '$.child_pid') FROM events WHERE kind = 'fork'")?
+        .len()
+        + folded("fork", "child_pid")?;
     let execs = count("SELECT json_extract(data, '$.pid') FROM events WHERE kind = 'exec'")?.len();
-    let exits = count("SELECT json_extract(data, '$.pid') FROM events WHERE kind = 'exit'")?.len();
+    let exits = count("SELECT json_extract(data, '$.pid') FROM events WHERE kind = 'exit'")?.len()
+        + folded("exit", "pid")?;
     let critical_drops = summary["summary"]["drops"]["critical"]
         .as_u64()
         .unwrap_or(u64::MAX);

@@ -95,6 +95,9 @@ pub struct EngineSummary {
     /// Failed calls counted in a window of identical ones rather than
     /// stored (a process retrying `cudaMalloc` in a loop).
     pub folded_calls: u64,
+    /// Forks and exits counted in a window of a parent's rather than stored
+    /// (a fork storm; see `fold::PROC_ALLOWANCE`).
+    pub folded_procs: u64,
     /// Items each exporter lost (its queue was full), by exporter.
     pub export_drops: Vec<(String, u64)>,
     /// Drops by ring.
@@ -210,6 +213,8 @@ pub struct Engine {
     storm: crate::correlate::storm::SignalStorm,
     /// Identical failed calls, folded.
     call_fold: super::fold::CallFold,
+    /// Forks and exits past a parent's allowance, folded.
+    proc_fold: super::fold::CallFold,
     /// The store's file system was found full (said once; cleared when
     /// there is room again).
     disk_full: bool,
@@ -300,6 +305,7 @@ impl Engine {
             ticks: 0,
             storm: Default::default(),
             call_fold: Default::default(),
+            proc_fold: Default::default(),
             disk_full: false,
             metrics: Arc::default(),
             exporters: Exporters::default(),
@@ -641,6 +647,9 @@ impl Engine {
             ev => ev,
         };
         let mut row = self.row(&ev);
+        // Forks and exits past their parent's allowance are counted, not
+        // stored.
+        let mut stored = true;
         match &ev {
             Event::OomVictim(v) => {
                 let t_recv = wall_now_ns();
@@ -734,6 +743,9 @@ impl Engine {
                 }
             }
             Event::Fork(f) => {
+                if !self.admit_churn(super::fold::FORKS, u64::from(f.header.pid), &row) {
+                    stored = false;
+                }
                 self.model.on_fork_at(
                     f.header.pid,
                     f.child_pid,
@@ -746,6 +758,11 @@ impl Engine {
                 }
             }
             Event::Exit(x) => {
+                // By name: an exit often comes before its fork (the two
+                // rings are read apart), so its parent is not known yet.
+                if !self.admit_churn(super::fold::EXITS, crate::util::fnv1a(&x.header.comm), &row) {
+                    stored = false;
+                }
                 self.model
                     .on_exit(x.pid, row.ts_ns, StartTime::kernel(x.start_ns));
                 self.model.read_due(row.ts_ns);
@@ -775,11 +792,29 @@ impl Engine {
                 row.data["memcg_path"] = path.into();
             }
         }
-        self.buffer.push(row);
+        if stored {
+            self.buffer.push(row);
+        }
         if self.buffer.len() >= EVENT_BUFFER {
             self.flush()?;
         }
         Ok(())
+    }
+
+    /// Whether a fork of `parent`'s (or an exit of a process named `name`,
+    /// hashed) is within the allowance of its window, and so stored; past
+    /// it, it is counted.
+    fn admit_churn(&mut self, kind: u32, key: u64, row: &EventRow) -> bool {
+        let mut closed = Vec::new();
+        let admitted = self.proc_fold.admit_some(
+            (0, kind, key, 0),
+            row.ts_ns,
+            super::fold::PROC_ALLOWANCE,
+            || row.clone(),
+            &mut closed,
+        );
+        self.buffer.extend(closed);
+        admitted
     }
 
     /// A CUDA call: counted in its process's ledger. Only the notable ones
@@ -841,10 +876,10 @@ impl Engine {
     fn close_call_windows(&mut self, now_ns: i64) {
         let mut closed = Vec::new();
         self.call_fold.close(now_ns, &mut closed);
-        for r in closed {
-            self.buffer.push(r);
-        }
+        self.proc_fold.close(now_ns, &mut closed);
+        self.buffer.extend(closed);
         self.summary.folded_calls = self.call_fold.folded;
+        self.summary.folded_procs = self.proc_fold.folded;
     }
 
     /// Queues a kill; `commit_kills` makes it durable before the engine

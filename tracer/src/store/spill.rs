@@ -35,11 +35,7 @@ pub const MAX_BYTES: u64 = 16 << 20;
 /// never share one.
 pub fn path_for(store: &Path, dir: &Path) -> PathBuf {
     let abs = std::path::absolute(store).unwrap_or_else(|_| store.to_path_buf());
-    // FNV-1a: stable across builds and runs (std's hasher is not).
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in abs.as_os_str().as_encoded_bytes() {
-        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-    }
+    let h = crate::util::fnv1a(abs.as_os_str().as_encoded_bytes());
     let name = store
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

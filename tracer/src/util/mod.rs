@@ -7,3 +7,11 @@ pub mod sys;
 pub mod term;
 pub mod time;
 pub mod units;
+
+/// FNV-1a, 64 bits: a hash that is the same in every build and run (std's
+/// is seeded), for names kept on disk and keys of names.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
