@@ -397,7 +397,6 @@ async fn record(
 
     // Readers first, so nothing the probes emit after attach is lost.
     let mut sweep = Vec::new();
-    let mut oom_reader = None;
     for ((name, opts), tx) in collect::ring_options(DATA_POLL)
         .into_iter()
         .zip([oom_tx, crit_tx, data_tx])
@@ -405,18 +404,8 @@ async fn record(
         sweep.extend(opts.drain_now.clone());
         let ring = probes.take_ring(name)?;
         let stats = stats.clone();
-        let read = async move { collect::read_ring(ring, name, tx, stats, opts).await };
-        if name == tracer_common::maps::OOM_RING {
-            // Read on the engine's own thread: a kill wakes one thread,
-            // not a reader and then the engine (each wakeup of an idle CPU
-            // cost up to 3 ms here), and never waits for the other
-            // readers' batches.
-            oom_reader = Some(read);
-        } else {
-            tasks.spawn(async move { Ok(read.await?) });
-        }
+        tasks.spawn(async move { Ok(collect::read_ring(ring, name, tx, stats, opts).await?) });
     }
-    let oom_reader = oom_reader.context("no OOM ring")?;
     {
         let stats = stats.clone();
         tasks.spawn(async move {
@@ -683,25 +672,12 @@ async fn record(
         .name("tracer-engine".into())
         .spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
+                .enable_time()
                 .build();
             let result = match rt {
-                Ok(rt) => rt.block_on(async move {
-                    let mut reader = tokio::spawn(oom_reader);
-                    let run = engine.run(inputs, ready_tx);
-                    tokio::pin!(run);
-                    tokio::select! {
-                        r = &mut run => r.map_err(anyhow::Error::from),
-                        r = &mut reader => match r {
-                            // The engine dropped its end: it is ending.
-                            Ok(Ok(())) => (&mut run).await.map_err(anyhow::Error::from),
-                            Ok(Err(e)) => {
-                                Err(anyhow::Error::from(e).context("reading the OOM ring"))
-                            }
-                            Err(e) => Err(anyhow!("the OOM ring reader panicked: {e}")),
-                        },
-                    }
-                }),
+                Ok(rt) => rt
+                    .block_on(engine.run(inputs, ready_tx))
+                    .map_err(anyhow::Error::from),
                 Err(e) => Err(anyhow::Error::from(e).context("engine runtime")),
             };
             let _ = done_tx.send(());

@@ -331,7 +331,6 @@ pub fn spawn(
     thread::Builder::new()
         .name("tracer-nvml".into())
         .spawn(move || {
-            crate::util::sys::below_the_engine();
             let mut next = Instant::now();
             loop {
                 let s = sample(&nvml);

@@ -412,10 +412,7 @@ impl LibraryWatcher {
         let (tx, rx) = sync_channel(4096);
         let thread = std::thread::Builder::new()
             .name("tracer-libwatch".into())
-            .spawn(move || {
-                crate::util::sys::below_the_engine();
-                w.run(rx)
-            })?;
+            .spawn(move || w.run(rx))?;
         Ok(Self {
             tx: Some(tx),
             per_process,

@@ -1317,14 +1317,12 @@ impl Engine {
                 }
             }
         }
-        // The kills alone: the events buffered meanwhile (up to thousands
-        // on a busy node) follow in a transaction of their own, not
-        // before the kills' fsync.
+        let events = std::mem::take(&mut self.buffer);
         let t_commit = wall_now_ns();
-        let ids = match self.store.insert_kills(&kills, &[], t_commit) {
+        let ids = match self.store.insert_kills(&kills, &events, t_commit) {
             Ok(ids) => ids,
             Err(e) if e.is_disk_full() => {
-                // Make room (shedding events) and try once more.
+                // Make room and try once more, without the events (shed).
                 self.on_disk_full();
                 match self.store.insert_kills(&kills, &[], t_commit) {
                     Ok(ids) => ids,
@@ -1364,8 +1362,6 @@ impl Engine {
             }
         };
         let done = wall_now_ns();
-        let r = self.store.mark_durable(&ids, done);
-        self.step(r)?;
         if self.kills.queued() == 0 {
             self.spill.all_stored();
         }
@@ -1410,8 +1406,6 @@ impl Engine {
             }
             self.kills.committed(id, rec);
         }
-        let r = self.flush();
-        self.step(r)?;
         self.retry_oom_groups()?;
         Ok(true)
     }

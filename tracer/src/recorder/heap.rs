@@ -318,6 +318,9 @@ const KILL_SETTLE_NS: u64 = 15_000_000_000;
 /// How long a stop waits for the worker to end.
 const STOP_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// The worker thread's nice value (the engine's is the process's).
+const WORKER_NICE: libc::c_int = 10;
+
 /// How long a process's last snapshot is kept after it exits (its kill
 /// is committed long before).
 const KEEP_AFTER_EXIT_NS: u64 = 120_000_000_000;
@@ -419,8 +422,14 @@ impl HeapWorker {
         let thread = std::thread::Builder::new()
             .name("tracer-heap".into())
             .spawn(move || {
-                let tid = crate::util::sys::below_the_engine();
-                worker_tid.store(tid, std::sync::atomic::Ordering::Relaxed);
+                // Below the engine: on a busy node, unwinding and naming
+                // wait, a kill's commit does not.
+                // SAFETY: plain syscalls on this thread's own id.
+                unsafe {
+                    let tid = libc::gettid();
+                    worker_tid.store(tid, std::sync::atomic::Ordering::Relaxed);
+                    libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, WORKER_NICE);
+                }
                 // Made here: the symbolizer's caches stay on this thread.
                 let mut tracer = HeapTracer::new(sample_bytes);
                 tracer.set_growth_sample_bytes(growth_sample_bytes);

@@ -39,23 +39,6 @@ impl Store {
         })
     }
 
-    /// Records when kills became durable (their commit's fsync returned):
-    /// `committed_ns` was the commit's start until then. Not synced itself:
-    /// the next durable commit carries it.
-    pub fn mark_durable(&self, ids: &[i64], ns: i64) -> Result<(), StoreError> {
-        let e = || sql("mark durable");
-        let tx = self.conn.unchecked_transaction().map_err(e())?;
-        {
-            let mut st = tx
-                .prepare_cached("UPDATE kills SET committed_ns = ?2 WHERE id = ?1")
-                .map_err(e())?;
-            for id in ids {
-                st.execute(params![id, ns]).map_err(e())?;
-            }
-        }
-        tx.commit().map_err(e())
-    }
-
     /// Commits one kill; returns its id.
     pub fn insert_kill(
         &mut self,

@@ -762,7 +762,6 @@ impl Checkpointer {
         let thread = std::thread::Builder::new()
             .name("tracer-checkpoint".into())
             .spawn(move || {
-                crate::util::sys::below_the_engine();
                 let checkpoint = |mode: &str| {
                     let r =
                         conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |_| Ok(()));

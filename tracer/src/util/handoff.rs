@@ -38,7 +38,6 @@ impl<J: Send + 'static> Handoff<J> {
             std::thread::Builder::new()
                 .name(name.into())
                 .spawn(move || {
-                    crate::util::sys::below_the_engine();
                     loop {
                         // One thread waits in recv (the rendezvous), the
                         // others for the lock; a job taken frees the lock.

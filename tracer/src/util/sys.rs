@@ -1,20 +1,5 @@
 //! Facts about the running system.
 
-/// How far below the engine the recorder's helper threads run (nice).
-pub const HELPER_NICE: libc::c_int = 10;
-
-/// Puts the calling thread below the engine: on a busy node, unwinding,
-/// naming, reading /proc, checkpoints and scrapes wait; a kill's commit
-/// does not. Returns the thread's id.
-pub fn below_the_engine() -> libc::pid_t {
-    // SAFETY: plain syscalls on this thread's own id.
-    unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, HELPER_NICE);
-        tid
-    }
-}
-
 /// The system page size, KiB.
 pub fn page_kb() -> u64 {
     // SAFETY: sysconf has no preconditions.
