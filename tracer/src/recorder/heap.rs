@@ -522,8 +522,11 @@ impl HeapWorker {
     }
 
     /// What the worker has found so far for the kill of `pid`.
+    /// Never waits: `None` while the worker holds the map (it runs
+    /// niced, and on a busy node a wait for it was a wait of seconds for
+    /// the engine); the engine asks again at its next tick.
     pub fn kill_growth(&self, pid: u32) -> Option<KillGrowth> {
-        self.kills.lock().ok()?.get(&pid).cloned()
+        self.kills.try_lock().ok()?.get(&pid).cloned()
     }
 
     /// Asks for the growth of `pid` over the `window_s` seconds to now,
@@ -622,8 +625,9 @@ impl HeapWorker {
     }
 
     /// The latest snapshot of `pid`.
+    /// Never waits (see [`HeapWorker::kill_growth`]).
     pub fn latest(&self, pid: u32) -> Option<HeapSnapshot> {
-        self.latest.lock().ok()?.get(&pid).cloned()
+        self.latest.try_lock().ok()?.get(&pid).cloned()
     }
 
     /// Stops the worker; what is still queued is not taken in. It is

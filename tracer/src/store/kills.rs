@@ -49,6 +49,26 @@ impl Store {
         Ok(self.insert_kills(std::slice::from_ref(kill), events, now_ns)?[0])
     }
 
+    /// Replaces kills' records in one transaction.
+    pub fn update_kills<'a>(
+        &self,
+        kills: impl IntoIterator<Item = (i64, &'a KillRecord)>,
+    ) -> Result<(), StoreError> {
+        let e = || sql("update kills");
+        let tx = self.conn.unchecked_transaction().map_err(e())?;
+        {
+            let mut st = tx
+                .prepare_cached("UPDATE kills SET record = ?2, comm = ?3 WHERE id = ?1")
+                .map_err(e())?;
+            for (id, kill) in kills {
+                let json = serde_json::to_string(kill).expect("kill records serialize");
+                st.execute(params![id, json, kill.victim.comm])
+                    .map_err(e())?;
+            }
+        }
+        tx.commit().map_err(e())
+    }
+
     /// Replaces a kill's record (a later join added to it).
     pub fn update_kill(&self, id: i64, kill: &KillRecord) -> Result<(), StoreError> {
         let json = serde_json::to_string(kill).expect("kill records serialize");
