@@ -742,13 +742,76 @@ fn a_full_disk_costs_events_never_kills_or_the_recorder() {
     assert!(all.as_array().unwrap().len() >= 3, "{all}");
 }
 
-/// The spill store in `dir` (the one file a recorder made there).
-fn spill_store(dir: &Path) -> Option<PathBuf> {
-    fs::read_dir(dir)
-        .ok()?
-        .map_while(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|x| x == "spill"))
+/// A store on a small file system of its own (12 MiB, to be filled), and a
+/// spill directory on another (24 MiB; /run is a tmpfs too).
+struct FullDisk {
+    mnt: Mount,
+    run: Mount,
+    store: PathBuf,
+    /// Last: removed once both are unmounted.
+    _dir: tempfile::TempDir,
+}
+
+impl FullDisk {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mnt = Mount::tmpfs(&dir.path().join("mnt"), "12m");
+        let run = Mount::tmpfs(&dir.path().join("run"), "24m");
+        let store = mnt.0.join("t.db");
+        Self {
+            mnt,
+            run,
+            store,
+            _dir: dir,
+        }
+    }
+
+    /// A recorder on the store, spilling into the spill directory.
+    fn record(&self) -> Recorder {
+        Recorder::start_with(&self.store, &["--spill-dir", self.run.0.to_str().unwrap()])
+    }
+
+    /// Takes the store's file system's free space.
+    fn fill(&self) -> PathBuf {
+        fill(&self.mnt.0)
+    }
+
+    /// The spill store (the one file a recorder made in the spill directory).
+    fn spill(&self) -> Option<PathBuf> {
+        fs::read_dir(&self.run.0)
+            .ok()?
+            .map_while(Result::ok)
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "spill"))
+    }
+
+    /// How many times the store holds a kill of each of `pids`.
+    fn stored(&self, pids: &[u32]) -> Vec<usize> {
+        let all = tracer_json(&[
+            "explain",
+            "--all",
+            "--store",
+            self.store.to_str().unwrap(),
+            "--format",
+            "json",
+        ]);
+        let all = all.as_array().unwrap();
+        pids.iter()
+            .map(|&pid| {
+                all.iter()
+                    .filter(|v| v["kill"]["victim"]["pid"] == pid)
+                    .count()
+            })
+            .collect()
+    }
+}
+
+/// Kills a sleeper of `cg` with SIGKILL; returns its pid.
+fn sigkilled_sleeper(cg: &TestCgroup) -> u32 {
+    let mut victim = sleeper(cg);
+    std::thread::sleep(Duration::from_millis(300));
+    sigkill(&mut victim);
+    victim.pid()
 }
 
 #[test]
@@ -756,38 +819,28 @@ fn a_recorder_started_on_a_full_disk_keeps_its_kills_in_a_spill_store_and_brings
     if !privileged() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let mnt = Mount::tmpfs(&dir.path().join("mnt"), "12m");
-    // /run is a tmpfs too; a small one of the test's own stands for it.
-    let run = Mount::tmpfs(&dir.path().join("run"), "24m");
-    let spill_arg = ["--spill-dir", run.0.to_str().unwrap()];
-    let store = mnt.0.join("t.db");
+    let disk = FullDisk::new();
+    let store = &disk.store;
     let cg = TestCgroup::new("spill", 64 * MIB);
-    let killed = || {
-        let mut victim = sleeper(&cg);
-        std::thread::sleep(Duration::from_millis(300));
-        sigkill(&mut victim);
-        victim.pid()
-    };
     let mut pids = Vec::new();
     // A store some recorder wrote, on a file system that filled up after
     // its reserve was spent: nothing, not even opening it, can be written.
-    let rec = Recorder::start_with(&store, &spill_arg);
-    pids.push(killed());
-    explain_pid(&store, pids[0]);
+    let rec = disk.record();
+    pids.push(sigkilled_sleeper(&cg));
+    explain_pid(store, pids[0]);
     rec.stop();
-    fs::remove_file(mnt.0.join("t.db.reserve")).unwrap();
-    let filler = fill(&mnt.0);
+    fs::remove_file(disk.mnt.0.join("t.db.reserve")).unwrap();
+    let filler = disk.fill();
 
     // Started on it: records into the spill store, a kill and an OOM kill.
-    let rec = Recorder::start_with(&store, &spill_arg);
+    let rec = disk.record();
     assert!(
         rec.log().contains("recording into the spill store"),
         "{}",
         rec.log()
     );
-    let spill = spill_store(&run.0).expect("a spill store");
-    pids.push(killed());
+    let spill = disk.spill().expect("a spill store");
+    pids.push(sigkilled_sleeper(&cg));
     let oom_cg = TestCgroup::new("spill-oom", 32 * MIB);
     pids.push(oom_killed(&oom_cg, Path::new(env!("CARGO_BIN_EXE_memhog")), 8, 20).pid());
     for &pid in &pids[1..] {
@@ -802,8 +855,8 @@ fn a_recorder_started_on_a_full_disk_keeps_its_kills_in_a_spill_store_and_brings
     );
 
     // Restarted, still full: the same spill store takes the next session.
-    let rec = Recorder::start_with(&store, &spill_arg);
-    pids.push(killed());
+    let rec = disk.record();
+    pids.push(sigkilled_sleeper(&cg));
     explain_pid(&spill, pids[3]);
     // Room again: everything moves into the store, and recording goes on there.
     fs::remove_file(&filler).unwrap();
@@ -816,36 +869,19 @@ fn a_recorder_started_on_a_full_disk_keeps_its_kills_in_a_spill_store_and_brings
         "{}",
         rec.log()
     );
-    pids.push(killed());
-    let v = explain_pid(&store, pids[4]);
+    pids.push(sigkilled_sleeper(&cg));
+    let v = explain_pid(store, pids[4]);
     assert_eq!(v["kill"]["victim"]["memcg"], cg.path.as_str(), "{v}");
     let log = rec.stop();
     assert!(log.contains("tracer: stopped"), "{log}");
-    assert_eq!(spill_store(&run.0), None, "the spill store is removed");
-
-    let all = tracer_json(&[
-        "explain",
-        "--all",
-        "--store",
-        store.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
-    let stored: Vec<u64> = all
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|v| v["kill"]["victim"]["pid"].as_u64())
-        .collect();
-    for pid in &pids {
-        assert_eq!(
-            stored.iter().filter(|p| **p == u64::from(*pid)).count(),
-            1,
-            "pid {pid} stored once: {stored:?}"
-        );
-    }
+    assert_eq!(disk.spill(), None, "the spill store is removed");
+    assert_eq!(
+        disk.stored(&pids),
+        vec![1; pids.len()],
+        "each stored once: {pids:?}"
+    );
     // A session recorded in the spill store is a session of the store.
-    let v = explain_pid(&store, pids[2]);
+    let v = explain_pid(store, pids[2]);
     assert_eq!(v["kill"]["victim"]["memcg"], oom_cg.path.as_str(), "{v}");
     assert_eq!(v["recorder_running"], true, "{v}");
 }
@@ -855,19 +891,13 @@ fn kills_held_on_a_full_disk_outlive_the_recorder_in_the_spill_store() {
     if !privileged() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let mnt = Mount::tmpfs(&dir.path().join("mnt"), "12m");
-    let run = Mount::tmpfs(&dir.path().join("run"), "24m");
-    let spill_arg = ["--spill-dir", run.0.to_str().unwrap()];
-    let store = mnt.0.join("t.db");
+    let disk = FullDisk::new();
     let cg = TestCgroup::new("held", 64 * MIB);
-    let rec = Recorder::start_with(&store, &spill_arg);
+    let rec = disk.record();
     // Full: the recorder gives its reserve back and sheds events to make
     // room; then that room is taken too.
-    let filler = fill(&mnt.0);
-    let mut first = sleeper(&cg);
-    std::thread::sleep(Duration::from_millis(300));
-    sigkill(&mut first);
+    let filler = disk.fill();
+    let first = sigkilled_sleeper(&cg);
     assert!(
         wait_for(Duration::from_secs(10), || rec
             .log()
@@ -877,15 +907,9 @@ fn kills_held_on_a_full_disk_outlive_the_recorder_in_the_spill_store() {
         "{}",
         rec.log()
     );
-    let filler2 = fill(&mnt.0);
+    let filler2 = disk.fill();
     // Kills that cannot be written now: held, and copied out at once.
-    let mut held = Vec::new();
-    for _ in 0..3 {
-        let mut victim = sleeper(&cg);
-        std::thread::sleep(Duration::from_millis(300));
-        sigkill(&mut victim);
-        held.push(victim.pid());
-    }
+    let held: Vec<u32> = (0..3).map(|_| sigkilled_sleeper(&cg)).collect();
     let copied = wait_for(Duration::from_secs(10), || {
         rec.log()
             .contains("copied to the spill store")
@@ -894,7 +918,7 @@ fn kills_held_on_a_full_disk_outlive_the_recorder_in_the_spill_store() {
     let log = rec.stop();
     assert!(copied.is_some(), "{log}");
     assert!(log.contains("tracer: stopped"), "{log}");
-    let spill = spill_store(&run.0).expect("the spill store outlives the recorder");
+    let spill = disk.spill().expect("the spill store outlives the recorder");
     assert!(log.contains("kept in"), "{log}");
     // Every kill is in the store or the spill store; the held ones at least
     // in the spill store.
@@ -906,7 +930,7 @@ fn kills_held_on_a_full_disk_outlive_the_recorder_in_the_spill_store() {
     // Room again; the next start imports them, each once.
     fs::remove_file(&filler2).unwrap();
     fs::remove_file(&filler).unwrap();
-    let rec = Recorder::start_with(&store, &spill_arg);
+    let rec = disk.record();
     assert!(
         rec.log()
             .contains("from the spill store an earlier recorder left"),
@@ -914,29 +938,17 @@ fn kills_held_on_a_full_disk_outlive_the_recorder_in_the_spill_store() {
         rec.log()
     );
     rec.stop();
-    assert_eq!(spill_store(&run.0), None, "imported and removed");
-    for &pid in held.iter().chain([first.pid()].iter()) {
-        let v = explain_pid(&store, pid);
+    assert_eq!(disk.spill(), None, "imported and removed");
+    for &pid in held.iter().chain([first].iter()) {
+        let v = explain_pid(&disk.store, pid);
         assert_eq!(v["kill"]["victim"]["pid"], pid, "{v}");
         assert_eq!(v["kill"]["victim"]["memcg"], cg.path.as_str(), "{v}");
     }
-    let all = tracer_json(&[
-        "explain",
-        "--all",
-        "--store",
-        store.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
-    for pid in &held {
-        let n = all
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|v| v["kill"]["victim"]["pid"] == *pid)
-            .count();
-        assert_eq!(n, 1, "pid {pid}: {all}");
-    }
+    assert_eq!(
+        disk.stored(&held),
+        vec![1; held.len()],
+        "each stored once: {held:?}"
+    );
 }
 
 #[test]

@@ -19,7 +19,8 @@ pub const RECENT_NS: i64 = 30_000_000_000;
 #[derive(Debug, Default)]
 pub struct KillBook {
     queued: Vec<KillRecord>,
-    recent: Vec<(i64, KillRecord)>,
+    /// By row id, which grows with each commit: oldest first.
+    recent: std::collections::BTreeMap<i64, KillRecord>,
 }
 
 impl KillBook {
@@ -45,7 +46,7 @@ impl KillBook {
 
     /// A kill was committed with row `id`.
     pub fn committed(&mut self, id: i64, rec: KillRecord) {
-        self.recent.push((id, rec));
+        self.recent.insert(id, rec);
     }
 
     /// Recently committed kills at or after `since_ns`, with their row ids,
@@ -59,18 +60,19 @@ impl KillBook {
 
     /// The record of a committed kill.
     pub fn get(&self, id: i64) -> Option<&KillRecord> {
-        self.recent.iter().find(|(i, _)| *i == id).map(|(_, r)| r)
+        self.recent.get(&id)
     }
 
     /// The kills moved to another store: committed ones to the rows of
     /// `ids` (old row, new row), every one to session `session_id`.
     pub fn moved(&mut self, ids: &std::collections::HashMap<i64, i64>, session_id: i64) {
-        for (id, rec) in &mut self.recent {
-            if let Some(&to) = ids.get(id) {
-                *id = to;
-            }
-            rec.session_id = Some(session_id);
-        }
+        self.recent = std::mem::take(&mut self.recent)
+            .into_iter()
+            .map(|(id, mut rec)| {
+                rec.session_id = Some(session_id);
+                (ids.get(&id).copied().unwrap_or(id), rec)
+            })
+            .collect();
         for rec in &mut self.queued {
             rec.session_id = Some(session_id);
         }
@@ -78,7 +80,7 @@ impl KillBook {
 
     /// Forgets committed kills older than [`RECENT_NS`].
     pub fn prune(&mut self, now_ns: i64) {
-        self.recent.retain(|(_, r)| now_ns - r.ts_ns < RECENT_NS);
+        self.recent.retain(|_, r| now_ns - r.ts_ns < RECENT_NS);
     }
 
     /// The OOM reaper started (or finished) on `pid` at `ts_ns`. Returns the
@@ -109,7 +111,7 @@ impl KillBook {
     pub fn awaiting_memory(&self) -> bool {
         self.queued
             .iter()
-            .chain(self.recent.iter().map(|(_, r)| r))
+            .chain(self.recent.values())
             .any(|r| r.victim.memory.source.is_none())
     }
 
@@ -151,9 +153,8 @@ impl KillBook {
         sampler: Option<&Sampler>,
         model: Option<&crate::model::ProcessTable>,
     ) -> Option<i64> {
-        let (i, report) =
-            reports.offer(report, self.recent.iter().map(|(_, r)| r), clock, now_ns)?;
-        let (id, rec) = &mut self.recent[i];
+        let (i, report) = reports.offer(report, self.recent.values(), clock, now_ns)?;
+        let (id, rec) = self.recent.iter_mut().nth(i)?;
         super::merge_report(rec, &report, sampler, model);
         Some(*id)
     }

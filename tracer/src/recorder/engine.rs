@@ -225,7 +225,7 @@ pub struct Engine {
     /// Where kills go while the store's file system is full.
     spill: super::spill::Spill,
     /// Kills re-enrichment changed, to store again (see `DIRTY_PER_TICK`).
-    dirty: Vec<i64>,
+    dirty: std::collections::BTreeSet<i64>,
 }
 
 impl Engine {
@@ -312,7 +312,7 @@ impl Engine {
             metrics: Arc::default(),
             exporters: Exporters::default(),
             spill: super::spill::Spill::new(crate::store::spill::DEFAULT_DIR.into(), None),
-            dirty: Vec::new(),
+            dirty: Default::default(),
         }
     }
 
@@ -493,6 +493,11 @@ impl Engine {
             self.summary.session_id = id;
         }
         self.kills.moved(&imported.kill_ids, self.session_id);
+        // Kills still to be stored again go to their new rows.
+        self.dirty = std::mem::take(&mut self.dirty)
+            .into_iter()
+            .map(|id| imported.kill_ids.get(&id).copied().unwrap_or(id))
+            .collect();
         for (id, rec) in &mut self.ooms_awaiting_nvml {
             if let Some(&to) = imported.gpu_oom_ids.get(id) {
                 *id = to;
@@ -1106,12 +1111,14 @@ impl Engine {
     }
 
     /// Stores again up to `n` kills that re-enrichment changed, oldest
-    /// change first, in one transaction.
+    /// kill first, in one transaction.
     fn write_dirty(&mut self, n: usize) -> Result<(), StoreError> {
         if self.dirty.is_empty() {
             return Ok(());
         }
-        let ids: Vec<i64> = self.dirty.drain(..n.min(self.dirty.len())).collect();
+        let ids: Vec<i64> = std::iter::from_fn(|| self.dirty.pop_first())
+            .take(n)
+            .collect();
         let kills = &self.kills;
         self.store
             .update_kills(ids.iter().filter_map(|&id| Some((id, kills.get(id)?))))
@@ -1822,7 +1829,7 @@ impl Engine {
                 self.dirty.len()
             );
         }
-        self.spill.close(wall_now_ns());
+        self.spill.close(self.kills.queued(), wall_now_ns());
         if self.spill.home().is_some() {
             tracing::warn!(
                 "the store's file system is still full: this session is kept in the spill store {}, which the next start imports",
@@ -1886,11 +1893,11 @@ fn store_changed(
 }
 
 /// Runs `enricher` again over the kills committed since `since_ns` and
-/// stores those whose `part` it changed (what it adds may come after the
-/// kill's commit).
+/// marks those whose `part` it changed in `dirty`, to be stored again by
+/// `write_dirty` (what it adds may come after the kill's commit).
 fn re_enrich<P: PartialEq>(
     kills: &mut KillBook,
-    dirty: &mut Vec<i64>,
+    dirty: &mut std::collections::BTreeSet<i64>,
     enricher: &dyn KillEnricher,
     since_ns: i64,
     part: impl Fn(&KillRecord) -> P,
@@ -1898,8 +1905,8 @@ fn re_enrich<P: PartialEq>(
     for (id, rec) in kills.recent_since(since_ns) {
         let before = part(rec);
         enricher.enrich(rec);
-        if part(rec) != before && !dirty.contains(&id) {
-            dirty.push(id);
+        if part(rec) != before {
+            dirty.insert(id);
         }
     }
 }

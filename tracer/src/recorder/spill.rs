@@ -34,6 +34,9 @@ pub struct Spill {
     checkpointer: Option<Checkpointer>,
     /// The store's lock, once back home.
     lock: Option<StoreLock>,
+    /// Whether a failed way home was said at warning level (once; it is
+    /// tried again each tick).
+    said: bool,
 }
 
 impl Spill {
@@ -47,6 +50,7 @@ impl Spill {
             copied: HashSet::new(),
             checkpointer: None,
             lock: None,
+            said: false,
         }
     }
 
@@ -69,12 +73,8 @@ impl Spill {
         kills: &[KillRecord],
         now_ns: i64,
     ) -> Result<usize, StoreError> {
-        let new: Vec<KillRecord> = kills
-            .iter()
-            .filter(|k| !self.copied.contains(&(k.ts_ns, k.victim.pid)))
-            .cloned()
-            .collect();
-        if new.is_empty() {
+        let is_new = |k: &&KillRecord| !self.copied.contains(&(k.ts_ns, k.victim.pid));
+        if !kills.iter().any(|k| is_new(&k)) {
             return Ok(0);
         }
         if self.side.is_none() {
@@ -83,11 +83,12 @@ impl Spill {
             self.side = Some((side, session));
         }
         let (side, session) = self.side.as_mut().expect("made above");
-        let new: Vec<KillRecord> = new
-            .into_iter()
-            .map(|mut k| {
-                k.session_id = Some(*session);
-                k
+        let new: Vec<KillRecord> = kills
+            .iter()
+            .filter(is_new)
+            .map(|k| KillRecord {
+                session_id: Some(*session),
+                ..k.clone()
             })
             .collect();
         side.insert_kills(&new, &[], now_ns)?;
@@ -110,16 +111,15 @@ impl Spill {
         }
     }
 
-    /// The recorder stops: the copies stay for the next start to import,
-    /// with their session ended.
-    pub fn close(&mut self, now_ns: i64) {
+    /// The recorder stops with `held` kills the store has not taken: their
+    /// copies stay for the next start to import, with their session ended.
+    pub fn close(&mut self, held: usize, now_ns: i64) {
         if let Some((side, session)) = self.side.take() {
             if let Err(e) = side.end_session(session, now_ns) {
                 tracing::debug!("ending the spill store's session: {e}");
             }
             tracing::warn!(
-                "{} kill(s) the store's file system had no room for are kept in {}: the next start imports them",
-                self.copied.len(),
+                "{held} kill(s) the store's file system had no room for are kept in {}: the next start imports them",
                 side.path().display()
             );
         }
@@ -133,17 +133,24 @@ impl Spill {
         if !crate::store::has_room_for(&home.path) {
             return None;
         }
-        let mut store = match Store::open_rw_held(&home.path, true) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::debug!("the store cannot be opened yet: {e}");
+        let tried = Store::open_rw_held(&home.path, true)
+            .map_err(|e| format!("the store {} cannot be opened: {e}", home.path.display()))
+            .and_then(|mut store| match store.import_spill(current.path()) {
+                Ok(i) => Ok((store, i)),
+                Err(e) => Err(format!(
+                    "the spill store {} cannot be imported: {e}",
+                    current.path().display()
+                )),
+            });
+        let (store, imported) = match tried {
+            Ok(t) => t,
+            Err(e) if self.said => {
+                tracing::debug!("{e}; tried again each second");
                 return None;
             }
-        };
-        let imported = match store.import_spill(current.path()) {
-            Ok(i) => i,
             Err(e) => {
-                tracing::debug!("the spill store cannot be imported yet: {e}");
+                self.said = true;
+                tracing::warn!("{e}; recording goes on there, tried again each second");
                 return None;
             }
         };

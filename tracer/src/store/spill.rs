@@ -272,117 +272,105 @@ fn remap_session(record: &str, sessions: &HashMap<i64, i64>) -> String {
     v.to_string()
 }
 
+/// Kills: one the store already has (its victim's pid within
+/// [`JOIN_WINDOW_NS`] of it: the recorder wrote it home after its copy) is
+/// not added again.
 fn import_kills(tx: &rusqlite::Transaction, out: &mut Imported) -> Result<(), StoreError> {
-    let e = || sql("import spill kills");
-    type Row = (i64, i64, i64, String, String, Option<i64>, i64, String);
-    let rows: Vec<Row> = tx
-        .prepare(
-            "SELECT id, ts_ns, pid, comm, killer, session_id, committed_ns, record
-             FROM spill.kills ORDER BY id",
-        )
-        .and_then(|mut st| {
-            st.query_map([], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get(6)?,
-                    r.get(7)?,
-                ))
-            })?
-            .collect()
-        })
-        .map_err(e())?;
-    for (id, ts, pid, comm, killer, session, committed, record) in rows {
-        let known: Option<i64> = tx
-            .query_row(
-                "SELECT id FROM main.kills WHERE pid = ?2 AND ts_ns BETWEEN ?1 - ?3 AND ?1 + ?3
-                 ORDER BY abs(ts_ns - ?1) LIMIT 1",
-                params![ts, pid, JOIN_WINDOW_NS],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(e())?;
-        let to = match known {
-            Some(to) => {
-                out.known += 1;
-                to
-            }
-            None => {
-                let session = session.map(|s| out.session_ids.get(&s).copied().unwrap_or(s));
-                tx.execute(
-                    "INSERT INTO main.kills (ts_ns, pid, comm, killer, session_id, committed_ns, record)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                    params![ts, pid, comm, killer, session, committed, remap_session(&record, &out.session_ids)],
-                )
-                .map_err(e())?;
-                out.kills += 1;
-                tx.last_insert_rowid()
-            }
-        };
-        out.kill_ids.insert(id, to);
-    }
+    let moved = move_rows(
+        tx,
+        &out.session_ids,
+        "kills",
+        &["ts_ns", "pid", "comm", "killer", "committed_ns"],
+        &format!(
+            "m.pid = s.pid AND m.ts_ns BETWEEN s.ts_ns - {JOIN_WINDOW_NS} AND s.ts_ns + {JOIN_WINDOW_NS}
+             ORDER BY abs(m.ts_ns - s.ts_ns)"
+        ),
+    )?;
+    out.kills = moved.added;
+    out.known = moved.ids.len() - moved.added;
+    out.kill_ids = moved.ids;
     Ok(())
 }
 
+/// GPU OOMs: one of the same time, pid and device is the same.
 fn import_gpu_ooms(tx: &rusqlite::Transaction, out: &mut Imported) -> Result<(), StoreError> {
-    let e = || sql("import spill gpu ooms");
-    type Row = (i64, i64, i64, String, i64, Option<i64>, String);
-    let rows: Vec<Row> = tx
-        .prepare(
-            "SELECT id, ts_ns, pid, comm, device, session_id, record FROM spill.gpu_ooms ORDER BY id",
-        )
+    let moved = move_rows(
+        tx,
+        &out.session_ids,
+        "gpu_ooms",
+        &["ts_ns", "pid", "comm", "device"],
+        "m.ts_ns = s.ts_ns AND m.pid = s.pid AND m.device = s.device",
+    )?;
+    out.gpu_ooms = moved.added;
+    out.gpu_oom_ids = moved.ids;
+    Ok(())
+}
+
+/// What [`move_rows`] did.
+struct Moved {
+    /// Each row's id in the spill store, and its id in the store.
+    ids: HashMap<i64, i64>,
+    /// Rows added (the rest the store had).
+    added: usize,
+}
+
+/// Moves the rows of `table` (its `cols`, a `session_id` and a JSON
+/// `record`) from the attached spill store into the store, oldest first. A
+/// row for which `same` (SQL over `m`, a row of the store, and `s`, the
+/// spill store's row; it may end in ORDER BY) finds one is not added again.
+/// Session ids, in the column and in the record, become the store's.
+fn move_rows(
+    tx: &rusqlite::Transaction,
+    sessions: &HashMap<i64, i64>,
+    table: &str,
+    cols: &[&str],
+    same: &str,
+) -> Result<Moved, StoreError> {
+    let e = || sql("import spill rows");
+    let rows: Vec<(i64, Option<i64>, String)> = tx
+        .prepare(&format!(
+            "SELECT id, session_id, record FROM spill.{table} ORDER BY id"
+        ))
         .and_then(|mut st| {
-            st.query_map([], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get(6)?,
-                ))
-            })?
-            .collect()
+            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect()
         })
         .map_err(e())?;
-    for (id, ts, pid, comm, device, session, record) in rows {
-        let known: Option<i64> = tx
-            .query_row(
-                "SELECT id FROM main.gpu_ooms WHERE ts_ns = ?1 AND pid = ?2 AND device = ?3",
-                params![ts, pid, device],
-                |r| r.get(0),
-            )
+    let mut known = tx
+        .prepare(&format!(
+            "SELECT m.id FROM main.{table} m, spill.{table} s WHERE s.id = ?1 AND {same} LIMIT 1"
+        ))
+        .map_err(e())?;
+    let cols = cols.join(", ");
+    let mut insert = tx
+        .prepare(&format!(
+            "INSERT INTO main.{table} ({cols}, session_id, record)
+             SELECT {cols}, ?2, ?3 FROM spill.{table} WHERE id = ?1"
+        ))
+        .map_err(e())?;
+    let mut out = Moved {
+        ids: HashMap::new(),
+        added: 0,
+    };
+    for (id, session, record) in rows {
+        let to = match known
+            .query_row([id], |r| r.get(0))
             .optional()
-            .map_err(e())?;
-        let to = match known {
+            .map_err(e())?
+        {
             Some(to) => to,
             None => {
-                let session = session.map(|s| out.session_ids.get(&s).copied().unwrap_or(s));
-                tx.execute(
-                    "INSERT INTO main.gpu_ooms (ts_ns, pid, comm, device, session_id, record)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                    params![
-                        ts,
-                        pid,
-                        comm,
-                        device,
-                        session,
-                        remap_session(&record, &out.session_ids)
-                    ],
-                )
-                .map_err(e())?;
-                out.gpu_ooms += 1;
+                let session = session.map(|s| sessions.get(&s).copied().unwrap_or(s));
+                insert
+                    .execute(params![id, session, remap_session(&record, sessions)])
+                    .map_err(e())?;
+                out.added += 1;
                 tx.last_insert_rowid()
             }
         };
-        out.gpu_oom_ids.insert(id, to);
+        out.ids.insert(id, to);
     }
-    Ok(())
+    Ok(out)
 }
 
 #[cfg(test)]
