@@ -156,10 +156,30 @@ fn kills_in(
         .map(|r| {
             let clock = Clock::fixed(0, r.mono_to_wall_ns.unwrap_or(0));
             let mut k = kill_from_report(&r.report, &clock, None);
+            // Live, no header means the kernel rate-limited it; in a saved
+            // log it may just not be in the paste.
+            for g in &mut k.gaps {
+                if let Gap::Note(n) = g
+                    && let Some(rest) = n.strip_prefix(crate::correlate::NO_HEADER)
+                {
+                    *n = format!("this log holds no OOM header for this kill (it starts after it, was filtered, or the kernel rate-limited it){rest}");
+                }
+            }
+            if r.report.chosen_only {
+                k.gaps.push(Gap::Note(format!(
+                    "the log has the kernel's choice of this victim (Kill process {} ... or sacrifice child) but not its Killed process line: the kernel may have killed one of its children instead",
+                    r.report.killed.pid
+                )));
+            }
             if r.time_unreadable {
                 k.time_unreadable = true;
                 k.gaps.push(Gap::Note(
                     "the log's time stamp of this kill is out of range and cannot be read: its time is not known".into(),
+                ));
+            } else if r.untimed {
+                k.time_unreadable = true;
+                k.gaps.push(Gap::Note(
+                    "the log's lines of this kill have no time stamp: its time is not known".into(),
                 ));
             } else if r.mono_to_wall_ns.is_none() {
                 k.gaps.push(Gap::Note(format!(

@@ -133,6 +133,11 @@ pub struct KilledProcess {
     pub oom_score_adj: Option<i32>,
     /// The line said `Memory cgroup out of memory` (vs. `Out of memory`).
     pub memcg: bool,
+    /// The line said neither (RHEL 6 and older print `Killed process N`
+    /// alone, after a line of the kernel's choice that says which): the
+    /// constraint is not on it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bare: bool,
 }
 
 /// The `oom-kill:` summary line.
@@ -239,9 +244,22 @@ pub struct OomReport {
     /// the one whose limit was hit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_in: Option<(String, String)>,
+    /// The log holds the kernel's choice of this victim (`Kill process N
+    /// ... or sacrifice child`) but not its `Killed process` line: the
+    /// kernel may have killed one of its children instead.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub chosen_only: bool,
 }
 
 impl OomReport {
+    /// The constraint, when the report says it: from the summary, the
+    /// `Task in` line or the kill line (or the line of the kernel's choice
+    /// before it); None for a bare `Killed process` line alone.
+    pub fn known_constraint(&self) -> Option<&str> {
+        (self.summary.is_some() || self.task_in.is_some() || !self.killed.bare)
+            .then(|| self.constraint())
+    }
+
     /// The constraint, from the summary or, without one, from the kill line.
     pub fn constraint(&self) -> &str {
         match &self.summary {
@@ -403,6 +421,13 @@ pub struct Assembler {
     /// line (`Memory cgroup out of memory: Kill process N ... or sacrifice
     /// child`), not on the kill line itself.
     memcg_kill: bool,
+    /// Whether the kernel's choice (`Kill process N (comm) score S or
+    /// sacrifice child`) is a kill when its `Killed process` line never
+    /// comes: in a saved log that was cut or grep-filtered, it is the one
+    /// sign of the kill left. Never live, where the kill line follows.
+    keep_chosen: bool,
+    /// That choice, while its kill line is awaited, with its time.
+    chosen: Option<(KilledProcess, u64)>,
 }
 
 impl Default for Assembler {
@@ -414,6 +439,8 @@ impl Default for Assembler {
             columns: Vec::new(),
             group: None,
             memcg_kill: false,
+            keep_chosen: false,
+            chosen: None,
         }
     }
 }
@@ -462,6 +489,44 @@ fn keep_task_rows(rows: &mut Vec<TaskRow>, keep: usize) -> u64 {
 const MAX_REPORT_SPAN_US: u64 = 10_000_000;
 
 impl Assembler {
+    /// An assembler for a saved log, where the kernel's choice of a victim
+    /// whose `Killed process` line is not in the log still makes a kill.
+    pub fn for_saved_log() -> Self {
+        Self {
+            keep_chosen: true,
+            ..Self::default()
+        }
+    }
+
+    /// The end of a saved log: a choice whose kill line never came.
+    pub fn finish(&mut self) -> Option<Box<OomReport>> {
+        let (k, ts) = self.chosen.take()?;
+        match self.chosen_report(k, ts) {
+            KmsgEvent::Report(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The report of a kill known only by the kernel's choice.
+    fn chosen_report(&mut self, k: KilledProcess, ts_us: u64) -> KmsgEvent {
+        let mut report = std::mem::take(&mut self.current);
+        let fresh = self
+            .started_us
+            .is_some_and(|s| ts_us.saturating_sub(s) <= MAX_REPORT_SPAN_US);
+        if !fresh {
+            report = OomReport::default();
+        }
+        report.tasks_omitted += keep_task_rows(&mut report.tasks, MAX_TASK_ROWS);
+        report.ts_us = ts_us;
+        report.killed = k;
+        report.chosen_only = true;
+        *self = Self {
+            keep_chosen: self.keep_chosen,
+            ..Self::default()
+        };
+        KmsgEvent::Report(Box::new(report))
+    }
+
     /// Feeds one record; returns a report when its `Killed process` line arrives.
     pub fn push(&mut self, rec: &KmsgRecord) -> Option<KmsgEvent> {
         if rec.facility != 0 {
@@ -490,9 +555,13 @@ impl Assembler {
         }
         // Kernels before 5.0 name a memcg kill on this line, which the
         // kernel prints even when it rate-limits the header.
-        if text.starts_with("Memory cgroup out of memory: Kill process ") {
-            self.memcg_kill = true;
-            return None;
+        if let Some(mut k) = parse_chosen(text) {
+            self.memcg_kill |= k.memcg;
+            k.memcg = self.memcg_kill;
+            let before = self.chosen.replace((k, rec.ts_us));
+            return before
+                .filter(|_| self.keep_chosen)
+                .map(|(k, ts)| self.chosen_report(k, ts));
         }
         // A group kill's members follow its announcement at once: any
         // other line ends it.
@@ -500,7 +569,15 @@ impl Assembler {
             self.group = None;
         }
         if let Some((comm, rest)) = text.split_once(" invoked oom-killer: ") {
-            *self = Self::default();
+            let pending = self
+                .chosen
+                .take()
+                .filter(|_| self.keep_chosen)
+                .map(|(k, ts)| self.chosen_report(k, ts));
+            *self = Self {
+                keep_chosen: self.keep_chosen,
+                ..Self::default()
+            };
             self.started_us = Some(rec.ts_us);
             self.current.trigger_comm = Some(comm.to_string());
             for (k, v) in rest.split(", ").filter_map(|kv| kv.split_once('=')) {
@@ -510,9 +587,13 @@ impl Assembler {
                     _ => {}
                 }
             }
-            return None;
+            return pending;
         }
         if let Some(mut k) = parse_killed(text) {
+            // The line of the kernel's choice before it says the constraint.
+            if self.chosen.take().is_some_and(|(c, _)| !c.bare) {
+                k.bare = false;
+            }
             k.memcg |= self.memcg_kill;
             let mut report = std::mem::take(&mut self.current);
             let fresh = self
@@ -532,9 +613,16 @@ impl Assembler {
             report.oom_group = group.as_ref().map(|(g, _)| g.clone());
             *self = Self {
                 group,
+                keep_chosen: self.keep_chosen,
                 ..Self::default()
             };
             return Some(KmsgEvent::Report(Box::new(report)));
+        }
+        // A summary line whose header is not in a saved log (a paste that
+        // starts after it, a grep): the kill line that follows, if of its
+        // pid, takes it.
+        if self.keep_chosen && self.started_us.is_none() && text.starts_with("oom-kill:") {
+            self.started_us = Some(rec.ts_us);
         }
         // Lines of a report only count after its header.
         self.started_us?;
@@ -649,7 +737,7 @@ fn parse_counter(s: &str) -> Option<MemcgCounter> {
 /// `constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,
 /// oom_memcg=/x,task_memcg=/x,task=python3,pid=3129,uid=0`. Parsed from
 /// both ends, since `mems_allowed` and a task name may contain commas.
-fn parse_summary(s: &str) -> Option<OomSummary> {
+pub(crate) fn parse_summary(s: &str) -> Option<OomSummary> {
     let (rest, uid) = match s.rsplit_once(",uid=") {
         Some((r, u)) => (r, u.parse().ok()),
         None => (s, None),
@@ -676,29 +764,82 @@ fn parse_summary(s: &str) -> Option<OomSummary> {
     })
 }
 
+/// The kernel's choice before 5.0: `[Memory cgroup out of memory: |Out of
+/// memory: ]Kill process 3129 (python3) score 933 or sacrifice child` (`kill
+/// process N (comm) score S or a child` before 2.6.36).
+fn parse_chosen(text: &str) -> Option<KilledProcess> {
+    let at = text
+        .find("Kill process ")
+        .or_else(|| text.find("kill process "))?;
+    let rest = &text[at + "Kill process ".len()..];
+    let (pid, rest) = rest.split_once(' ')?;
+    let rest = rest.strip_prefix('(')?;
+    let close = rest.rfind(") score")?;
+    Some(KilledProcess {
+        pid: pid.parse().ok()?,
+        comm: rest[..close].to_string(),
+        memcg: text[..at].contains("Memory cgroup"),
+        bare: !said_out_of_memory(&text[..at]),
+        ..Default::default()
+    })
+}
+
+/// Whether the text before `Kill(ed) process` names the OOM that killed.
+fn said_out_of_memory(before: &str) -> bool {
+    let b = before.to_ascii_lowercase();
+    b.contains("out of memory")
+}
+
 /// `[Memory cgroup out of memory: |Out of memory: ]Killed process 3129
 /// (python3) total-vm:75160kB, anon-rss:65152kB, file-rss:2648kB,
 /// shmem-rss:0kB, UID:0 pgtables:188kB oom_score_adj:0`
 fn parse_killed(text: &str) -> Option<KilledProcess> {
-    let at = text.find("Killed process ")?;
+    // OpenVZ kernels: `Out of memory in UB 1234: OOM killed process 21738
+    // (php-cgi) score 0 vm:281988kB, rss:17004kB, swap:0kB` (a container's
+    // limit, not a constraint mainline names).
+    let at = text
+        .find("Killed process ")
+        .or_else(|| text.find("OOM killed process ").map(|i| i + 4))?;
     let rest = &text[at + "Killed process ".len()..];
     let (pid, rest) = rest.split_once(' ')?;
-    let rest = rest.strip_prefix('(')?;
-    let close = rest.rfind(") total-vm").or_else(|| rest.rfind(')'))?;
+    // RHEL 6 and older: `Killed process 29591, UID 500, (python2.7) ...`.
+    let mut uid = None;
+    let mut rest = rest.trim_start();
+    if let Some(r) = rest.strip_prefix("UID ") {
+        let (u, r) = r.split_once([',', ' '])?;
+        uid = u.parse().ok();
+        rest = r.trim_start_matches([',', ' ']);
+    }
+    let (comm, after) = match rest.strip_prefix('(') {
+        Some(r) => {
+            let close = r.rfind(") total-vm").or_else(|| r.rfind(')'))?;
+            (&r[..close], &r[close + 1..])
+        }
+        // RHEL 5 prints the name bare: `Killed process 7919, UID 504 oracle`.
+        None if uid.is_some() => rest.split_once(' ').unwrap_or((rest, "")),
+        None => return None,
+    };
     let mut k = KilledProcess {
-        pid: pid.parse().ok()?,
-        comm: rest[..close].to_string(),
+        pid: pid.trim_end_matches(',').parse().ok()?,
+        comm: comm.to_string(),
         memcg: text[..at].contains("Memory cgroup"),
+        bare: !said_out_of_memory(&text[..at]) || text[..at].contains(" in UB "),
+        uid,
         ..Default::default()
     };
-    for kv in rest[close + 1..]
-        .split([',', ' '])
-        .filter(|s| !s.is_empty())
-    {
+    let mut words = after.split([',', ' ']).filter(|s| !s.is_empty()).peekable();
+    while let Some(kv) = words.next() {
+        // `(comm), UID 0, total-vm:...`
+        if kv == "UID" {
+            k.uid = words.next().and_then(|v| v.parse().ok());
+            continue;
+        }
         let Some((key, v)) = kv.split_once(':') else {
             continue;
         };
-        let kb = || v.trim_end_matches("kB").parse::<u64>().ok();
+        // Only a whole `NkB`: a number damaged in a paste
+        // (`anon-rss:153,700,88kB`) is not read as a value.
+        let kb = || v.strip_suffix("kB")?.parse::<u64>().ok();
         match key {
             "total-vm" => k.total_vm_kb = kb(),
             "anon-rss" => k.anon_rss_kb = kb(),

@@ -33,6 +33,9 @@ pub struct LogLine {
     /// of range: a year 2218, a boot 10^14 s long, a 25th hour): the line
     /// counts, its time is not known.
     pub unreadable: bool,
+    /// Whether it has no time stamp at all (bare kernel text, `kernel:
+    /// text`): it counts, at the time of the line before it.
+    pub untimed: bool,
     /// The message.
     pub text: String,
 }
@@ -50,6 +53,8 @@ pub struct LogReport {
     /// Whether the stamp of its kill line could not be read (then its
     /// stamps are the last readable ones before it on that host, or 0).
     pub time_unreadable: bool,
+    /// Whether its kill line had no stamp at all (bare kernel text).
+    pub untimed: bool,
 }
 
 /// The longest line put back together from wrapped pieces: printk cuts a
@@ -66,8 +71,148 @@ const MAX_UPTIME_S: u64 = 100 * 366 * 86_400;
 /// Years a wall-time stamp may say.
 const YEARS: std::ops::RangeInclusive<i64> = 1970..=2200;
 
-const MONTHS: [&str; 12] = [
-    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+/// Month names as `dmesg -T`, syslog and the journal write them in the
+/// locales people paste from (English, German, French, Spanish, Italian,
+/// Portuguese, Dutch, Russian), short and long, lower case and without a
+/// final dot; one word never names two months.
+const MONTHS: [&[&str]; 12] = [
+    &[
+        "jan",
+        "january",
+        "januar",
+        "janv",
+        "janvier",
+        "ene",
+        "enero",
+        "gen",
+        "gennaio",
+        "janeiro",
+        "januari",
+        "янв",
+        "января",
+        "январь",
+    ],
+    &[
+        "feb",
+        "february",
+        "februar",
+        "févr",
+        "fevr",
+        "février",
+        "febrero",
+        "febbraio",
+        "fev",
+        "fevereiro",
+        "februari",
+        "фев",
+        "февраля",
+        "февраль",
+    ],
+    &[
+        "mar",
+        "march",
+        "mär",
+        "mrz",
+        "märz",
+        "mars",
+        "marzo",
+        "março",
+        "mrt",
+        "maart",
+        "мар",
+        "марта",
+        "март",
+    ],
+    &[
+        "apr",
+        "april",
+        "avr",
+        "avril",
+        "abr",
+        "abril",
+        "aprile",
+        "апр",
+        "апреля",
+        "апрель",
+    ],
+    &[
+        "may", "mai", "mayo", "mag", "maggio", "maio", "mei", "мая", "май",
+    ],
+    &[
+        "jun", "june", "juni", "juin", "junio", "giu", "giugno", "junho", "июн", "июня", "июнь",
+    ],
+    &[
+        "jul", "july", "juli", "juil", "juillet", "julio", "lug", "luglio", "julho", "июл", "июля",
+        "июль",
+    ],
+    &[
+        "aug",
+        "august",
+        "août",
+        "aout",
+        "ago",
+        "agosto",
+        "augustus",
+        "авг",
+        "августа",
+        "август",
+    ],
+    &[
+        "sep",
+        "sept",
+        "september",
+        "septembre",
+        "septiembre",
+        "set",
+        "settembre",
+        "setembro",
+        "сен",
+        "сент",
+        "сентября",
+        "сентябрь",
+    ],
+    &[
+        "oct",
+        "october",
+        "okt",
+        "oktober",
+        "octobre",
+        "octubre",
+        "ott",
+        "ottobre",
+        "out",
+        "outubro",
+        "окт",
+        "октября",
+        "октябрь",
+    ],
+    &[
+        "nov",
+        "november",
+        "novembre",
+        "noviembre",
+        "novembro",
+        "ноя",
+        "нояб",
+        "ноября",
+        "ноябрь",
+    ],
+    &[
+        "dec",
+        "december",
+        "dez",
+        "dezember",
+        "déc",
+        "decembre",
+        "décembre",
+        "dic",
+        "diciembre",
+        "dicembre",
+        "dezembro",
+        "дек",
+        "декабря",
+        "декабрь",
+    ],
 ];
 
 /// Days since 1970-01-01 of a civil date (proleptic Gregorian).
@@ -99,8 +244,17 @@ fn wall(
     )
 }
 
+/// A month's number from its name in any of [`MONTHS`]' locales, or from
+/// `N月` (Chinese, Japanese).
 fn month(name: &str) -> Option<i64> {
-    MONTHS.iter().position(|m| *m == name).map(|i| i as i64 + 1)
+    if let Some(n) = name.strip_suffix('月') {
+        return n.parse().ok().filter(|m| (1..=12).contains(m));
+    }
+    let name = name.trim_end_matches('.').to_lowercase();
+    MONTHS
+        .iter()
+        .position(|names| names.contains(&name.as_str()))
+        .map(|i| i as i64 + 1)
 }
 
 /// `HH:MM:SS` -> seconds of the day.
@@ -136,13 +290,6 @@ fn mono_prefix(s: &str) -> Option<(Stamp<u64>, &str)> {
     let inner = s.strip_prefix('[')?;
     let (stamp, rest) = inner.split_once(']')?;
     Some((seconds_us(stamp)?, rest.strip_prefix(' ').unwrap_or(rest)))
-}
-
-/// `host kernel: text` -> (host, text).
-fn host_kernel(s: &str) -> Option<(String, &str)> {
-    let (host, rest) = s.split_once(' ')?;
-    let text = rest.strip_prefix("kernel: ")?;
-    Some((host.to_string(), text))
 }
 
 /// `2025-03-03T10:00:00[.123456][Z|+0000|+00:00]` -> wall ns;
@@ -198,33 +345,35 @@ pub fn parse_line(line: &str, year: i64) -> Option<LogLine> {
             wall_ns: None,
             kernel: rec.facility == 0,
             unreadable: false,
+            untimed: false,
             text: rec.text,
         });
     }
     // dmesg, and journalctl -o short-monotonic (`[ 1.2] host kernel: text`).
     if let Some((us, rest)) = mono_prefix(line) {
-        let (host, text) = match host_kernel(rest) {
-            Some((h, t)) => (Some(h), t),
-            None => (None, rest),
-        };
+        let (host, text) = after_stamp(rest).unwrap_or((None, rest));
         return Some(LogLine {
             host,
             mono_us: us,
             wall_ns: None,
             kernel: true,
             unreadable: us.is_none(),
+            untimed: false,
             text: text.to_string(),
         });
     }
-    // dmesg -T: `[Mon Mar  3 10:00:00 2025] text`.
+    // dmesg -T: `[Mon Mar  3 10:00:00 2025] text`, names in any locale.
     if let Some(inner) = line.strip_prefix('[')
         && let Some((stamp, rest)) = inner.split_once(']')
     {
         let w: Vec<&str> = stamp.split_whitespace().collect();
-        if let [_, mon, day, time, year] = w[..] {
-            let mon = month(mon)?;
+        if let [_, a, b, time, year] = w[..] {
+            let (mon, day) = match (month(a), b.parse::<i64>()) {
+                (Some(m), Ok(d)) => (m, d),
+                _ => (month(b)?, a.trim_end_matches('.').parse().ok()?),
+            };
             let time = hms_shaped(time)?;
-            let (year, day) = (year.parse::<i64>().ok()?, day.parse::<i64>().ok()?);
+            let year = year.parse::<i64>().ok()?;
             let wall_ns = time.and_then(|t| wall((year, mon, day), t, 0, 0));
             return Some(LogLine {
                 host: None,
@@ -232,28 +381,361 @@ pub fn parse_line(line: &str, year: i64) -> Option<LogLine> {
                 wall_ns,
                 kernel: true,
                 unreadable: wall_ns.is_none(),
+                untimed: false,
                 text: rest.strip_prefix(' ').unwrap_or(rest).to_string(),
             });
         }
         return None;
     }
-    // journalctl short-iso / short-precise-iso, RFC 3339 syslog:
-    // `2025-03-03T10:00:00+0000 host kernel: text`.
+    // journalctl short-iso / short-precise-iso, RFC 3339 syslog
+    // (`2025-03-03T10:00:00+0000 host kernel: text`), and `dmesg
+    // --time-format iso` (no host: `2025-03-03T10:00:00,123456+00:00 text`).
     if line.as_bytes().first().is_some_and(u8::is_ascii_digit) {
         let (stamp, rest) = line.split_once(' ')?;
         let wall_ns = iso(stamp)?;
-        let (host, text) = host_kernel(rest)?;
-        return Some(with_mono(Some(host), wall_ns, text));
+        let rest = rest.trim_start();
+        let (host, text) = match after_stamp(rest) {
+            Some(ht) => ht,
+            // A console's or collector's prefix before the kernel's stamp
+            // (`In(05) vcpu-5 - Guest: <6>[ 1.5] text`).
+            None if let Some(at) = mono_stamp_at(rest, 1) => (None, &rest[at..]),
+            None if !program_line(rest) => (None, rest),
+            None => return None,
+        };
+        return Some(with_mono(host, wall_ns, text));
     }
-    // syslog, kern.log, journalctl short: `Mar  3 10:00:00 host kernel: text`.
-    let mon = month(line.get(..3)?)?;
-    let rest = line[3..].trim_start();
-    let (day, rest) = rest.split_once(' ')?;
-    let (time, rest) = rest.trim_start().split_once(' ')?;
-    let day = day.parse::<i64>().ok()?;
-    let wall_ns = hms_shaped(time)?.and_then(|t| wall((year, mon, day), t, 0, 0));
-    let (host, text) = host_kernel(rest)?;
-    Some(with_mono(Some(host), wall_ns, text))
+    // syslog, kern.log, journalctl short and short-precise, OpenWrt's
+    // logread: `[Www ]Mar  3 10:00:00[.123456][ YYYY] [host ]kernel: text`.
+    let (first, mut rest) = word(line)?;
+    let mon = match month(first) {
+        Some(m) => m,
+        // A weekday first (logread).
+        None if first.chars().all(char::is_alphabetic) && first.chars().count() <= 9 => {
+            let (w, r) = word(rest)?;
+            rest = r;
+            month(w)?
+        }
+        None => return None,
+    };
+    let (day, r) = word(rest)?;
+    let day = day.trim_end_matches([',', '.']).parse::<i64>().ok()?;
+    let (time, r) = word(r)?;
+    let (clock, frac) = time.split_once('.').unwrap_or((time, ""));
+    let frac_ns: i64 = match frac {
+        "" => 0,
+        f if f.len() <= 9 && f.bytes().all(|c| c.is_ascii_digit()) => {
+            format!("{f:0<9}").parse().ok()?
+        }
+        _ => return None,
+    };
+    let t = hms_shaped(clock)?;
+    let (mut year, mut rest) = (year, r);
+    if let Some((y, r)) = word(rest)
+        && y.len() == 4
+        && let Ok(y) = y.parse::<i64>()
+    {
+        (year, rest) = (y, r);
+    }
+    let wall_ns = t.and_then(|t| wall((year, mon, day), t, frac_ns, 0));
+    let (host, text) = after_stamp(rest)?;
+    Some(with_mono(host, wall_ns, text))
+}
+
+/// The first word of `s` (after leading blanks) and what follows it.
+fn word(s: &str) -> Option<(&str, &str)> {
+    let s = s.trim_start();
+    let end = s.find(char::is_whitespace).unwrap_or(s.len());
+    (end > 0).then(|| s.split_at(end))
+}
+
+/// What follows a syslog or journal stamp: `host kernel: text`,
+/// `kernel: text` (no host), `kern.warn kernel: text` (logread) ->
+/// (host, text); None for a line of another program.
+fn after_stamp(rest: &str) -> Option<(Option<String>, &str)> {
+    let rest = rest.trim_start();
+    if let Some(t) = rest.strip_prefix("kernel:") {
+        return Some((None, t.strip_prefix(' ').unwrap_or(t)));
+    }
+    let (first, after) = word(rest)?;
+    if first.starts_with("kern.") {
+        return after_stamp(after).map(|(_, t)| (None, t));
+    }
+    let after = after.trim_start();
+    let after = match word(after) {
+        Some((w, a)) if w.starts_with("kern.") => a.trim_start(),
+        _ => after,
+    };
+    let t = after.strip_prefix("kernel:")?;
+    Some((Some(first.to_string()), t.strip_prefix(' ').unwrap_or(t)))
+}
+
+/// Whether text after a stamp is another program's syslog line
+/// (`host sshd[99]: ...`, `host systemd: ...`).
+fn program_line(rest: &str) -> bool {
+    let mut w = rest.split_whitespace();
+    let (Some(host), Some(prog)) = (w.next(), w.next()) else {
+        return false;
+    };
+    !host.ends_with(':')
+        && prog.ends_with(':')
+        && prog[..prog.len() - 1]
+            .chars()
+            .all(|c| c.is_alphanumeric() || "-_.[]@/".contains(c))
+}
+
+/// Parses one piece of a pasted line: [`parse_line`] once what pasting
+/// added is taken off (quote marks, list markers, code fences and
+/// backticks, table cells, a printk level, `kernel:`; and, when a stamped
+/// line follows them, a line number, grep's file name or a console's
+/// prefix), else the bare text of a kernel message, without a time.
+pub fn parse_pasted(piece: &str, year: i64) -> Option<LogLine> {
+    // A code fence or backtick closed at the end of a message is no part
+    // of it.
+    let mut s = piece.trim().trim_end_matches('`').trim_end();
+    for _ in 0..8 {
+        if let Some(l) = parse_line(s, year) {
+            return Some(l);
+        }
+        let stamped = [after_line_number(s), after_file_name(s), from_mono_stamp(s)]
+            .into_iter()
+            .flatten()
+            .find_map(|rest| parse_line(rest, year));
+        if stamped.is_some() {
+            return stamped;
+        }
+        match undress(s) {
+            Some(t) => s = t,
+            None => break,
+        }
+    }
+    bare_kernel(s).then(|| LogLine {
+        host: None,
+        mono_us: None,
+        wall_ns: None,
+        kernel: true,
+        unreadable: false,
+        untimed: true,
+        text: s.to_string(),
+    })
+}
+
+/// One layer of what pasting adds around a line, taken off; None when
+/// there is none.
+fn undress(s: &str) -> Option<&str> {
+    let t = if s.starts_with('>') {
+        s.trim_start_matches(['>', ' '])
+    } else if let Some(rest) = s.strip_prefix("```") {
+        let rest = rest.trim_start_matches('`');
+        // A fence's language tag is no log.
+        if rest.chars().all(|c| c.is_alphanumeric() || c == '-') {
+            ""
+        } else {
+            rest
+        }
+    } else if s.starts_with('`') || s.ends_with('`') {
+        s.trim_matches('`')
+    } else if let Some(rest) = ["- ", "* ", "+ ", "• "]
+        .iter()
+        .find_map(|m| s.strip_prefix(m))
+    {
+        rest
+    } else if let Some(rest) = s.strip_prefix("kernel:") {
+        rest
+    } else if let Some(rest) = s.strip_prefix('<')
+        && let Some((level, rest)) = rest.split_once('>')
+        && !level.is_empty()
+        && level.len() <= 3
+        && level.bytes().all(|c| c.is_ascii_digit())
+    {
+        rest
+    } else if s.matches('|').count() >= 2 || s.starts_with('|') {
+        // A table exported from a log UI: the message is its last cell.
+        s.split('|')
+            .map(str::trim)
+            .rfind(|c| !c.is_empty() && !c.chars().all(|c| c == '-' || c == ':'))?
+    } else {
+        return None;
+    };
+    let t = t.trim();
+    (t.len() < s.len()).then_some(t)
+}
+
+/// `12 text`, `12: text`, `12 | text` (a numbered paste, `grep -n`) ->
+/// text.
+fn after_line_number(s: &str) -> Option<&str> {
+    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 || digits > 7 {
+        return None;
+    }
+    let rest = &s[digits..];
+    let rest = rest
+        .strip_prefix(':')
+        .or_else(|| rest.strip_prefix(|c: char| c.is_whitespace()))
+        .or_else(|| rest.trim_start().strip_prefix('|'))?;
+    Some(rest.trim_start())
+}
+
+/// `kern.log.1:text`, `/var/log/messages-20150510:text` (grep over
+/// several files) -> text.
+fn after_file_name(s: &str) -> Option<&str> {
+    let (name, rest) = s.split_once(':')?;
+    (name.len() >= 2
+        && !name.contains(char::is_whitespace)
+        && name.chars().any(char::is_alphabetic)
+        && name != "kernel")
+        .then_some(rest)
+}
+
+/// A console's or collector's own prefix before the kernel's `[ 123.4]`
+/// stamp (`2023-12-04T10:49:30.127Z In(05) vcpu-5 - Guest: <6>[ 123.4]
+/// text`) -> `[ 123.4] text`.
+fn from_mono_stamp(s: &str) -> Option<&str> {
+    let at = mono_stamp_at(s, 1)?;
+    Some(&s[at..])
+}
+
+/// Where a `[  123.456789]` stamp begins in `s`, at or after `from`.
+fn mono_stamp_at(s: &str, from: usize) -> Option<usize> {
+    let b = s.as_bytes();
+    let mut i = from;
+    while let Some(off) = s.get(i..)?.find('[') {
+        let at = i + off;
+        let mut j = at + 1;
+        while j < b.len() && b[j] == b' ' {
+            j += 1;
+        }
+        let d0 = j;
+        while j < b.len() && b[j].is_ascii_digit() {
+            j += 1;
+        }
+        if j > d0 && j < b.len() && b[j] == b'.' {
+            let f0 = j + 1;
+            j = f0;
+            while j < b.len() && b[j].is_ascii_digit() {
+                j += 1;
+            }
+            if j > f0 && j < b.len() && b[j] == b']' {
+                return Some(at);
+            }
+        }
+        i = at + 1;
+    }
+    None
+}
+
+/// The start of the messages of an OOM report (and of the lines around
+/// it) that tell a kernel line with no stamp from prose.
+const KERNEL_STARTS: &[&str] = &[
+    "Out of memory",
+    "Out of Memory",
+    "Killed process ",
+    "Kill process ",
+    "Memory cgroup out of memory",
+    "Memory cgroup stats for ",
+    "oom-kill:",
+    "oom_reaper: ",
+    "Tasks state",
+    "[  pid  ]",
+    "[ pid ]",
+    "Task in ",
+    "Tasks in ",
+    "memory: usage ",
+    "memory+swap: usage ",
+    "swap: usage ",
+    "kmem: usage ",
+    "Mem-Info:",
+    "NVRM: ",
+];
+
+/// Whether `text` is a kernel message of an OOM report without its stamp.
+fn bare_kernel(text: &str) -> bool {
+    KERNEL_STARTS.iter().any(|k| text.starts_with(k))
+        || text.contains(" invoked oom-killer: ")
+        || is_task_row(text)
+}
+
+/// `[  1234]     0  1234 ...`: a row of the `Tasks state` table.
+fn is_task_row(text: &str) -> bool {
+    text.strip_prefix('[')
+        .and_then(|r| r.split_once(']'))
+        .is_some_and(|(pid, rest)| {
+            let pid = pid.trim();
+            !pid.is_empty()
+                && pid.bytes().all(|c| c.is_ascii_digit())
+                && rest.trim_start().starts_with(|c: char| c.is_ascii_digit())
+        })
+}
+
+/// Where in a line another message begins that was glued to the one
+/// before it (pasted without its line break): a stamp of any shape, or
+/// the start of a kill's message, after a space that does not follow a
+/// colon (`kernel: [ 1.2]` and `memory: Killed process` are one message).
+fn glued_starts(line: &str) -> Vec<usize> {
+    const STARTS: &[&str] = &[
+        "Killed process ",
+        "Out of memory: ",
+        "Out of Memory: ",
+        "Memory cgroup out of memory: ",
+        "oom-kill:",
+        "oom_reaper: ",
+    ];
+    let b = line.as_bytes();
+    let mut out = Vec::new();
+    for (i, _) in line.match_indices(' ') {
+        let at = i + 1;
+        if at >= b.len() || i == 0 || b[i - 1] == b':' || b[i - 1] == b' ' {
+            continue;
+        }
+        let rest = &line[at..];
+        let starts = match b[at] {
+            b'[' => mono_stamp_at(line, at) == Some(at) || dmesg_t_stamp(rest),
+            c if c.is_ascii_digit() => {
+                rest.len() > 11 && rest.as_bytes()[4] == b'-' && rest.as_bytes()[10] == b'T'
+            }
+            // A message right after a stamp (`[ 1.2] Out of memory`) is
+            // that stamp's.
+            _ if b[i - 1] == b']' => syslog_stamp(rest),
+            _ => STARTS.iter().any(|s| rest.starts_with(s)) || syslog_stamp(rest),
+        };
+        if starts {
+            out.push(at);
+        }
+    }
+    out
+}
+
+/// `[Mon Mar  3 10:00:00 2025]` at the start of `s`.
+fn dmesg_t_stamp(s: &str) -> bool {
+    s.strip_prefix('[')
+        .and_then(|r| r.split_once(']'))
+        .is_some_and(|(stamp, _)| {
+            let w: Vec<&str> = stamp.split_whitespace().collect();
+            w.len() == 5 && w[3].contains(':')
+        })
+}
+
+/// `Mar  3 10:00:00 host kernel: ` at the start of `s` (English month
+/// names only: a glued line of another locale is left whole).
+fn syslog_stamp(s: &str) -> bool {
+    let Some((m, rest)) = word(s) else {
+        return false;
+    };
+    if m.len() != 3 || month(m).is_none() || !m.starts_with(|c: char| c.is_ascii_uppercase()) {
+        return false;
+    }
+    let Some((day, rest)) = word(rest) else {
+        return false;
+    };
+    let Some((time, rest)) = word(rest) else {
+        return false;
+    };
+    day.len() <= 2
+        && day.bytes().all(|c| c.is_ascii_digit())
+        && matches!(
+            hms_shaped(time.split('.').next().unwrap_or(time)),
+            Some(Some(_))
+        )
+        && after_stamp(rest).is_some()
 }
 
 /// A syslog-shaped line (its wall time None when it cannot be read),
@@ -270,6 +752,7 @@ fn with_mono(host: Option<String>, wall_ns: Option<i64>, text: &str) -> LogLine 
         wall_ns,
         kernel: true,
         unreadable: bad_mono || (wall_ns.is_none() && mono_us.is_none()),
+        untimed: false,
         text: text.to_string(),
     }
 }
@@ -282,6 +765,8 @@ struct HostLog {
     seq: u64,
     /// The last readable stamp, µs.
     last_us: u64,
+    /// Whether the last line had no stamp.
+    last_untimed: bool,
 }
 
 /// What a saved log held, besides its reports: enough to tell an empty
@@ -327,9 +812,10 @@ pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<(Vec<LogRepor
     let mut out = Vec::new();
     let mut shape = LogShape::default();
     // A line is held until the next: a line with no prefix of any shape
-    // that follows it is its tail, cut off by a mail client or a ticket
-    // system's wrapping.
+    // that follows a long one is its tail, cut off by a mail client or a
+    // ticket system's wrapping.
     let mut held: Option<LogLine> = None;
+    let mut may_wrap = false;
     for line in input.split(b'\n') {
         let line = line?;
         shape.lines += 1;
@@ -338,21 +824,62 @@ pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<(Vec<LogRepor
             continue;
         }
         let line = String::from_utf8_lossy(&line);
-        match (parse_line(&line, year), held.as_mut()) {
-            (Some(l), _) => {
-                shape.recognized += 1;
-                if let Some(prev) = held.replace(l) {
-                    feed(&mut hosts, &mut out, prev);
-                }
-            }
-            (None, Some(prev)) if !line.trim().is_empty() => rejoin(&mut prev.text, line.trim()),
-            (None, _) => {}
+        let line = line.trim_end_matches(['\r', '\n']);
+        // Messages glued on one line are read one by one.
+        let mut from = 0;
+        let mut pieces = Vec::new();
+        for at in glued_starts(line) {
+            pieces.push(&line[from..at]);
+            from = at;
         }
+        pieces.push(&line[from..]);
+        for (i, piece) in pieces.into_iter().enumerate() {
+            match (parse_pasted(piece, year), held.as_mut()) {
+                (Some(l), _) => {
+                    shape.recognized += 1;
+                    if let Some(prev) = held.replace(l) {
+                        feed(&mut hosts, &mut out, prev);
+                    }
+                }
+                (None, Some(prev)) if i == 0 && may_wrap => {
+                    if let Some(tail) = tail(piece) {
+                        rejoin(&mut prev.text, tail);
+                    }
+                }
+                (None, _) => {}
+            }
+        }
+        may_wrap = line.trim().chars().count() >= WRAP_WIDTH;
     }
     if let Some(prev) = held {
         feed(&mut hosts, &mut out, prev);
     }
+    for (host, h) in &mut hosts {
+        if let Some(r) = h.asm.finish() {
+            out.push(LogReport {
+                report: *r,
+                host: host.clone(),
+                mono_to_wall_ns: h.mono_to_wall,
+                time_unreadable: false,
+                untimed: h.last_untimed,
+            });
+        }
+    }
     Ok((out, shape))
+}
+
+/// Lines shorter than this were not wrapped: mail clients and ticket
+/// systems wrap at 60 to 80 columns, rarely less.
+const WRAP_WIDTH: usize = 40;
+
+/// The text of a wrapped line's tail, or None when the line is none: a
+/// code fence, a shell prompt, a blank line.
+fn tail(piece: &str) -> Option<&str> {
+    let t = piece.trim().trim_start_matches(['>', ' ']);
+    let prompt = t.starts_with("$ ")
+        || t.starts_with("# ")
+        || (t.starts_with('[') && (t.contains("]# ") || t.contains("]$ ")));
+    (!t.is_empty() && !t.starts_with("```") && !prompt).then_some(t)
 }
 
 /// Puts a wrapped line's tail back. A soft wrap replaced a space; a hard
@@ -382,9 +909,24 @@ fn rejoin(text: &mut String, tail: &str) {
     text.push_str(&tail[..room]);
 }
 
+/// Whether `r` repeats the last kill of its host: the same process, at
+/// most a second later, with nothing of a report of its own.
+fn repeated(out: &[LogReport], host: &Option<String>, r: &OomReport) -> bool {
+    out.iter().rev().find(|o| &o.host == host).is_some_and(|o| {
+        o.report.killed.pid == r.killed.pid
+            && o.report.killed.comm == r.killed.comm
+            && r.ts_us.abs_diff(o.report.ts_us) <= 1_000_000
+            && r.trigger_comm.is_none()
+            && r.tasks.is_empty()
+    })
+}
+
 /// Hands one whole line to its host's assembler.
 fn feed(hosts: &mut HashMap<Option<String>, HostLog>, out: &mut Vec<LogReport>, l: LogLine) {
-    let h = hosts.entry(l.host.clone()).or_default();
+    let h = hosts.entry(l.host.clone()).or_insert_with(|| HostLog {
+        asm: Assembler::for_saved_log(),
+        ..HostLog::default()
+    });
     // The report's stamps: monotonic when the line has one (then the wall
     // time, when also given, fixes the host's offset), else the wall time
     // itself (offset 0).
@@ -400,10 +942,25 @@ fn feed(hosts: &mut HashMap<Option<String>, HostLog>, out: &mut Vec<LogReport>, 
         }
         // A stamp that cannot be read: the line still counts, at the
         // host's last readable time.
-        (None, None) if l.unreadable => h.last_us,
+        (None, None) if l.unreadable || l.untimed => h.last_us,
         (None, None) => return,
     };
     h.last_us = ts_us;
+    h.last_untimed = l.untimed;
+    // A summary line after its kill line (a paste sorted or reversed, or
+    // a journal's order): the kill of its pid just before takes it.
+    if let Some(summary) = l
+        .text
+        .strip_prefix("oom-kill:")
+        .and_then(super::kmsg::parse_summary)
+        && let Some(last) = out.iter_mut().rev().find(|r| r.host == l.host)
+        && last.report.summary.is_none()
+        && last.report.killed.pid == summary.pid
+        && ts_us.abs_diff(last.report.ts_us) <= 1_000_000
+    {
+        last.report.summary = Some(summary);
+        return;
+    }
     h.seq += 1;
     let rec = KmsgRecord {
         seq: h.seq,
@@ -413,11 +970,15 @@ fn feed(hosts: &mut HashMap<Option<String>, HostLog>, out: &mut Vec<LogReport>, 
         text: l.text,
     };
     match h.asm.push(&rec) {
+        // A kill line pasted twice (or printed twice, as 2.6 kernels did)
+        // is one kill.
+        Some(KmsgEvent::Report(r)) if repeated(out, &l.host, &r) => {}
         Some(KmsgEvent::Report(r)) => out.push(LogReport {
             report: *r,
             host: l.host,
             mono_to_wall_ns: h.mono_to_wall,
             time_unreadable: l.unreadable,
+            untimed: l.untimed,
         }),
         // The first kill of a memory.oom.group incident: this host's latest.
         Some(KmsgEvent::OomGroup(g)) => {
@@ -528,6 +1089,178 @@ mod tests {
                 .unwrap()
                 .kernel
         );
+    }
+
+    /// Lines as people paste them (each shape seen in tests/fixtures/real-logs):
+    /// (line, host, monotonic us, wall ns, text, no stamp at all).
+    #[test]
+    fn pasted_shapes_of_a_line() {
+        let feb20 = wall((2024, 2, 20), (19, 15, 36), 0, 0);
+        type Pasted<'a> = (
+            &'a str,
+            Option<&'a str>,
+            Option<u64>,
+            Option<i64>,
+            &'a str,
+            bool,
+        );
+        let cases: &[Pasted] = &[
+            ("> > [ 1.5] x", None, Some(1_500_000), None, "x", false),
+            ("```[ 1.5] x```", None, Some(1_500_000), None, "x", false),
+            ("- `[ 1.5] x`", None, Some(1_500_000), None, "x", false),
+            ("12: [ 1.5] x", None, Some(1_500_000), None, "x", false),
+            ("  7 | [ 1.5] x", None, Some(1_500_000), None, "x", false),
+            (
+                "messages-20150510:Mar  3 16:00:00 localhost kernel: x",
+                Some("localhost"),
+                None,
+                Some(T),
+                "x",
+                false,
+            ),
+            (
+                "Mon Mar  3 16:00:00 2025 kern.warn kernel: [ 1.5] x",
+                None,
+                Some(1_500_000),
+                Some(T),
+                "x",
+                false,
+            ),
+            ("Mar 03 16:00:00 kernel: x", None, None, Some(T), "x", false),
+            (
+                "Mar 03 16:00:00.250000 node-7 kernel: x",
+                Some("node-7"),
+                None,
+                Some(T + 250_000_000),
+                "x",
+                false,
+            ),
+            (
+                "2025-03-03T17:00:00,000000+01:00 pool invoked oom-killer: gfp_mask=0xcc0",
+                None,
+                None,
+                Some(T),
+                "pool invoked oom-killer: gfp_mask=0xcc0",
+                false,
+            ),
+            (
+                "  | Jun 25, 2021 @ 12:42:12.104 | kernel | [ 1.5] x",
+                None,
+                Some(1_500_000),
+                None,
+                "x",
+                false,
+            ),
+            (
+                "2023-12-04T10:49:30.127Z In(05) vcpu-5 - Guest: <6>[ 1.5] x",
+                None,
+                Some(1_500_000),
+                wall((2023, 12, 4), (10, 49, 30), 127_000_000, 0),
+                "x",
+                false,
+            ),
+            ("[Di Feb 20 19:15:36 2024] x", None, None, feb20, "x", false),
+            (
+                "[Tue 20 Feb 19:15:36 2024] x",
+                None,
+                None,
+                feb20,
+                "x",
+                false,
+            ),
+            ("[вт фев 20 19:15:36 2024] x", None, None, feb20, "x", false),
+            (
+                "[mar. févr. 20 19:15:36 2024] x",
+                None,
+                None,
+                feb20,
+                "x",
+                false,
+            ),
+            (
+                "kernel: Killed process 7919, UID 504 oracle",
+                None,
+                None,
+                None,
+                "Killed process 7919, UID 504 oracle",
+                true,
+            ),
+            (
+                "Out of memory: Kill process 957 (app.out) score 524 or sacrifice child",
+                None,
+                None,
+                None,
+                "Out of memory: Kill process 957 (app.out) score 524 or sacrifice child",
+                true,
+            ),
+        ];
+        for (line, host, mono, wall, text, untimed) in cases {
+            let l = parse_pasted(line, 2025).unwrap_or_else(|| panic!("{line}"));
+            assert_eq!(l.host.as_deref(), *host, "{line}");
+            assert_eq!(l.mono_us, *mono, "{line}");
+            assert_eq!(l.wall_ns, *wall, "{line}");
+            assert_eq!(l.text, *text, "{line}");
+            assert_eq!(l.untimed, *untimed, "{line}");
+        }
+        // Prose, prompts, other programs' lines and fences are no kernel lines.
+        for line in [
+            "the node died at 4 pm",
+            "[root@server ~]# dmesg | grep -i oom",
+            "Mar  3 16:00:00 node-7 sshd[99]: Accepted",
+            "2025-03-03T16:00:00+0000 node-7 systemd[1]: Started x",
+            "```",
+        ] {
+            assert_eq!(parse_pasted(line, 2025), None, "{line}");
+        }
+    }
+
+    /// Messages glued on one line (a paste that lost its line breaks) are
+    /// read one by one; one message with a stamp inside stays whole.
+    #[test]
+    fn glued_messages_are_parted() {
+        let parts = |line: &str| {
+            let mut from = 0;
+            let mut out = Vec::new();
+            for at in glued_starts(line) {
+                out.push(line[from..at].trim().to_string());
+                from = at;
+            }
+            out.push(line[from..].to_string());
+            out
+        };
+        assert_eq!(
+            parts(
+                "Out of memory: Kill process 5372 (mongod) score 130 or sacrifice child Killed process 5372 (mongod), UID 0, total-vm:2539052kB"
+            ),
+            [
+                "Out of memory: Kill process 5372 (mongod) score 130 or sacrifice child",
+                "Killed process 5372 (mongod), UID 0, total-vm:2539052kB"
+            ]
+        );
+        assert_eq!(
+            parts(
+                "[root@server ~]# dmesg | grep -i oom [197352.008908] Out of memory: Kill process 12166 (mysqld) score 870 or sacrifice child [197352.030461] Killed process 12166"
+            ),
+            [
+                "[root@server ~]# dmesg | grep -i oom",
+                "[197352.008908] Out of memory: Kill process 12166 (mysqld) score 870 or sacrifice child",
+                "[197352.030461] Killed process 12166"
+            ]
+        );
+        assert_eq!(
+            parts(
+                "Jul 19 05:19:24 asl131 kernel: Out of Memory: Killed process 2368 (jserver). Jul 19 05:19:24 asl131 kernel: OOM kill occurred"
+            )
+            .len(),
+            2
+        );
+        for whole in [
+            "Mar  3 16:00:06 node-7 kernel: [  100.000006] Memory cgroup out of memory: Killed process 3129 (python3)",
+            "[Mon Mar  3 16:00:00 2025] Out of memory: Killed process 1 (x)",
+            "[ 1.5] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),task=x,pid=1,uid=0",
+        ] {
+            assert_eq!(parts(whole), [whole], "{whole}");
+        }
     }
 
     /// The kernel's lines of one memcg OOM kill (6.18, cgroup v1).

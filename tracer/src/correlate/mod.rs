@@ -402,6 +402,10 @@ pub fn kill_from_signal(ctx: &Context<'_>, ev: &SignalKill) -> Option<KillRecord
     })
 }
 
+/// What a kill's gap says when the kernel log has no header for it: live,
+/// the kernel rate-limited it (a saved log says why its own way).
+pub const NO_HEADER: &str = "the kernel printed no OOM header for this kill (rate-limited)";
+
 /// Joins the kernel's report into a kill record: constraint, the memcg at
 /// the kill, the task table, the trigger's allocation, and the victim's
 /// figures where the tracepoint lacked them.
@@ -449,13 +453,11 @@ pub fn merge_report(
             Some(n) => format!(
                 "the kernel's oom-kill summary line was cut short by printk ({n} characters: a cgroup path too long): the kernel's constraint and cgroup paths are not known{stale}"
             ),
-            None => format!(
-                "the kernel printed no OOM header for this kill (rate-limited): no kernel memcg figures or task table{stale}"
-            ),
+            None => format!("{NO_HEADER}: no kernel memcg figures or task table{stale}"),
         }));
     }
     rec.killer.kind = KillerKind::KernelOom;
-    rec.killer.constraint = Some(constraint_name(report.constraint()).into());
+    rec.killer.constraint = report.known_constraint().map(|c| constraint_name(c).into());
     // A warning is about one cgroup's limit: it stays with a kill at that
     // limit only.
     if rec
@@ -478,7 +480,8 @@ pub fn merge_report(
         .or(k.uid)
         .or(report.summary.as_ref().and_then(|s| s.uid));
     v.oom_score_adj = v.oom_score_adj.or(k.oom_score_adj);
-    if v.memory.source.is_none() && k.anon_rss_kb.is_some() {
+    let any = [k.anon_rss_kb, k.file_rss_kb, k.shmem_rss_kb, k.total_vm_kb];
+    if v.memory.source.is_none() && any.iter().any(Option::is_some) {
         v.memory = VictimMemory {
             anon_rss_kb: k.anon_rss_kb,
             file_rss_kb: k.file_rss_kb,

@@ -436,7 +436,12 @@ fn base_verdict(k: &KillRecord) -> Verdict {
         .memory
         .rss_kb()
         .or_else(|| k.tasks.iter().find(|t| t.victim).map(|t| t.rss_kb));
-    let constraint = k.killer.constraint.as_deref().unwrap_or("global");
+    let Some(constraint) = k.killer.constraint.as_deref() else {
+        return Verdict {
+            cause: Cause::Unknown,
+            summary: "killed by the kernel's OOM killer; whether the node or a memory cgroup ran out is not in the log (its lines before the kill are missing)".into(),
+        };
+    };
     if constraint == "global" {
         let held = victim_kb
             .map(|v| format!("; the victim held {} of RSS", bytes(v * 1024)))
@@ -702,7 +707,7 @@ pub fn render_text(e: &Explanation) -> String {
     // A kill from a saved log that gives only the time since boot carries
     // that time (nothing before 1990 is a wall time).
     let when = if k.time_unreadable {
-        "[time unreadable]".to_string()
+        "[time not known]".to_string()
     } else if k.ts_ns < 631_152_000_000_000_000 {
         format!("[{:.6} s after boot]", k.ts_ns as f64 / 1e9)
     } else {
@@ -812,11 +817,11 @@ pub fn render_text(e: &Explanation) -> String {
         } else {
             ""
         };
-        let _ = writeln!(
-            o,
-            "  trigger    {} (pid {}){who}{alloc}",
-            t.task.comm, t.task.pid
-        );
+        let pid = match t.task.pid {
+            0 => "pid not known".to_string(),
+            p => format!("pid {p}"),
+        };
+        let _ = writeln!(o, "  trigger    {} ({pid}){who}{alloc}", t.task.comm);
     }
     if let Some(m) = &k.memcg {
         let limit = m

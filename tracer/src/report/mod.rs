@@ -345,7 +345,7 @@ fn kill_section(p: &KillPage) -> Markup {
         v.comm,
         v.pid,
         if k.time_unreadable {
-            "at a time the log does not say (its stamp is unreadable)".to_string()
+            "at a time the log does not say".to_string()
         } else if k.ts_ns > 631_152_000_000_000_000 {
             format!("at {}", format_wall(k.ts_ns))
         } else {

@@ -1,0 +1,172 @@
+//! `explain --log` on real kernel logs copied from public bug reports,
+//! mailing lists, knowledge bases and forums (tests/fixtures/real-logs,
+//! each with the URL it came from and the facts a reader finds in it).
+//! No root needed.
+//!
+//! What must hold, over the whole corpus:
+//! - no crash, and no kill the log does not hold (an invented victim);
+//! - at least 95 % of the kills found with their victim's name, the
+//!   constraint and the memory cgroups right;
+//! - every figure a fact names (RSS, uid, trigger) right where the kill is
+//!   found;
+//! - logs of other killers (Xid, systemd-oomd, earlyoom, kubelet) yield no
+//!   kernel kill beyond the ones they hold.
+
+use std::{fs, path::PathBuf};
+
+use serde_json::Value;
+use tracer_e2e::tracer;
+
+/// The facts a reader finds in a kill, and where `explain` puts each.
+const POINTERS: &[(&str, &str, bool)] = &[
+    // (fact, JSON pointer in the explanation, part of "found right")
+    ("comm", "/kill/victim/comm", true),
+    ("constraint", "/kill/killer/constraint", true),
+    ("oom_memcg", "/kill/memcg/path", true),
+    ("task_memcg", "/kill/victim/memcg", true),
+    ("anon_rss_kb", "/kill/victim/memory/anon_rss_kb", false),
+    ("file_rss_kb", "/kill/victim/memory/file_rss_kb", false),
+    ("shmem_rss_kb", "/kill/victim/memory/shmem_rss_kb", false),
+    ("uid", "/kill/victim/uid", false),
+    ("trigger_pid", "/kill/trigger/task/pid", false),
+    ("trigger_comm", "/kill/trigger/task/comm", false),
+];
+
+fn corpus() -> Vec<(String, PathBuf, Value)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/real-logs");
+    let mut out: Vec<_> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".facts.json"))
+        .map(|p| {
+            let name = p
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .replace(".facts.json", "");
+            let facts: Value = serde_json::from_str(&fs::read_to_string(&p).unwrap())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(
+                facts["source"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with("http")),
+                "{name}: every fixture names its source"
+            );
+            (
+                name,
+                dir.join(
+                    p.file_name()
+                        .unwrap()
+                        .to_string_lossy()
+                        .replace(".facts.json", ".log"),
+                ),
+                facts,
+            )
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// `explain --log LOG --all --format json`: the kills, or why none.
+fn explain(log: &std::path::Path) -> (Vec<Value>, String) {
+    let out = tracer(&[
+        "explain",
+        "--log",
+        log.to_str().unwrap(),
+        "--all",
+        "--format",
+        "json",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !err.contains("panicked") && matches!(out.status.code(), Some(0..=2)),
+        "{}: {:?} {err}",
+        log.display(),
+        out.status
+    );
+    let kills = match serde_json::from_slice::<Value>(&out.stdout) {
+        Ok(Value::Array(a)) => a,
+        _ => Vec::new(),
+    };
+    (kills, err)
+}
+
+#[test]
+fn real_kernel_logs_yield_their_kills_and_nothing_else() {
+    let corpus = corpus();
+    let (mut want, mut right, mut invented, mut logs) = (0usize, 0usize, 0usize, 0usize);
+    let (mut misses, mut wrong_figures) = (Vec::new(), Vec::new());
+    for (name, log, facts) in &corpus {
+        let Some(kills) = facts["kills"].as_array() else {
+            continue;
+        };
+        logs += 1;
+        let (got, err) = explain(log);
+        for g in &got {
+            let pid = &g["kill"]["victim"]["pid"];
+            if !kills.iter().any(|k| &k["pid"] == pid) {
+                invented += 1;
+                misses.push(format!("{name}: invented a kill of pid {pid}"));
+            }
+        }
+        for k in kills {
+            want += 1;
+            let Some(g) = got.iter().find(|g| g["kill"]["victim"]["pid"] == k["pid"]) else {
+                misses.push(format!(
+                    "{name}: no kill of pid {} ({}) {}",
+                    k["pid"],
+                    k["comm"],
+                    err.trim()
+                ));
+                continue;
+            };
+            let mut core = true;
+            for (fact, pointer, part_of_core) in POINTERS {
+                let Some(value) = k.get(*fact) else { continue };
+                let found = g.pointer(pointer).unwrap_or(&Value::Null);
+                if found != value {
+                    let miss = format!(
+                        "{name}: pid {}: {fact} is {found}, the log says {value}",
+                        k["pid"]
+                    );
+                    if *part_of_core {
+                        core = false;
+                        misses.push(miss);
+                    } else {
+                        wrong_figures.push(miss);
+                    }
+                }
+            }
+            if core {
+                right += 1;
+            }
+        }
+    }
+    eprintln!(
+        "real logs: {logs} logs, {want} kills; {right} found with victim, constraint and memory cgroups right ({:.1} %); {invented} invented",
+        100.0 * right as f64 / want.max(1) as f64
+    );
+    for m in misses.iter().chain(&wrong_figures) {
+        eprintln!("  {m}");
+    }
+    assert!(
+        logs >= 40 && want >= 50,
+        "the corpus is {logs} logs, {want} kills"
+    );
+    assert_eq!(invented, 0, "{misses:#?}");
+    // A figure of a kill that was found is never wrong.
+    assert!(wrong_figures.is_empty(), "{wrong_figures:#?}");
+    assert!(right * 100 >= want * 95, "{right} of {want}: {misses:#?}");
+}
+
+#[test]
+fn logs_of_other_killers_hold_no_kernel_kill_beyond_their_own() {
+    for (name, log, facts) in corpus() {
+        let Some(n) = facts["kernel_kills"].as_u64() else {
+            continue;
+        };
+        let (got, _) = explain(&log);
+        assert_eq!(got.len() as u64, n, "{name}: {got:#?}");
+    }
+}
