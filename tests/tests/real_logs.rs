@@ -170,3 +170,61 @@ fn logs_of_other_killers_hold_no_kernel_kill_beyond_their_own() {
         assert_eq!(got.len() as u64, n, "{name}: {got:#?}");
     }
 }
+
+/// Every NVIDIA Xid and SXid line of the real logs (bare, `kernel:`,
+/// dmesg, `dmesg -T`, Talos, quoted in a diff, inside a monitoring agent's
+/// output) is listed by `explain --xid` with its code, process and
+/// meaning; a log of Xids and no kill says it holds them.
+#[test]
+fn every_gpu_fault_line_of_the_real_logs_is_listed_with_its_meaning() {
+    let mut n = 0;
+    for (name, log, facts) in corpus() {
+        if facts["kind"] != "xid" {
+            continue;
+        }
+        let out = tracer(&[
+            "explain",
+            "--log",
+            log.to_str().unwrap(),
+            "--xid",
+            "--all",
+            "--format",
+            "json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+        let key = |code: &Value, pid: &Value| format!("{code}/{pid}");
+        let mut want: Vec<String> = facts["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| key(&e["xid"], &e["pid"]))
+            .collect();
+        let mut found: Vec<String> = got.iter().map(|x| key(&x["code"], &x["pid"])).collect();
+        want.sort();
+        found.sort();
+        assert_eq!(found, want, "{name}");
+        for x in &got {
+            let known = [
+                8, 13, 31, 32, 43, 45, 48, 63, 64, 74, 79, 92, 94, 95, 109, 119, 154,
+            ];
+            if known.contains(&x["code"].as_u64().unwrap()) || x["sxid"] == true {
+                assert!(x["meaning"]["what"].is_string(), "{name}: {x}");
+            }
+        }
+        n += got.len();
+        // Without --xid: no kills, and the faults are pointed at.
+        if facts["kernel_kills"] == 0 {
+            let out = tracer(&["explain", "--log", log.to_str().unwrap()]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{name}: {err}");
+            assert!(err.contains("GPU fault line(s)"), "{name}: {err}");
+        }
+    }
+    eprintln!("GPU faults listed from the real logs: {n}");
+    assert!(n >= 25, "{n}");
+}

@@ -50,10 +50,22 @@ pub struct ExplainArgs {
     /// /var/log/journal, another node's) instead of this machine's.
     #[arg(long, value_name = "DIR", requires = "journal")]
     pub journal_dir: Option<std::path::PathBuf>,
+    /// List the GPU faults of the kernel log (NVIDIA Xid and NVSwitch SXid
+    /// lines, each with its meaning from NVIDIA's Xid catalogue) instead of
+    /// kills; with --log, --journal or --kmsg.
+    #[arg(long, conflicts_with = "gpu_oom")]
+    pub xid: bool,
+}
+
+/// What a kernel log gave: its kills, latest first, and its Xid lines.
+#[derive(Default)]
+struct FromLog {
+    kills: Vec<crate::record::KillRecord>,
+    xids: Vec<crate::explain::xid::Explained>,
 }
 
 /// The kills of a saved kernel log, latest first.
-fn kills_from_log(path: &std::path::Path) -> anyhow::Result<Vec<crate::record::KillRecord>> {
+fn kills_from_log(path: &std::path::Path) -> anyhow::Result<FromLog> {
     if path.as_os_str() == "-" {
         return kills_from_reader(std::io::stdin().lock(), "--log standard input");
     }
@@ -70,7 +82,7 @@ fn kills_from_log(path: &std::path::Path) -> anyhow::Result<Vec<crate::record::K
 fn kills_from_journal(
     dir: Option<&std::path::Path>,
     since: Option<Duration>,
-) -> anyhow::Result<Vec<crate::record::KillRecord>> {
+) -> anyhow::Result<FromLog> {
     use std::process::{Command, Stdio};
     let mut cmd = Command::new("journalctl");
     cmd.args(["_TRANSPORT=kernel", "-o", "short-iso-precise", "--no-pager"]);
@@ -129,10 +141,7 @@ fn kills_from_journal(
 
 /// The kills of a kernel log read from `input` (`name` says what it is
 /// in errors), latest first.
-fn kills_from_reader(
-    input: impl std::io::BufRead,
-    name: &str,
-) -> anyhow::Result<Vec<crate::record::KillRecord>> {
+fn kills_from_reader(input: impl std::io::BufRead, name: &str) -> anyhow::Result<FromLog> {
     let (kills, shape) = kills_in(input)?;
     if let Some(why) = shape.not_a_log() {
         anyhow::bail!("{name} {why}: nothing to explain");
@@ -140,20 +149,52 @@ fn kills_from_reader(
     Ok(kills)
 }
 
+/// The Xid lines of `xids` that name the victim of `r` (`pid=`), on its
+/// host, in the ten minutes before its kill.
+fn xids_named<'a>(
+    xids: &'a [crate::explain::xid::Explained],
+    r: &crate::collect::logfile::LogReport,
+) -> Vec<&'a crate::explain::xid::Explained> {
+    const BEFORE_US: u64 = 600_000_000;
+    xids.iter()
+        .filter(|x| {
+            x.host == r.host
+                && x.xid.pid == Some(r.report.killed.pid)
+                && x.xid.ts_us <= r.report.ts_us
+                && r.report.ts_us - x.xid.ts_us <= BEFORE_US
+        })
+        .collect()
+}
+
 /// The kills of a kernel log, latest first, and what the log held.
 fn kills_in(
     input: impl std::io::BufRead,
-) -> anyhow::Result<(
-    Vec<crate::record::KillRecord>,
-    crate::collect::logfile::LogShape,
-)> {
+) -> anyhow::Result<(FromLog, crate::collect::logfile::LogShape)> {
     use crate::{collect::logfile, record::Gap};
     // Syslog stamps have no year: this one.
     let year = 1970 + wall_now_ns() / 1_000_000_000 / 31_556_952;
-    let (reports, shape) = logfile::read_log(input, year)?;
+    let logfile::SavedLog {
+        reports,
+        xids,
+        shape,
+    } = logfile::read_log(input, year)?;
+    let xids: Vec<crate::explain::xid::Explained> = xids
+        .into_iter()
+        .map(|x| crate::explain::xid::Explained {
+            wall_ns: x
+                .mono_to_wall_ns
+                .filter(|_| !x.untimed)
+                .map(|off| x.xid.ts_us as i64 * 1000 + off),
+            untimed: x.untimed,
+            host: x.host,
+            meaning: crate::explain::xid::meaning(&x.xid),
+            xid: x.xid,
+        })
+        .collect();
     let mut kills: Vec<_> = reports
         .iter()
         .map(|r| {
+            let faults: Vec<&crate::explain::xid::Explained> = xids_named(&xids, r);
             let clock = Clock::fixed(0, r.mono_to_wall_ns.unwrap_or(0));
             let mut k = kill_from_report(&r.report, &clock, None);
             // Live, no header means the kernel rate-limited it; in a saved
@@ -190,11 +231,23 @@ fn kills_in(
             if let Some(h) = &r.host {
                 k.gaps.push(Gap::Note(format!("logged by host {h}")));
             }
+            for f in faults {
+                let what = f
+                    .meaning
+                    .map(|m| m.what)
+                    .unwrap_or("not in tracer's table of Xids");
+                k.gaps.push(Gap::Note(format!(
+                    "the NVIDIA driver logged Xid {} for this process on GPU {} {:.1} s before the kill: {what}",
+                    f.xid.code,
+                    f.xid.pci,
+                    r.report.ts_us.saturating_sub(f.xid.ts_us) as f64 / 1e6
+                )));
+            }
             k
         })
         .collect();
     kills.reverse();
-    Ok((kills, shape))
+    Ok((FromLog { kills, xids }, shape))
 }
 
 /// The explanations of the kills `store` holds since `since_ns` (of
@@ -252,6 +305,9 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     if args.gpu_oom {
         return gpu_ooms(&args, since_ns, limit);
     }
+    if args.xid {
+        return xids(&args, since_ns, limit);
+    }
     // A kernel log's kills, each with the rest of its incident.
     let from_log = |all: Vec<crate::record::KillRecord>| -> Vec<Explanation> {
         let incidents = crate::explain::Incidents::new(&all);
@@ -269,6 +325,11 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
             })
             .collect()
     };
+    let mut faults = 0;
+    let mut from_log = |log: FromLog| {
+        faults = log.xids.len();
+        from_log(log.kills)
+    };
     let found: Vec<Explanation> = if let Some(path) = &args.log {
         from_log(kills_from_log(path)?)
     } else if args.journal {
@@ -277,12 +338,13 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         let clock = Clock::now();
         let mut reports = kmsg::read_all_reports()?;
         reports.reverse();
-        from_log(
-            reports
+        from_log(FromLog {
+            kills: reports
                 .iter()
                 .map(|r| kill_from_report(r, &clock, None))
                 .collect(),
-        )
+            xids: Vec::new(),
+        })
     } else {
         let store = Store::open_ro(&args.store.path)?;
         say_if_spilled(&args.store.path);
@@ -310,11 +372,64 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         .since
         .map(|d| format!(" in the last {}", humantime::format_duration(d)))
         .unwrap_or_default();
+    let faults = match faults {
+        0 => String::new(),
+        n => format!(
+            "; it holds {n} GPU fault line(s) (NVIDIA Xid): tracer explain --xid lists them"
+        ),
+    };
     output(
         &args,
         &found,
-        &format!("{what}{window} in {source}"),
+        &format!("{what}{window} in {source}{faults}"),
         render_text,
+    )
+}
+
+/// `explain --xid`: the GPU faults of a kernel log, latest first, each with
+/// its meaning.
+fn xids(args: &ExplainArgs, since_ns: i64, limit: usize) -> anyhow::Result<ExitCode> {
+    use crate::explain::xid::{Explained, meaning, render};
+    let (mut found, source): (Vec<Explained>, String) = if let Some(path) = &args.log {
+        (kills_from_log(path)?.xids, path.display().to_string())
+    } else if args.journal {
+        (
+            kills_from_journal(args.journal_dir.as_deref(), args.since)?.xids,
+            "the journal".into(),
+        )
+    } else if args.kmsg {
+        let clock = Clock::now();
+        let (_, xids) = kmsg::read_all()?;
+        let found = xids
+            .into_iter()
+            .map(|x| Explained {
+                wall_ns: Some(clock.kmsg_to_wall(x.ts_us)),
+                untimed: false,
+                host: None,
+                meaning: meaning(&x),
+                xid: x,
+            })
+            .collect();
+        (found, "the kernel log".into())
+    } else {
+        anyhow::bail!(
+            "--xid reads a kernel log: add --log FILE, --journal or --kmsg (a recorder counts Xids as tracer_gpu_xid_errors_total and stores each as a gpu_xid event: tracer events)"
+        );
+    };
+    found.reverse();
+    let found: Vec<Explained> = found
+        .into_iter()
+        .filter(|x| {
+            x.wall_ns.is_none_or(|w| w >= since_ns) && args.pid.is_none_or(|p| x.xid.pid == Some(p))
+        })
+        .take(limit)
+        .collect();
+    // Text is escaped by `render`; JSON keeps the exact bytes.
+    output(
+        args,
+        &found,
+        &format!("no NVIDIA Xid or SXid lines in {source}"),
+        render,
     )
 }
 

@@ -361,17 +361,30 @@ pub struct Xid {
     pub name: Option<String>,
     /// The rest of the message.
     pub message: String,
+    /// An NVSwitch SXid (`nvidia-nvswitch0: SXid (PCI:...)`), not a GPU's Xid.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sxid: bool,
 }
 
 /// Parses an Xid line.
 pub fn parse_xid(text: &str) -> Option<Xid> {
-    let rest = &text[text.find("NVRM: Xid (PCI:")? + "NVRM: Xid (PCI:".len()..];
+    // `NVRM: Xid (PCI:0000:3b:00): 79, ...`; older drivers print the
+    // address without `PCI:`; NVSwitches print `SXid (PCI:...)`; a paste
+    // may hide the address (`(PCI:...)`).
+    let at = text.find("Xid (")?;
+    let sxid = text[..at].ends_with('S');
+    if !sxid && !text[..at].ends_with("NVRM: ") {
+        return None;
+    }
+    let rest = &text[at + "Xid (".len()..];
     let (pci, rest) = rest.split_once("):")?;
+    let pci = pci.strip_prefix("PCI:").unwrap_or(pci);
     let mut parts = rest.splitn(2, ',');
     let code = parts.next()?.trim().parse().ok()?;
     let mut x = Xid {
         pci: pci.trim().to_string(),
         code,
+        sxid,
         ..Default::default()
     };
     let mut message = Vec::new();
@@ -991,19 +1004,25 @@ pub fn measure_clock_skew() -> Option<i64> {
 
 /// Every OOM report still in the kernel log buffer (for `explain --kmsg`).
 pub fn read_all_reports() -> Result<Vec<OomReport>, KmsgError> {
+    read_all().map(|(r, _)| r)
+}
+
+/// Every OOM report and Xid line the kernel log holds now.
+pub fn read_all() -> Result<(Vec<OomReport>, Vec<Xid>), KmsgError> {
     let mut f = open()?;
     let mut buf = vec![0u8; 8192];
     let mut lost = 0;
     let mut asm = Assembler::default();
-    let mut out = Vec::new();
+    let (mut out, mut xids) = (Vec::new(), Vec::new());
     while let Some(rec) = read_record(&mut f, &mut buf, &mut lost)? {
         match asm.push(&rec) {
             Some(KmsgEvent::Report(r)) => out.push(*r),
             Some(KmsgEvent::OomGroup(g)) => g.mark_first(&mut out),
+            Some(KmsgEvent::Xid(x)) => xids.push(x),
             _ => {}
         }
     }
-    Ok(out)
+    Ok((out, xids))
 }
 
 #[cfg(test)]
@@ -1293,8 +1312,23 @@ mod tests {
             );
             assert!(x.message.starts_with(msg), "{line}: {}", x.message);
         }
+        // Older drivers, NVSwitches, a hidden address.
+        let old = parse_xid("NVRM: Xid (0000:01:00): 31, Ch 0000000b, engmask 00000120").unwrap();
+        assert_eq!(
+            (old.code, old.pci.as_str(), old.sxid),
+            (31, "0000:01:00", false)
+        );
+        let sw = parse_xid("nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 12028, Data {0x000001c0}")
+            .unwrap();
+        assert_eq!(
+            (sw.code, sw.pci.as_str(), sw.sxid),
+            (12028, "0000:84:00.0", true)
+        );
+        let hidden = parse_xid("NVRM: Xid (PCI:...): 145, RLW_REMAP").unwrap();
+        assert_eq!((hidden.code, hidden.pci.as_str()), (145, "..."));
         for bad in [
             "NVRM: Xid (PCI:0000:02:00): abc",
+            "some program: Xid (PCI:0000:02:00): 79, not the driver",
             "NVRM: loading driver",
             "Xid 79",
         ] {

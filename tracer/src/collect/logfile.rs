@@ -57,6 +57,30 @@ pub struct LogReport {
     pub untimed: bool,
 }
 
+/// An NVIDIA Xid or SXid line found in a saved log.
+#[derive(Clone, Debug)]
+pub struct LogXid {
+    /// The line, read (its `ts_us` on the host's clock, as a report's).
+    pub xid: super::kmsg::Xid,
+    /// The host, when the log names it.
+    pub host: Option<String>,
+    /// Wall time minus the stamps' time on that host, when the log gives it.
+    pub mono_to_wall_ns: Option<i64>,
+    /// Whether its line had no stamp.
+    pub untimed: bool,
+}
+
+/// What a saved log holds.
+#[derive(Debug, Default)]
+pub struct SavedLog {
+    /// Its OOM reports, in the order they end.
+    pub reports: Vec<LogReport>,
+    /// Its Xid and SXid lines, in order.
+    pub xids: Vec<LogXid>,
+    /// What was read.
+    pub shape: LogShape,
+}
+
 /// The longest line put back together from wrapped pieces: printk cuts a
 /// record at about 1 KiB, so more is no kernel line; what goes beyond is
 /// dropped (and the time to read a log stays linear in its size).
@@ -499,7 +523,8 @@ pub fn parse_pasted(piece: &str, year: i64) -> Option<LogLine> {
         let stamped = [after_line_number(s), after_file_name(s), from_mono_stamp(s)]
             .into_iter()
             .flatten()
-            .find_map(|rest| parse_line(rest, year));
+            .find_map(|rest| parse_line(rest, year))
+            .or_else(|| talos(s, year));
         if stamped.is_some() {
             return stamped;
         }
@@ -507,6 +532,13 @@ pub fn parse_pasted(piece: &str, year: i64) -> Option<LogLine> {
             Some(t) => s = t,
             None => break,
         }
+    }
+    // A driver's Xid line quoted inside another tool's output (a
+    // monitoring agent's YAML or JSON): read from its own stamp.
+    if let Some(x) = s.find("Xid (")
+        && let Some(l) = last_iso_stamp(&s[..x]).and_then(|at| parse_line(&s[at..], year))
+    {
+        return Some(l);
     }
     bare_kernel(s).then(|| LogLine {
         host: None,
@@ -541,6 +573,8 @@ fn undress(s: &str) -> Option<&str> {
         rest
     } else if let Some(rest) = s.strip_prefix("kernel:") {
         rest
+    } else if let Some(rest) = facility_level(s) {
+        rest
     } else if let Some(rest) = s.strip_prefix('<')
         && let Some((level, rest)) = rest.split_once('>')
         && !level.is_empty()
@@ -558,6 +592,27 @@ fn undress(s: &str) -> Option<&str> {
     };
     let t = t.trim();
     (t.len() < s.len()).then_some(t)
+}
+
+/// `kern  :err   : text` (`dmesg -x`), `kern: warning: text` -> text.
+fn facility_level(s: &str) -> Option<&str> {
+    let rest = s.strip_prefix("kern")?.trim_start().strip_prefix(':')?;
+    let (level, rest) = rest.trim_start().split_once(':')?;
+    const LEVELS: [&str; 8] = [
+        "emerg", "alert", "crit", "err", "warn", "warning", "notice", "info",
+    ];
+    (LEVELS.contains(&level.trim()) || level.trim() == "debug").then(|| rest.trim_start())
+}
+
+/// Talos's `talosctl dmesg`: `192.168.1.2: kern: warning:
+/// [2026-04-22T21:26:20.599488292Z]: text` -> (host, wall time, text).
+fn talos(s: &str, year: i64) -> Option<LogLine> {
+    let (host, rest) = s.split_once(": ")?;
+    let rest = facility_level(rest)?;
+    let (stamp, text) = rest.strip_prefix('[')?.split_once("]:")?;
+    let mut l = parse_line(&format!("{stamp} kernel:{text}"), year)?;
+    l.host = Some(host.to_string());
+    Some(l)
 }
 
 /// `12 text`, `12: text`, `12 | text` (a numbered paste, `grep -n`) ->
@@ -592,6 +647,23 @@ fn after_file_name(s: &str) -> Option<&str> {
 fn from_mono_stamp(s: &str) -> Option<&str> {
     let at = mono_stamp_at(s, 1)?;
     Some(&s[at..])
+}
+
+/// Where the last `2025-01-25T10:34:54` stamp begins in `s`.
+fn last_iso_stamp(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    (0..b.len().saturating_sub(18)).rev().find(|&i| {
+        let d = |j: usize| b[i + j].is_ascii_digit();
+        (0..4).all(d)
+            && b[i + 4] == b'-'
+            && d(5)
+            && d(6)
+            && b[i + 7] == b'-'
+            && d(8)
+            && d(9)
+            && b[i + 10] == b'T'
+            && (i == 0 || !b[i - 1].is_ascii_digit())
+    })
 }
 
 /// Where a `[  123.456789]` stamp begins in `s`, at or after `from`.
@@ -803,13 +875,14 @@ impl LogShape {
 /// Every OOM report of a saved log, in the order they end. `year` is the
 /// year of syslog stamps (which have none).
 pub fn read_reports(input: impl BufRead, year: i64) -> std::io::Result<Vec<LogReport>> {
-    read_log(input, year).map(|(r, _)| r)
+    read_log(input, year).map(|l| l.reports)
 }
 
-/// [`read_reports`], with the shape of what was read.
-pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<(Vec<LogReport>, LogShape)> {
+/// [`read_reports`], with the Xid lines and the shape of what was read.
+pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<SavedLog> {
     let mut hosts: HashMap<Option<String>, HostLog> = HashMap::new();
     let mut out = Vec::new();
+    let mut xids = Vec::new();
     let mut shape = LogShape::default();
     // A line is held until the next: a line with no prefix of any shape
     // that follows a long one is its tail, cut off by a mail client or a
@@ -838,7 +911,7 @@ pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<(Vec<LogRepor
                 (Some(l), _) => {
                     shape.recognized += 1;
                     if let Some(prev) = held.replace(l) {
-                        feed(&mut hosts, &mut out, prev);
+                        feed(&mut hosts, &mut out, &mut xids, prev);
                     }
                 }
                 (None, Some(prev)) if i == 0 && may_wrap => {
@@ -852,7 +925,7 @@ pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<(Vec<LogRepor
         may_wrap = line.trim().chars().count() >= WRAP_WIDTH;
     }
     if let Some(prev) = held {
-        feed(&mut hosts, &mut out, prev);
+        feed(&mut hosts, &mut out, &mut xids, prev);
     }
     for (host, h) in &mut hosts {
         if let Some(r) = h.asm.finish() {
@@ -865,7 +938,11 @@ pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<(Vec<LogRepor
             });
         }
     }
-    Ok((out, shape))
+    Ok(SavedLog {
+        reports: out,
+        xids,
+        shape,
+    })
 }
 
 /// Lines shorter than this were not wrapped: mail clients and ticket
@@ -873,13 +950,21 @@ pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<(Vec<LogRepor
 const WRAP_WIDTH: usize = 40;
 
 /// The text of a wrapped line's tail, or None when the line is none: a
-/// code fence, a shell prompt, a blank line.
+/// code fence, a shell prompt, a blank line, or another tool's structured
+/// output (`key: value`, `{...}`, `- item`; the kernel writes `key:value`
+/// with no space).
 fn tail(piece: &str) -> Option<&str> {
     let t = piece.trim().trim_start_matches(['>', ' ']);
     let prompt = t.starts_with("$ ")
         || t.starts_with("# ")
         || (t.starts_with('[') && (t.contains("]# ") || t.contains("]$ ")));
-    (!t.is_empty() && !t.starts_with("```") && !prompt).then_some(t)
+    let key = t.split_once(':').is_some_and(|(k, v)| {
+        !k.is_empty()
+            && k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+            && (v.is_empty() || v.starts_with(' '))
+    });
+    let structured = key || t.starts_with(['{', '"']) || t.starts_with("- ");
+    (!t.is_empty() && !t.starts_with("```") && !prompt && !structured).then_some(t)
 }
 
 /// Puts a wrapped line's tail back. A soft wrap replaced a space; a hard
@@ -922,7 +1007,12 @@ fn repeated(out: &[LogReport], host: &Option<String>, r: &OomReport) -> bool {
 }
 
 /// Hands one whole line to its host's assembler.
-fn feed(hosts: &mut HashMap<Option<String>, HostLog>, out: &mut Vec<LogReport>, l: LogLine) {
+fn feed(
+    hosts: &mut HashMap<Option<String>, HostLog>,
+    out: &mut Vec<LogReport>,
+    xids: &mut Vec<LogXid>,
+    l: LogLine,
+) {
     let h = hosts.entry(l.host.clone()).or_insert_with(|| HostLog {
         asm: Assembler::for_saved_log(),
         ..HostLog::default()
@@ -978,6 +1068,24 @@ fn feed(hosts: &mut HashMap<Option<String>, HostLog>, out: &mut Vec<LogReport>, 
             host: l.host,
             mono_to_wall_ns: h.mono_to_wall,
             time_unreadable: l.unreadable,
+            untimed: l.untimed,
+        }),
+        // The same line twice (pasted twice, or quoted by a tool beside
+        // the original) is one fault.
+        Some(KmsgEvent::Xid(x))
+            if xids.last().is_some_and(|p| {
+                p.host == l.host
+                    && p.xid.ts_us == x.ts_us
+                    && p.xid.code == x.code
+                    && p.xid.pci == x.pci
+                    && p.xid.pid == x.pid
+                    && (p.xid.message.starts_with(&x.message)
+                        || x.message.starts_with(&p.xid.message))
+            }) => {}
+        Some(KmsgEvent::Xid(x)) => xids.push(LogXid {
+            xid: x,
+            host: l.host,
+            mono_to_wall_ns: h.mono_to_wall,
             untimed: l.untimed,
         }),
         // The first kill of a memory.oom.group incident: this host's latest.

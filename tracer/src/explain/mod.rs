@@ -2,6 +2,7 @@
 //! text or JSON, with a short verdict and everything that is not known.
 
 pub mod gpu;
+pub mod xid;
 
 use std::fmt::Write as _;
 
