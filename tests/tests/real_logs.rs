@@ -167,8 +167,69 @@ fn logs_of_other_killers_hold_no_kernel_kill_beyond_their_own() {
             continue;
         };
         let (got, _) = explain(&log);
-        assert_eq!(got.len() as u64, n, "{name}: {got:#?}");
+        let kernel = got
+            .iter()
+            .filter(|k| k["kill"]["killer"]["kind"] == "kernel_oom")
+            .count();
+        assert_eq!(kernel as u64, n, "{name}: {got:#?}");
     }
+}
+
+/// Every kill systemd-oomd and earlyoom logged in the real logs (journal,
+/// syslog, monotonic, a pager's wrapping, earlyoom's own terminal output)
+/// is a kill by that killer, of the process or cgroup it named, with the
+/// signal it names and its reason in the verdict.
+#[test]
+fn kills_by_systemd_oomd_and_earlyoom_name_their_killer_and_reason() {
+    let mut n = 0;
+    for (name, log, facts) in corpus() {
+        let kind = facts["kind"].as_str().unwrap_or("");
+        if kind != "systemd-oomd" && kind != "earlyoom" {
+            continue;
+        }
+        let (got, err) = explain(&log);
+        let by_it: Vec<&Value> = got
+            .iter()
+            .filter(|k| k["kill"]["killer"]["sender"]["comm"] == kind)
+            .collect();
+        let events = facts["events"].as_array().unwrap();
+        for (i, e) in events.iter().enumerate() {
+            let k = by_it
+                .iter()
+                .find(|k| match e["pid"].as_u64() {
+                    Some(pid) => k["kill"]["victim"]["pid"] == pid,
+                    None => k["kill"]["victim"]["memcg"] == e["cgroup_or_unit"],
+                })
+                .unwrap_or_else(|| panic!("{name}: no kill by {kind} for {e}: {got:#?} {err}"));
+            // A signal a later line escalates (earlyoom: SIGTERM, then
+            // SIGKILL) is the kill's last one.
+            let escalated = events[i + 1..]
+                .iter()
+                .any(|l| !e["pid"].is_null() && l["pid"] == e["pid"]);
+            if e["signal"].is_string() && !escalated {
+                assert_eq!(k["kill"]["killer"]["signal"], e["signal"], "{name}: {k:#}");
+            }
+            let verdict = k["verdict"]["summary"].as_str().unwrap();
+            assert!(
+                verdict.starts_with(&format!("killed by {kind}")),
+                "{name}: {verdict}"
+            );
+            // The killer's figures are in the verdict (systemd-oomd's
+            // pressure, earlyoom's limits).
+            let reason = e["reason"].as_str().unwrap_or("");
+            let figure = reason
+                .split_whitespace()
+                .find(|w| w.ends_with('%') || w.contains("SIGKILL"))
+                .unwrap_or("");
+            assert!(
+                verdict.contains(figure),
+                "{name}: {figure} not in {verdict}"
+            );
+            n += 1;
+        }
+    }
+    eprintln!("userspace OOM killer kills read from the real logs: {n}");
+    assert!(n >= 8, "{n}");
 }
 
 /// Every NVIDIA Xid and SXid line of the real logs (bare, `kernel:`,

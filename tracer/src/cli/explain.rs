@@ -176,6 +176,7 @@ fn kills_in(
     let logfile::SavedLog {
         reports,
         xids,
+        user_kills,
         shape,
     } = logfile::read_log(input, year)?;
     let xids: Vec<crate::explain::xid::Explained> = xids
@@ -231,6 +232,9 @@ fn kills_in(
             if let Some(h) = &r.host {
                 k.gaps.push(Gap::Note(format!("logged by host {h}")));
             }
+            if !r.untimed && !r.time_unreadable {
+                k.gaps.extend(guessed_time(r.guessed));
+            }
             for f in faults {
                 let what = f
                     .meaning
@@ -246,8 +250,92 @@ fn kills_in(
             k
         })
         .collect();
+    kills.extend(user_kills.iter().map(user_kill_record));
+    kills.sort_by_key(|k| k.ts_ns);
     kills.reverse();
     Ok((FromLog { kills, xids }, shape))
+}
+
+/// What a saved log's time stamp left to a guess, said as such: a
+/// syslog stamp has no year (the last twelve months are taken), syslog and
+/// `dmesg -T` stamps have no zone (taken as UTC).
+fn guessed_time((year, zone): (Option<i64>, bool)) -> Option<crate::record::Gap> {
+    let what = match (year, zone) {
+        (Some(y), true) => format!(
+            "no year (taken as {y}, the last twelve months) and no time zone (taken as UTC)"
+        ),
+        (Some(y), false) => format!("no year (taken as {y}, the last twelve months)"),
+        (None, true) => "no time zone (taken as UTC)".to_string(),
+        (None, false) => return None,
+    };
+    Some(crate::record::Gap::Note(format!(
+        "the log's time stamp has {what}: the time shown is a guess"
+    )))
+}
+
+/// The kill record of a userspace OOM killer's kill found in a saved log.
+fn user_kill_record(u: &crate::collect::logfile::LogUserKill) -> crate::record::KillRecord {
+    use crate::record::{Gap, KillRecord, Killer, KillerKind, ProcRef, Victim};
+    let k = &u.kill;
+    let clock = Clock::fixed(0, u.mono_to_wall_ns.unwrap_or(0));
+    // systemd-oomd kills a cgroup: without a process named, the cgroup's
+    // last part names the victim.
+    let comm = k
+        .comm
+        .clone()
+        .or_else(|| {
+            let cg = k.cgroup.as_deref()?;
+            Some(cg.rsplit('/').next().unwrap_or(cg).to_string())
+        })
+        .unwrap_or_default();
+    let mut gaps = vec![Gap::Note(format!(
+        "found in {}'s log lines only: no kernel report, no lead-up samples",
+        k.killer
+    ))];
+    if k.pid.is_none() {
+        gaps.push(Gap::Note(format!(
+            "{} named the cgroup it killed, not its processes",
+            k.killer
+        )));
+    }
+    if let Some(kb) = k.rss_kb {
+        gaps.push(Gap::Note(format!(
+            "{} read the victim's RSS as {} MiB",
+            k.killer,
+            kb / 1024
+        )));
+    }
+    if u.untimed {
+        gaps.push(Gap::Note(
+            "the log's line of this kill has no readable time stamp: its time is not known".into(),
+        ));
+    } else {
+        gaps.extend(guessed_time(u.guessed));
+    }
+    KillRecord {
+        ts_ns: clock.kmsg_to_wall(u.ts_us),
+        time_unreadable: u.untimed,
+        killer: Killer {
+            kind: KillerKind::Userspace,
+            sender: Some(ProcRef {
+                pid: k.killer_pid.unwrap_or(0),
+                comm: k.killer.to_string(),
+                ..Default::default()
+            }),
+            signal: k.signal.map(str::to_string),
+            reason: Some(k.reason.clone()),
+            ..Default::default()
+        },
+        victim: Victim {
+            pid: k.pid.unwrap_or(0),
+            comm,
+            uid: k.uid,
+            memcg: k.cgroup.clone(),
+            ..Default::default()
+        },
+        gaps,
+        ..Default::default()
+    }
 }
 
 /// The explanations of the kills `store` holds since `since_ns` (of

@@ -36,6 +36,15 @@ pub struct LogLine {
     /// Whether it has no time stamp at all (bare kernel text, `kernel:
     /// text`): it counts, at the time of the line before it.
     pub untimed: bool,
+    /// A userspace OOM killer's line (`systemd-oomd`, `earlyoom`, with its
+    /// pid when the line names it), not the kernel's.
+    pub program: Option<(&'static str, Option<u32>)>,
+    /// The year its wall time was taken in, and its month and day, when the
+    /// stamp has no year (syslog): a guess, said so.
+    pub year_guess: Option<(i64, i64, i64)>,
+    /// Whether its wall time has no zone (syslog, `dmesg -T`: local
+    /// time, taken as UTC).
+    pub zone_guessed: bool,
     /// The message.
     pub text: String,
 }
@@ -55,6 +64,9 @@ pub struct LogReport {
     pub time_unreadable: bool,
     /// Whether its kill line had no stamp at all (bare kernel text).
     pub untimed: bool,
+    /// What its wall time guessed: the year it was taken in (the stamp
+    /// has none), and whether its zone was taken as UTC.
+    pub guessed: (Option<i64>, bool),
 }
 
 /// An NVIDIA Xid or SXid line found in a saved log.
@@ -70,6 +82,23 @@ pub struct LogXid {
     pub untimed: bool,
 }
 
+/// A kill by a userspace OOM killer found in a saved log.
+#[derive(Clone, Debug)]
+pub struct LogUserKill {
+    /// What the killer said.
+    pub kill: super::killers::UserKill,
+    /// Its stamp on the host's clock, µs (as a report's `ts_us`).
+    pub ts_us: u64,
+    /// The host, when the log names it.
+    pub host: Option<String>,
+    /// Wall time minus the stamps' time on that host, when the log gives it.
+    pub mono_to_wall_ns: Option<i64>,
+    /// Whether its line had no stamp (or one that cannot be read).
+    pub untimed: bool,
+    /// What its wall time guessed (see [`LogReport::guessed`]).
+    pub guessed: (Option<i64>, bool),
+}
+
 /// What a saved log holds.
 #[derive(Debug, Default)]
 pub struct SavedLog {
@@ -77,6 +106,8 @@ pub struct SavedLog {
     pub reports: Vec<LogReport>,
     /// Its Xid and SXid lines, in order.
     pub xids: Vec<LogXid>,
+    /// Kills by userspace OOM killers (systemd-oomd, earlyoom), in order.
+    pub user_kills: Vec<LogUserKill>,
     /// What was read.
     pub shape: LogShape,
 }
@@ -370,19 +401,31 @@ pub fn parse_line(line: &str, year: i64) -> Option<LogLine> {
             kernel: rec.facility == 0,
             unreadable: false,
             untimed: false,
+            program: None,
+            year_guess: None,
+            zone_guessed: false,
             text: rec.text,
         });
     }
     // dmesg, and journalctl -o short-monotonic (`[ 1.2] host kernel: text`).
     if let Some((us, rest)) = mono_prefix(line) {
-        let (host, text) = after_stamp(rest).unwrap_or((None, rest));
+        let (host, program, text) = match after_stamp(rest) {
+            Some((h, t)) => (h, None, t),
+            None => match killer_after_stamp(rest) {
+                Some((h, p, pid, t)) => (h, Some((p, pid)), t),
+                None => (None, None, rest),
+            },
+        };
         return Some(LogLine {
             host,
             mono_us: us,
             wall_ns: None,
-            kernel: true,
+            kernel: program.is_none(),
             unreadable: us.is_none(),
             untimed: false,
+            program,
+            year_guess: None,
+            zone_guessed: false,
             text: text.to_string(),
         });
     }
@@ -406,6 +449,9 @@ pub fn parse_line(line: &str, year: i64) -> Option<LogLine> {
                 kernel: true,
                 unreadable: wall_ns.is_none(),
                 untimed: false,
+                program: None,
+                year_guess: None,
+                zone_guessed: true,
                 text: rest.strip_prefix(' ').unwrap_or(rest).to_string(),
             });
         }
@@ -420,6 +466,9 @@ pub fn parse_line(line: &str, year: i64) -> Option<LogLine> {
         let rest = rest.trim_start();
         let (host, text) = match after_stamp(rest) {
             Some(ht) => ht,
+            None if let Some((h, p, pid, t)) = killer_after_stamp(rest) => {
+                return Some(killer_line(h, (p, pid), wall_ns, t));
+            }
             // A console's or collector's prefix before the kernel's stamp
             // (`In(05) vcpu-5 - Guest: <6>[ 1.5] text`).
             None if let Some(at) = mono_stamp_at(rest, 1) => (None, &rest[at..]),
@@ -453,16 +502,57 @@ pub fn parse_line(line: &str, year: i64) -> Option<LogLine> {
         _ => return None,
     };
     let t = hms_shaped(clock)?;
-    let (mut year, mut rest) = (year, r);
+    let (mut year, mut rest, mut year_guess) = (year, r, Some((year, mon, day)));
     if let Some((y, r)) = word(rest)
         && y.len() == 4
         && let Ok(y) = y.parse::<i64>()
     {
-        (year, rest) = (y, r);
+        (year, rest, year_guess) = (y, r, None);
     }
     let wall_ns = t.and_then(|t| wall((year, mon, day), t, frac_ns, 0));
-    let (host, text) = after_stamp(rest)?;
-    Some(with_mono(host, wall_ns, text))
+    let mut l = match after_stamp(rest) {
+        Some((host, text)) => with_mono(host, wall_ns, text),
+        None => {
+            let (host, program, pid, text) = killer_after_stamp(rest)?;
+            killer_line(host, (program, pid), wall_ns, text)
+        }
+    };
+    l.year_guess = year_guess.filter(|_| wall_ns.is_some());
+    l.zone_guessed = true;
+    Some(l)
+}
+
+/// `[host ]systemd-oomd[840]: text` after a stamp -> (host, killer, text),
+/// for the userspace OOM killers tracer reads.
+fn killer_after_stamp(rest: &str) -> Option<(Option<String>, &'static str, Option<u32>, &str)> {
+    let rest = rest.trim_start();
+    if let Some((p, pid, t)) = super::killers::split_program(rest) {
+        return Some((None, p, pid, t));
+    }
+    let (host, after) = word(rest)?;
+    let (p, pid, t) = super::killers::split_program(after.trim_start())?;
+    Some((Some(host.to_string()), p, pid, t))
+}
+
+/// A userspace killer's line at a wall time.
+fn killer_line(
+    host: Option<String>,
+    program: (&'static str, Option<u32>),
+    wall_ns: Option<i64>,
+    text: &str,
+) -> LogLine {
+    LogLine {
+        host,
+        mono_us: None,
+        wall_ns,
+        kernel: false,
+        unreadable: wall_ns.is_none(),
+        untimed: false,
+        program: Some(program),
+        year_guess: None,
+        zone_guessed: false,
+        text: text.to_string(),
+    }
 }
 
 /// The first word of `s` (after leading blanks) and what follows it.
@@ -540,6 +630,23 @@ pub fn parse_pasted(piece: &str, year: i64) -> Option<LogLine> {
     {
         return Some(l);
     }
+    let program = super::killers::split_program(s)
+        .map(|(p, pid, t)| ((p, pid), t))
+        .or_else(|| super::killers::recognise(s).map(|p| ((p, None), s)));
+    if let Some((program, text)) = program {
+        return Some(LogLine {
+            host: None,
+            mono_us: None,
+            wall_ns: None,
+            kernel: false,
+            unreadable: false,
+            untimed: true,
+            program: Some(program),
+            year_guess: None,
+            zone_guessed: false,
+            text: text.to_string(),
+        });
+    }
     bare_kernel(s).then(|| LogLine {
         host: None,
         mono_us: None,
@@ -547,6 +654,9 @@ pub fn parse_pasted(piece: &str, year: i64) -> Option<LogLine> {
         kernel: true,
         unreadable: false,
         untimed: true,
+        program: None,
+        year_guess: None,
+        zone_guessed: false,
         text: s.to_string(),
     })
 }
@@ -786,6 +896,16 @@ fn dmesg_t_stamp(s: &str) -> bool {
         })
 }
 
+/// `Mar  3 10:00:00 ` at the start of `s`, whatever follows.
+fn syslog_like(s: &str) -> bool {
+    let mut w = s.split_whitespace();
+    w.next().is_some_and(|m| m.len() == 3 && month(m).is_some())
+        && w.next()
+            .is_some_and(|d| d.len() <= 2 && d.bytes().all(|c| c.is_ascii_digit()))
+        && w.next()
+            .is_some_and(|t| matches!(hms_shaped(t.split('.').next().unwrap_or(t)), Some(Some(_))))
+}
+
 /// `Mar  3 10:00:00 host kernel: ` at the start of `s` (English month
 /// names only: a glued line of another locale is left whole).
 fn syslog_stamp(s: &str) -> bool {
@@ -825,6 +945,9 @@ fn with_mono(host: Option<String>, wall_ns: Option<i64>, text: &str) -> LogLine 
         kernel: true,
         unreadable: bad_mono || (wall_ns.is_none() && mono_us.is_none()),
         untimed: false,
+        program: None,
+        year_guess: None,
+        zone_guessed: false,
         text: text.to_string(),
     }
 }
@@ -839,6 +962,10 @@ struct HostLog {
     last_us: u64,
     /// Whether the last line had no stamp.
     last_untimed: bool,
+    /// The userspace OOM killers' lines.
+    killers: super::killers::Killers,
+    /// What the last line's wall time guessed: its year, its zone.
+    guessed: (Option<i64>, bool),
 }
 
 /// What a saved log held, besides its reports: enough to tell an empty
@@ -881,8 +1008,7 @@ pub fn read_reports(input: impl BufRead, year: i64) -> std::io::Result<Vec<LogRe
 /// [`read_reports`], with the Xid lines and the shape of what was read.
 pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<SavedLog> {
     let mut hosts: HashMap<Option<String>, HostLog> = HashMap::new();
-    let mut out = Vec::new();
-    let mut xids = Vec::new();
+    let mut log = SavedLog::default();
     let mut shape = LogShape::default();
     // A line is held until the next: a line with no prefix of any shape
     // that follows a long one is its tail, cut off by a mail client or a
@@ -911,12 +1037,12 @@ pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<SavedLog> {
                 (Some(l), _) => {
                     shape.recognized += 1;
                     if let Some(prev) = held.replace(l) {
-                        feed(&mut hosts, &mut out, &mut xids, prev);
+                        feed(&mut hosts, &mut log, prev);
                     }
                 }
                 (None, Some(prev)) if i == 0 && may_wrap => {
                     if let Some(tail) = tail(piece) {
-                        rejoin(&mut prev.text, tail);
+                        rejoin(&mut prev.text, tail, piece.starts_with([' ', '\t']));
                     }
                 }
                 (None, _) => {}
@@ -925,24 +1051,22 @@ pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<SavedLog> {
         may_wrap = line.trim().chars().count() >= WRAP_WIDTH;
     }
     if let Some(prev) = held {
-        feed(&mut hosts, &mut out, &mut xids, prev);
+        feed(&mut hosts, &mut log, prev);
     }
     for (host, h) in &mut hosts {
         if let Some(r) = h.asm.finish() {
-            out.push(LogReport {
+            log.reports.push(LogReport {
                 report: *r,
                 host: host.clone(),
                 mono_to_wall_ns: h.mono_to_wall,
                 time_unreadable: false,
                 untimed: h.last_untimed,
+                guessed: h.guessed,
             });
         }
     }
-    Ok(SavedLog {
-        reports: out,
-        xids,
-        shape,
-    })
+    log.shape = shape;
+    Ok(log)
 }
 
 /// Lines shorter than this were not wrapped: mail clients and ticket
@@ -959,11 +1083,17 @@ fn tail(piece: &str) -> Option<&str> {
         || t.starts_with("# ")
         || (t.starts_with('[') && (t.contains("]# ") || t.contains("]$ ")));
     let key = t.split_once(':').is_some_and(|(k, v)| {
-        !k.is_empty()
-            && k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+        k.starts_with(|c: char| c.is_ascii_lowercase())
+            && k.chars()
+                .all(|c| c.is_ascii_lowercase() || " _-".contains(c))
             && (v.is_empty() || v.starts_with(' '))
     });
-    let structured = key || t.starts_with(['{', '"']) || t.starts_with("- ");
+    // Another program's syslog or journal line (a stamp of its own).
+    let stamped = syslog_like(t)
+        || mono_stamp_at(t, 0) == Some(0)
+        || dmesg_t_stamp(t)
+        || last_iso_stamp(t.get(..20).unwrap_or(t)) == Some(0);
+    let structured = key || stamped || t.starts_with(['{', '"']) || t.starts_with("- ");
     (!t.is_empty() && !t.starts_with("```") && !prompt && !structured).then_some(t)
 }
 
@@ -971,9 +1101,11 @@ fn tail(piece: &str) -> Option<&str> {
 /// wrap cut a word too long for the line (the kernel's
 /// `oom-kill:constraint=...,task=...` has no space in 150 characters):
 /// that is a last word of 30 characters or more, or a tail that goes on
-/// with a `,` or `)`. Only the last 30 bytes are looked at, and nothing
-/// past [`MAX_REJOINED`] is kept: time and memory stay linear in the log.
-fn rejoin(text: &mut String, tail: &str) {
+/// with a `,` or `)`; a tail indented by the wrapping (a terminal's, a
+/// pager's) was wrapped at a space. Only the last 30 bytes are looked at,
+/// and nothing past [`MAX_REJOINED`] is kept: time and memory stay linear
+/// in the log.
+fn rejoin(text: &mut String, tail: &str, indented: bool) {
     const LONG_WORD: usize = 30;
     if text.len() >= MAX_REJOINED {
         return;
@@ -983,7 +1115,7 @@ fn rejoin(text: &mut String, tail: &str) {
         from -= 1;
     }
     let long_last_word = text.len() >= LONG_WORD && !text[from..].contains(' ');
-    let hard = text.is_empty() || long_last_word || tail.starts_with([',', ')']);
+    let hard = text.is_empty() || (long_last_word && !indented) || tail.starts_with([',', ')']);
     if !hard {
         text.push(' ');
     }
@@ -1007,16 +1139,27 @@ fn repeated(out: &[LogReport], host: &Option<String>, r: &OomReport) -> bool {
 }
 
 /// Hands one whole line to its host's assembler.
-fn feed(
-    hosts: &mut HashMap<Option<String>, HostLog>,
-    out: &mut Vec<LogReport>,
-    xids: &mut Vec<LogXid>,
-    l: LogLine,
-) {
+fn feed(hosts: &mut HashMap<Option<String>, HostLog>, log: &mut SavedLog, mut l: LogLine) {
+    let SavedLog {
+        reports: out,
+        xids,
+        user_kills,
+        ..
+    } = log;
     let h = hosts.entry(l.host.clone()).or_insert_with(|| HostLog {
         asm: Assembler::for_saved_log(),
         ..HostLog::default()
     });
+    // A stamp without a year is in the last twelve months: one that would
+    // be more than two days ahead is of the year before.
+    if let Some((y, m, d)) = l.year_guess
+        && let Some(w) = l.wall_ns.as_mut()
+        && *w > crate::util::time::wall_now_ns() + 2 * 86_400_000_000_000
+    {
+        *w -= (days_from_civil(y, m, d) - days_from_civil(y - 1, m, d)) * 86_400_000_000_000;
+        l.year_guess = Some((y - 1, m, d));
+    }
+    h.guessed = (l.year_guess.map(|(y, _, _)| y), l.zone_guessed);
     // The report's stamps: monotonic when the line has one (then the wall
     // time, when also given, fixes the host's offset), else the wall time
     // itself (offset 0).
@@ -1037,6 +1180,30 @@ fn feed(
     };
     h.last_us = ts_us;
     h.last_untimed = l.untimed;
+    if let Some((program, pid)) = l.program {
+        match h.killers.push(program, pid, &l.text) {
+            Some(super::killers::Said::Kill(k)) => user_kills.push(LogUserKill {
+                kill: *k,
+                ts_us,
+                host: l.host,
+                mono_to_wall_ns: h.mono_to_wall,
+                untimed: l.untimed || l.unreadable,
+                guessed: h.guessed,
+            }),
+            Some(super::killers::Said::Escalated { pid, reason }) => {
+                if let Some(u) = user_kills
+                    .iter_mut()
+                    .rev()
+                    .find(|u| u.host == l.host && u.kill.pid == Some(pid))
+                {
+                    u.kill.signal = Some("SIGKILL");
+                    u.kill.reason = format!("{}; {reason}", u.kill.reason);
+                }
+            }
+            None => {}
+        }
+        return;
+    }
     // A summary line after its kill line (a paste sorted or reversed, or
     // a journal's order): the kill of its pid just before takes it.
     if let Some(summary) = l
@@ -1069,6 +1236,7 @@ fn feed(
             mono_to_wall_ns: h.mono_to_wall,
             time_unreadable: l.unreadable,
             untimed: l.untimed,
+            guessed: h.guessed,
         }),
         // The same line twice (pasted twice, or quoted by a tool beside
         // the original) is one fault.
@@ -1319,6 +1487,45 @@ mod tests {
             "```",
         ] {
             assert_eq!(parse_pasted(line, 2025), None, "{line}");
+        }
+    }
+
+    /// A syslog stamp has no year: one that would be days ahead of now is
+    /// of the year before, and the guess is kept with the line.
+    #[test]
+    fn a_syslog_date_ahead_of_now_is_of_last_year() {
+        // Civil date of a day count (the inverse of days_from_civil).
+        fn civil(z: i64) -> (i64, i64, i64) {
+            let z = z + 719_468;
+            let era = z.div_euclid(146_097);
+            let doe = z - era * 146_097;
+            let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+            let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+            let mp = (5 * doy + 2) / 153;
+            let d = doy - (153 * mp + 2) / 5 + 1;
+            let m = if mp < 10 { mp + 3 } else { mp - 9 };
+            (yoe + era * 400 + i64::from(m <= 2), m, d)
+        }
+        let today = crate::util::time::wall_now_ns() / 86_400_000_000_000;
+        for (ahead, back) in [(10, true), (-10, false)] {
+            let (y, m, d) = civil(today + ahead);
+            let names = [
+                "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+            ];
+            let log = format!(
+                "{} {d:2} 10:00:00 node-7 kernel: Out of memory: Killed process 4 (x) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB\n",
+                names[m as usize - 1]
+            );
+            let found = read_log(log.as_bytes(), y).unwrap();
+            let r = &found.reports[0];
+            let want_year = if back { y - 1 } else { y };
+            assert_eq!(r.guessed, (Some(want_year), true), "{log}");
+            let wall = r.report.ts_us as i64 * 1000 + r.mono_to_wall_ns.unwrap();
+            assert_eq!(
+                wall,
+                super::wall((want_year, m, d), (10, 0, 0), 0, 0).unwrap(),
+                "{log}"
+            );
         }
     }
 

@@ -296,7 +296,7 @@ pub fn kill_from_victim(
             kind: KillerKind::KernelOom,
             constraint: Some(constraint.into()),
             sender: None,
-            signal_code: None,
+            ..Default::default()
         },
         victim,
         trigger: Some(trigger),
@@ -327,6 +327,7 @@ pub fn kill_from_signal_lean(ctx: &Context<'_>, ev: &SignalKill) -> KillRecord {
                 ctx.model.holder(sender_pid, ts_ns, None).0,
             )),
             signal_code: Some(ev.code),
+            ..Default::default()
         },
         victim: victim_from(
             ev.target_pid,
@@ -390,6 +391,7 @@ pub fn kill_from_signal(ctx: &Context<'_>, ev: &SignalKill) -> Option<KillRecord
             constraint: None,
             sender: Some(sender),
             signal_code: Some(ev.code),
+            ..Default::default()
         },
         victim,
         memcg,

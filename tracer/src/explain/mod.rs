@@ -414,18 +414,41 @@ pub fn verdict(k: &KillRecord) -> Verdict {
     v
 }
 
+/// A userspace killer's reason, shorter where its shape is known:
+/// systemd-oomd's `memory pressure for M being 51.07% > 50.00% for > 20s
+/// with reclaim activity` reads `memory pressure 51.07% > 50.00% for 20s
+/// on M`.
+fn killer_reason(why: &str) -> String {
+    if let Some(rest) = why.strip_prefix("memory pressure for ")
+        && let Some((cgroup, rest)) = rest.split_once(" being ")
+        && let Some((figures, rest)) = rest.split_once(" for > ")
+    {
+        let span = rest.split_whitespace().next().unwrap_or(rest);
+        return format!("memory pressure {figures} for {span} on {cgroup}");
+    }
+    why.to_string()
+}
+
 fn base_verdict(k: &KillRecord) -> Verdict {
     if k.killer.kind == KillerKind::Userspace {
         let s = k.killer.sender.as_ref();
         let who = s
-            .map(|s| format!("{} (pid {})", s.comm, s.pid))
+            .map(|s| match s.pid {
+                0 => s.comm.clone(),
+                p => format!("{} (pid {p})", s.comm),
+            })
             .unwrap_or_else(|| "an unknown process".into());
-        let summary = match &k.aggregate {
-            Some(a) => format!(
+        let signal = k.killer.signal.as_deref().unwrap_or("SIGKILL");
+        let summary = match (&k.aggregate, &k.killer.reason) {
+            (Some(a), _) => format!(
                 "{} processes killed by {who} with SIGKILL, not by the kernel OOM killer",
                 a.count
             ),
-            None => format!("killed by {who} with SIGKILL, not by the kernel OOM killer"),
+            (None, Some(why)) => format!(
+                "killed by {who}: {}; with {signal}, not by the kernel OOM killer",
+                killer_reason(why)
+            ),
+            (None, None) => format!("killed by {who} with {signal}, not by the kernel OOM killer"),
         };
         return Verdict {
             cause: Cause::UserspaceKill,
@@ -675,18 +698,27 @@ pub(crate) fn one_line(s: &str, max: usize) -> String {
     }
 }
 
+/// `pid N`, or `pid not known` for 0.
+fn pid_text(pid: u32) -> String {
+    match pid {
+        0 => "pid not known".into(),
+        p => format!("pid {p}"),
+    }
+}
+
 fn killer_line(k: &KillRecord) -> String {
     match k.killer.kind {
         KillerKind::Userspace => {
             let s = k.killer.sender.as_ref();
             let name = s
-                .map(|s| format!("{} (pid {})", s.comm, s.pid))
+                .map(|s| format!("{} ({})", s.comm, pid_text(s.pid)))
                 .unwrap_or_else(|| "?".into());
             let cmd = s
                 .and_then(|s| s.cmdline.as_deref())
                 .map(|c| format!(": {}", one_line(c, 120)))
                 .unwrap_or_default();
-            format!("{name} sent SIGKILL{cmd}")
+            let signal = k.killer.signal.as_deref().unwrap_or("SIGKILL");
+            format!("{name} sent {signal}{cmd}")
         }
         _ => format!(
             "kernel OOM killer, constraint {}",
@@ -701,9 +733,18 @@ pub fn render_text(e: &Explanation) -> String {
     let v = &k.victim;
     let mut o = String::new();
     let by = if k.killer.kind == KillerKind::Userspace {
-        "killed with SIGKILL"
+        let signal = k.killer.signal.as_deref().unwrap_or("SIGKILL");
+        match k
+            .killer
+            .sender
+            .as_ref()
+            .filter(|s| k.killer.reason.is_some() && !s.comm.is_empty())
+        {
+            Some(s) => format!("killed by {} with {signal}", s.comm),
+            None => format!("killed with {signal}"),
+        }
     } else {
-        "killed by the kernel OOM killer"
+        "killed by the kernel OOM killer".to_string()
     };
     // A kill from a saved log that gives only the time since boot carries
     // that time (nothing before 1990 is a wall time).
@@ -714,10 +755,10 @@ pub fn render_text(e: &Explanation) -> String {
     } else {
         format_wall(k.ts_ns)
     };
-    let _ = writeln!(o, "{when} {} (pid {}) {by}", v.comm, v.pid);
+    let _ = writeln!(o, "{when} {} ({}) {by}", v.comm, pid_text(v.pid));
     let _ = writeln!(o);
     let uid = v.uid.map(|u| format!(", uid {u}")).unwrap_or_default();
-    let _ = writeln!(o, "  victim     {} (pid {}{uid})", v.comm, v.pid);
+    let _ = writeln!(o, "  victim     {} ({}{uid})", v.comm, pid_text(v.pid));
     if let Some(c) = &v.cmdline {
         let _ = writeln!(o, "  command    {}", one_line(c, 200));
     }

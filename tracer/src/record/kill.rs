@@ -204,6 +204,14 @@ pub struct Killer {
     pub sender: Option<ProcRef>,
     /// `si_code` of the signal.
     pub signal_code: Option<i32>,
+    /// The signal, when it was not SIGKILL or the killer's log names it
+    /// (earlyoom sends SIGTERM first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
+    /// Why it killed, as the killer wrote it (a userspace OOM killer's log
+    /// line: systemd-oomd's pressure, earlyoom's limits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// A process as named in a report.
