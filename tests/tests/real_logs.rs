@@ -175,16 +175,17 @@ fn logs_of_other_killers_hold_no_kernel_kill_beyond_their_own() {
     }
 }
 
-/// Every kill systemd-oomd and earlyoom logged in the real logs (journal,
-/// syslog, monotonic, a pager's wrapping, earlyoom's own terminal output)
-/// is a kill by that killer, of the process or cgroup it named, with the
-/// signal it names and its reason in the verdict.
+/// Every kill systemd-oomd, earlyoom and kubelet logged in the real logs
+/// (journal, syslog, monotonic, a pager's wrapping, earlyoom's own terminal
+/// output, klog) is a kill by that killer, of the process, cgroup, pod or
+/// container it named, with the signal it names and its reason in the
+/// verdict.
 #[test]
-fn kills_by_systemd_oomd_and_earlyoom_name_their_killer_and_reason() {
+fn kills_by_systemd_oomd_earlyoom_and_kubelet_name_their_killer_and_reason() {
     let mut n = 0;
     for (name, log, facts) in corpus() {
         let kind = facts["kind"].as_str().unwrap_or("");
-        if kind != "systemd-oomd" && kind != "earlyoom" {
+        if !["systemd-oomd", "earlyoom", "kubelet"].contains(&kind) {
             continue;
         }
         let (got, err) = explain(&log);
@@ -194,10 +195,16 @@ fn kills_by_systemd_oomd_and_earlyoom_name_their_killer_and_reason() {
             .collect();
         let events = facts["events"].as_array().unwrap();
         for (i, e) in events.iter().enumerate() {
+            // kubelet's own lines (the runtime's signals beside them are not
+            // kubelet's kills).
+            if kind == "kubelet" && !e["comm"].is_null() {
+                continue;
+            }
             let k = by_it
                 .iter()
                 .find(|k| match e["pid"].as_u64() {
                     Some(pid) => k["kill"]["victim"]["pid"] == pid,
+                    None if kind == "kubelet" => k["kill"]["victim"]["comm"] == e["cgroup_or_unit"],
                     None => k["kill"]["victim"]["memcg"] == e["cgroup_or_unit"],
                 })
                 .unwrap_or_else(|| panic!("{name}: no kill by {kind} for {e}: {got:#?} {err}"));
@@ -229,7 +236,28 @@ fn kills_by_systemd_oomd_and_earlyoom_name_their_killer_and_reason() {
         }
     }
     eprintln!("userspace OOM killer kills read from the real logs: {n}");
-    assert!(n >= 8, "{n}");
+    assert!(n >= 11, "{n}");
+}
+
+/// systemd's notices that a unit lost a process to the kernel's OOM killer,
+/// in logs without the kernel's own lines, are said with their units.
+#[test]
+fn systemds_oom_notices_without_the_kernels_lines_are_said() {
+    for (name, log, facts) in corpus() {
+        if facts["kind"] != "systemd-unit" {
+            continue;
+        }
+        let out = tracer(&["explain", "--log", log.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: {err}");
+        for e in facts["events"].as_array().unwrap() {
+            let unit = e["cgroup_or_unit"].as_str().unwrap();
+            assert!(
+                err.contains("systemd says these units") && err.contains(unit),
+                "{name}: {unit}: {err}"
+            );
+        }
+    }
 }
 
 /// Every NVIDIA Xid and SXid line of the real logs (bare, `kernel:`,

@@ -62,6 +62,8 @@ pub struct ExplainArgs {
 struct FromLog {
     kills: Vec<crate::record::KillRecord>,
     xids: Vec<crate::explain::xid::Explained>,
+    /// Units systemd says lost a process to the kernel's OOM killer.
+    units: Vec<String>,
 }
 
 /// The kills of a saved kernel log, latest first.
@@ -177,6 +179,7 @@ fn kills_in(
         reports,
         xids,
         user_kills,
+        unit_notices,
         shape,
     } = logfile::read_log(input, year)?;
     let xids: Vec<crate::explain::xid::Explained> = xids
@@ -235,6 +238,19 @@ fn kills_in(
             if !r.untimed && !r.time_unreadable {
                 k.gaps.extend(guessed_time(r.guessed));
             }
+            // systemd's notices of the same moment name the unit.
+            let mut units: Vec<&str> = unit_notices
+                .iter()
+                .filter(|(h, ts, _, _)| *h == r.host && ts.abs_diff(r.report.ts_us) <= 2_000_000)
+                .map(|(_, _, u, _)| u.as_str())
+                .collect();
+            units.dedup();
+            if !units.is_empty() {
+                k.gaps.push(Gap::Note(format!(
+                    "systemd says these units lost a process to the OOM killer then: {}",
+                    units.join(", ")
+                )));
+            }
             for f in faults {
                 let what = f
                     .meaning
@@ -253,7 +269,10 @@ fn kills_in(
     kills.extend(user_kills.iter().map(user_kill_record));
     kills.sort_by_key(|k| k.ts_ns);
     kills.reverse();
-    Ok((FromLog { kills, xids }, shape))
+    let mut units: Vec<String> = unit_notices.into_iter().map(|(_, _, u, _)| u).collect();
+    units.sort();
+    units.dedup();
+    Ok((FromLog { kills, xids, units }, shape))
 }
 
 /// What a saved log's time stamp left to a guess, said as such: a
@@ -287,16 +306,28 @@ fn user_kill_record(u: &crate::collect::logfile::LogUserKill) -> crate::record::
             let cg = k.cgroup.as_deref()?;
             Some(cg.rsplit('/').next().unwrap_or(cg).to_string())
         })
+        .or_else(|| k.container.clone())
+        .or_else(|| k.pod.clone())
         .unwrap_or_default();
     let mut gaps = vec![Gap::Note(format!(
         "found in {}'s log lines only: no kernel report, no lead-up samples",
         k.killer
     ))];
-    if k.pid.is_none() {
-        gaps.push(Gap::Note(format!(
+    match (&k.pod, &k.container) {
+        (Some(p), Some(c)) => gaps.push(Gap::Note(format!(
+            "kubelet stopped container {c} of pod {p}"
+        ))),
+        (Some(p), None) => gaps.push(Gap::Note(format!(
+            "kubelet evicted pod {p}, every container of it"
+        ))),
+        (None, Some(c)) => gaps.push(Gap::Note(format!(
+            "kubelet stopped container {c}; its pod is not in the log"
+        ))),
+        (None, None) if k.pid.is_none() => gaps.push(Gap::Note(format!(
             "{} named the cgroup it killed, not its processes",
             k.killer
-        )));
+        ))),
+        (None, None) => {}
     }
     if let Some(kb) = k.rss_kb {
         gaps.push(Gap::Note(format!(
@@ -314,6 +345,7 @@ fn user_kill_record(u: &crate::collect::logfile::LogUserKill) -> crate::record::
     }
     KillRecord {
         ts_ns: clock.kmsg_to_wall(u.ts_us),
+        source: crate::record::Seen::LOG,
         time_unreadable: u.untimed,
         killer: Killer {
             kind: KillerKind::Userspace,
@@ -413,9 +445,10 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
             })
             .collect()
     };
-    let mut faults = 0;
+    let (mut faults, mut units) = (0, Vec::new());
     let mut from_log = |log: FromLog| {
         faults = log.xids.len();
+        units = log.units;
         from_log(log.kills)
     };
     let found: Vec<Explanation> = if let Some(path) = &args.log {
@@ -432,6 +465,7 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
                 .map(|r| kill_from_report(r, &clock, None))
                 .collect(),
             xids: Vec::new(),
+            units: Vec::new(),
         })
     } else {
         let store = Store::open_ro(&args.store.path)?;
@@ -460,12 +494,18 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         .since
         .map(|d| format!(" in the last {}", humantime::format_duration(d)))
         .unwrap_or_default();
-    let faults = match faults {
+    let mut faults = match faults {
         0 => String::new(),
         n => format!(
             "; it holds {n} GPU fault line(s) (NVIDIA Xid): tracer explain --xid lists them"
         ),
     };
+    if !units.is_empty() {
+        faults.push_str(&format!(
+            "; systemd says these units lost a process to the kernel's OOM killer, whose own lines are not in it: {}",
+            units.join(", ")
+        ));
+    }
     output(
         &args,
         &found,

@@ -7,10 +7,23 @@
 //!   `killing process N "comm" with signal 15: ...`, `escalating to SIGKILL
 //!   after 2.4 seconds`.
 //!
+//! - kubelet: its eviction manager (`attempting to reclaim memory`, `must
+//!   evict pod(s) to reclaim memory`, `pod NAME(UID) evicted successfully`
+//!   and the structured `"Eviction manager: pod is evicted successfully"
+//!   pod="ns/name"`), and the containers it kills (`Killing container
+//!   "docker://ID" with 30 second grace period`, `"Killing container with a
+//!   grace period" pod="ns/name" ... containerName="c"`) after a probe
+//!   failed (`Liveness probe failed`, `failed liveness probe, will be
+//!   restarted`);
+//! - systemd's notices of a unit that lost a process to the kernel's OOM
+//!   killer (`UNIT: A process of this unit has been killed by the OOM
+//!   killer.`, `UNIT: Failed with result 'oom-kill'.`): not kills of their
+//!   own (the kernel's lines are), but which unit they were in.
+//!
 //! Each kill keeps the reason the killer gave, as it wrote it.
 
 /// The programs whose lines are read here.
-pub const KILLERS: &[&str] = &["systemd-oomd", "earlyoom"];
+pub const KILLERS: &[&str] = &["systemd-oomd", "earlyoom", "kubelet", "systemd"];
 
 /// One kill a userspace killer logged.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -27,6 +40,11 @@ pub struct UserKill {
     pub uid: Option<u32>,
     /// The cgroup killed (systemd-oomd kills a whole cgroup).
     pub cgroup: Option<String>,
+    /// The pod (`namespace/name`, or kubelet's `name_namespace(uid)`)
+    /// kubelet evicted or whose container it killed.
+    pub pod: Option<String>,
+    /// The container kubelet killed (its name, or its runtime id).
+    pub container: Option<String>,
     /// Why, as the killer wrote it.
     pub reason: String,
     /// The signal, when the line names it.
@@ -46,6 +64,13 @@ pub enum Said {
         /// The killer's words.
         reason: String,
     },
+    /// systemd says `unit` lost a process to the kernel's OOM killer.
+    Unit {
+        /// The unit.
+        unit: String,
+        /// systemd's words.
+        text: String,
+    },
 }
 
 /// Reads the lines of the userspace killers of one host, in order.
@@ -57,6 +82,9 @@ pub struct Killers {
     last_victim: Option<u32>,
     /// Pids systemd-oomd said it was killing, before its `Killed` line.
     oomd_pids: Vec<u32>,
+    /// kubelet's last reason to evict or kill (its eviction manager's
+    /// resource, a failed probe).
+    kubelet_why: Option<String>,
 }
 
 impl Killers {
@@ -66,6 +94,8 @@ impl Killers {
         let said = match program {
             "systemd-oomd" => self.oomd(text),
             "earlyoom" => self.earlyoom(text),
+            "kubelet" => self.kubelet(klog_message(text)),
+            "systemd" => unit_notice(text),
             _ => None,
         };
         match said {
@@ -103,6 +133,84 @@ impl Killers {
             signal: (!pids.is_empty()).then_some("SIGKILL"),
             ..Default::default()
         })))
+    }
+
+    fn kubelet(&mut self, text: &str) -> Option<Said> {
+        let lower = text.to_ascii_lowercase();
+        if lower.contains("attempting to reclaim ")
+            || lower.contains("must evict pod(s)")
+            || lower.contains("probe failed")
+            || lower.contains("failed liveness probe")
+            || lower.contains("failed startup probe")
+            || lower.contains("the node was low on resource")
+        {
+            let why = text.trim().trim_start_matches("eviction manager: ");
+            // One reason per incident: the first line that says it.
+            if !self
+                .kubelet_why
+                .as_deref()
+                .is_some_and(|w| lower.contains("must evict") && w.contains("reclaim"))
+            {
+                self.kubelet_why = Some(why.trim_matches('"').to_string());
+            }
+            return None;
+        }
+        // `eviction manager: pod NAME(UID) evicted successfully`, and
+        // `"Eviction manager: pod is evicted successfully" pod="ns/name"`.
+        if lower.contains("evicted successfully") {
+            let pod = quoted(text, "pod=").map(str::to_string).or_else(|| {
+                let rest = text.split("pod ").nth(1)?;
+                Some(rest.split(" evicted").next()?.trim().to_string())
+            })?;
+            return Some(Said::Kill(Box::new(UserKill {
+                killer: "kubelet",
+                pod: Some(pod),
+                reason: self
+                    .kubelet_why
+                    .take()
+                    .map(|w| format!("evicted: {w}"))
+                    .unwrap_or_else(|| {
+                        "evicted (the eviction manager's reason is not in the log)".into()
+                    }),
+                ..Default::default()
+            })));
+        }
+        // `Killing container "docker://ID" with 30 second grace period`,
+        // `"Killing container with a grace period" pod="ns/name" ... containerName="c" ... gracePeriod=30`.
+        if lower.contains("killing container") {
+            let container = quoted(text, "containerName=")
+                .or_else(|| quoted(text, "Killing container "))
+                .map(str::to_string);
+            let grace = quoted(text, "gracePeriod=")
+                .map(str::to_string)
+                .or_else(|| {
+                    text.split("gracePeriod=")
+                        .nth(1)
+                        .and_then(|g| g.split_whitespace().next())
+                        .map(str::to_string)
+                })
+                .or_else(|| {
+                    text.split(" with ")
+                        .nth(1)
+                        .and_then(|g| g.split_whitespace().next())
+                        .map(str::to_string)
+                });
+            let why = self.kubelet_why.take().unwrap_or_else(|| {
+                "kubelet stopped the container (its reason is not in the log)".into()
+            });
+            let grace = grace
+                .map(|g| format!(", {g} s to exit before SIGKILL"))
+                .unwrap_or_default();
+            return Some(Said::Kill(Box::new(UserKill {
+                killer: "kubelet",
+                pod: quoted(text, "pod=").map(str::to_string),
+                container,
+                reason: format!("{why}{grace}"),
+                signal: Some("SIGTERM"),
+                ..Default::default()
+            })));
+        }
+        None
     }
 
     fn earlyoom(&mut self, text: &str) -> Option<Said> {
@@ -174,6 +282,39 @@ impl Killers {
     }
 }
 
+/// A klog line's message: `I0902 15:20:14.747890   18530 file.go:280] msg`
+/// -> `msg` (a line without the header is its own message).
+fn klog_message(text: &str) -> &str {
+    let t = text.trim_start();
+    let header =
+        t.starts_with(['I', 'W', 'E', 'F']) && t[1..].starts_with(|c: char| c.is_ascii_digit());
+    match (header, t.split_once("] ")) {
+        (true, Some((_, m))) => m,
+        _ => t
+            .split_once(".go:")
+            .and_then(|(_, r)| r.split_once("] "))
+            .map_or(t, |(_, m)| m),
+    }
+}
+
+/// The value after `key` (`pod="ns/name"` or `Killing container "id"`),
+/// without its quotes.
+fn quoted<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    let rest = text.split(key).nth(1)?.strip_prefix('"')?;
+    rest.split('"').next()
+}
+
+/// systemd's notice of a unit that lost a process to the OOM killer.
+fn unit_notice(text: &str) -> Option<Said> {
+    let (unit, what) = text.split_once(": ")?;
+    (what.contains("has been killed by the OOM killer")
+        || what.contains("Failed with result 'oom-kill'"))
+    .then(|| Said::Unit {
+        unit: unit.trim().to_string(),
+        text: what.trim().to_string(),
+    })
+}
+
 /// The killer whose own output `text` is, when it carries no syslog
 /// identifier (earlyoom run in a terminal).
 pub fn recognise(text: &str) -> Option<&'static str> {
@@ -195,6 +336,10 @@ pub fn split_program(s: &str) -> Option<(&'static str, Option<u32>, &str)> {
         None => (tag, None),
     };
     let program = KILLERS.iter().find(|k| **k == name)?;
+    // systemd's lines count only when they are about the OOM killer.
+    if *program == "systemd" && !(text.contains("OOM killer") || text.contains("'oom-kill'")) {
+        return None;
+    }
     Some((program, pid, text))
 }
 
@@ -213,7 +358,7 @@ mod tests {
                     last.signal = Some("SIGKILL");
                     last.reason = format!("{}; {reason}", last.reason);
                 }
-                None => {}
+                Some(Said::Unit { .. }) | None => {}
             }
         }
         out

@@ -852,7 +852,12 @@ fn parse_killed(text: &str) -> Option<KilledProcess> {
         };
         // Only a whole `NkB`: a number damaged in a paste
         // (`anon-rss:153,700,88kB`) is not read as a value.
-        let kb = || v.strip_suffix("kB")?.parse::<u64>().ok();
+        let kb = || {
+            v.trim_end_matches(['*', '"', '\'', '`'])
+                .strip_suffix("kB")?
+                .parse::<u64>()
+                .ok()
+        };
         match key {
             "total-vm" => k.total_vm_kb = kb(),
             "anon-rss" => k.anon_rss_kb = kb(),

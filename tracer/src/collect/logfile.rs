@@ -106,8 +106,12 @@ pub struct SavedLog {
     pub reports: Vec<LogReport>,
     /// Its Xid and SXid lines, in order.
     pub xids: Vec<LogXid>,
-    /// Kills by userspace OOM killers (systemd-oomd, earlyoom), in order.
+    /// Kills by userspace OOM killers (systemd-oomd, earlyoom, kubelet), in
+    /// order.
     pub user_kills: Vec<LogUserKill>,
+    /// systemd's notices of units that lost a process to the kernel's OOM
+    /// killer: (host, its stamp on the host's clock in µs, unit, words).
+    pub unit_notices: Vec<(Option<String>, u64, String, String)>,
     /// What was read.
     pub shape: LogShape,
 }
@@ -676,6 +680,9 @@ fn undress(s: &str) -> Option<&str> {
         }
     } else if s.starts_with('`') || s.ends_with('`') {
         s.trim_matches('`')
+    } else if s.starts_with(['*', '"', '_', '\'']) {
+        // Markdown emphasis or quotes around a line quoted in prose.
+        s.trim_start_matches(['*', '"', '_', '\''])
     } else if let Some(rest) = ["- ", "* ", "+ ", "• "]
         .iter()
         .find_map(|m| s.strip_prefix(m))
@@ -877,6 +884,11 @@ fn glued_starts(line: &str) -> Vec<usize> {
             // A message right after a stamp (`[ 1.2] Out of memory`) is
             // that stamp's.
             _ if b[i - 1] == b']' => syslog_stamp(rest),
+            // Quoted or emphasised in prose: `"**Killed process ...`.
+            b'"' | b'*' | b'\'' | b'`' => {
+                let bare = rest.trim_start_matches(['"', '*', '\'', '`']);
+                STARTS.iter().any(|s| bare.starts_with(s))
+            }
             _ => STARTS.iter().any(|s| rest.starts_with(s)) || syslog_stamp(rest),
         };
         if starts {
@@ -1015,6 +1027,7 @@ pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<SavedLog> {
     // ticket system's wrapping.
     let mut held: Option<LogLine> = None;
     let mut may_wrap = false;
+    let mut verbose: Option<(u64, i64)> = None;
     for line in input.split(b'\n') {
         let line = line?;
         shape.lines += 1;
@@ -1024,6 +1037,24 @@ pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<SavedLog> {
         }
         let line = String::from_utf8_lossy(&line);
         let line = line.trim_end_matches(['\r', '\n']);
+        // journalctl -o verbose: an entry's stamps on its header line, its
+        // message on a `MESSAGE=` line below it.
+        if let Some(stamps) = verbose_header(line) {
+            verbose = Some(stamps);
+            continue;
+        }
+        if let Some(msg) = line.trim_start().strip_prefix("MESSAGE=")
+            && let Some((mono_us, wall_ns)) = verbose.take()
+        {
+            shape.recognized += 1;
+            let mut l = with_mono(None, Some(wall_ns), msg);
+            l.mono_us = l.mono_us.or(Some(mono_us));
+            if let Some(prev) = held.replace(l) {
+                feed(&mut hosts, &mut log, prev);
+            }
+            may_wrap = false;
+            continue;
+        }
         // Messages glued on one line are read one by one.
         let mut from = 0;
         let mut pieces = Vec::new();
@@ -1067,6 +1098,21 @@ pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<SavedLog> {
     }
     log.shape = shape;
     Ok(log)
+}
+
+/// A journal entry's header in `journalctl -o verbose`: `Thu 2023-02-02
+/// 11:49:13.015489 CET [s=...;i=...;b=...;m=1f6726955fe3;t=5f3b550c118c1;x=...]`
+/// -> (monotonic µs, wall ns), from its `m=` and `t=` fields (hex µs).
+fn verbose_header(line: &str) -> Option<(u64, i64)> {
+    let fields = line.trim_end().strip_suffix(']')?.rsplit_once(" [s=")?.1;
+    let hex = |key: &str| {
+        fields
+            .split(';')
+            .find_map(|f| f.strip_prefix(key))
+            .and_then(|v| u64::from_str_radix(v, 16).ok())
+    };
+    let (m, t) = (hex("m=")?, hex("t=")?);
+    Some((m, i64::try_from(t).ok()?.checked_mul(1000)?))
 }
 
 /// Lines shorter than this were not wrapped: mail clients and ticket
@@ -1144,6 +1190,7 @@ fn feed(hosts: &mut HashMap<Option<String>, HostLog>, log: &mut SavedLog, mut l:
         reports: out,
         xids,
         user_kills,
+        unit_notices,
         ..
     } = log;
     let h = hosts.entry(l.host.clone()).or_insert_with(|| HostLog {
@@ -1199,6 +1246,9 @@ fn feed(hosts: &mut HashMap<Option<String>, HostLog>, log: &mut SavedLog, mut l:
                     u.kill.signal = Some("SIGKILL");
                     u.kill.reason = format!("{}; {reason}", u.kill.reason);
                 }
+            }
+            Some(super::killers::Said::Unit { unit, text }) => {
+                unit_notices.push((l.host, ts_us, unit, text));
             }
             None => {}
         }
@@ -1527,6 +1577,19 @@ mod tests {
                 "{log}"
             );
         }
+    }
+
+    /// `journalctl -o verbose`: the stamps of an entry's header line give
+    /// the time of its `MESSAGE=` line (tests/fixtures/real-logs/ho-03).
+    #[test]
+    fn journalctl_verbose_entries() {
+        let log = "Thu 2023-02-02 11:49:13.015489 CET [s=1d8f;i=10823659;b=796d;m=1f6726955fe3;t=5f3b550c118c1;x=e534]\n    MESSAGE=Memory cgroup out of memory: Killed process 2855014 (tail) total-vm:4296kB, anon-rss:60kB, file-rss:516kB, shmem-rss:0kB, UID:0 pgtables:40kB oom_score_adj:0\n";
+        let found = read_log(log.as_bytes(), 2023).unwrap();
+        let r = &found.reports[0];
+        assert_eq!(r.report.killed.pid, 2_855_014);
+        assert_eq!(r.report.ts_us, 0x1f67_2695_5fe3);
+        let wall = r.report.ts_us as i64 * 1000 + r.mono_to_wall_ns.unwrap();
+        assert_eq!(wall, 0x0005_f3b5_50c1_18c1 * 1000);
     }
 
     /// Messages glued on one line (a paste that lost its line breaks) are

@@ -558,6 +558,19 @@ pub fn merge_report(
     {
         // A global OOM: the memcg figures we inferred do not apply.
         rec.memcg = None;
+    } else if let Some(path) = memcg_path
+        && rec.memcg.as_ref().is_none_or(|m| m.path != path)
+    {
+        // The kernel named the memcg whose limit was hit, without its
+        // figures (a paste that starts after them): the path alone.
+        rec.memcg = Some(MemcgAtKill {
+            path,
+            limit_bytes: None,
+            usage_bytes: None,
+            failcnt: None,
+            source: FiguresFrom::Kmsg,
+            age_ms: None,
+        });
     }
     if !report.tasks.is_empty() {
         let mut tasks: Vec<TaskAtKill> = report

@@ -444,10 +444,19 @@ fn base_verdict(k: &KillRecord) -> Verdict {
                 "{} processes killed by {who} with SIGKILL, not by the kernel OOM killer",
                 a.count
             ),
-            (None, Some(why)) => format!(
-                "killed by {who}: {}; with {signal}, not by the kernel OOM killer",
-                killer_reason(why)
-            ),
+            // A killer's own log line may not name the signal.
+            (None, Some(why)) => {
+                let with = k
+                    .killer
+                    .signal
+                    .as_deref()
+                    .map(|s| format!("with {s}, "))
+                    .unwrap_or_default();
+                format!(
+                    "killed by {who}: {}; {with}not by the kernel OOM killer",
+                    killer_reason(why)
+                )
+            }
             (None, None) => format!("killed by {who} with {signal}, not by the kernel OOM killer"),
         };
         return Verdict {
@@ -717,8 +726,11 @@ fn killer_line(k: &KillRecord) -> String {
                 .and_then(|s| s.cmdline.as_deref())
                 .map(|c| format!(": {}", one_line(c, 120)))
                 .unwrap_or_default();
-            let signal = k.killer.signal.as_deref().unwrap_or("SIGKILL");
-            format!("{name} sent {signal}{cmd}")
+            match (k.killer.signal.as_deref(), &k.killer.reason) {
+                // A killer's own log line that names no signal.
+                (None, Some(_)) => format!("{name}{cmd}"),
+                (signal, _) => format!("{name} sent {}{cmd}", signal.unwrap_or("SIGKILL")),
+            }
         }
         _ => format!(
             "kernel OOM killer, constraint {}",
@@ -740,6 +752,7 @@ pub fn render_text(e: &Explanation) -> String {
             .as_ref()
             .filter(|s| k.killer.reason.is_some() && !s.comm.is_empty())
         {
+            Some(s) if k.killer.signal.is_none() => format!("killed by {}", s.comm),
             Some(s) => format!("killed by {} with {signal}", s.comm),
             None => format!("killed with {signal}"),
         }

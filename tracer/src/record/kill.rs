@@ -77,6 +77,8 @@ pub struct Seen {
     pub signal: bool,
     /// The kernel's OOM report in /dev/kmsg.
     pub kmsg: bool,
+    /// A userspace killer's own log line (systemd-oomd, earlyoom, kubelet).
+    pub log: bool,
 }
 
 impl Seen {
@@ -85,12 +87,21 @@ impl Seen {
         tracepoint: true,
         signal: false,
         kmsg: false,
+        log: false,
     };
     /// Seen by the signal tracepoint only.
     pub const SIGNAL: Seen = Seen {
         tracepoint: false,
         signal: true,
         kmsg: false,
+        log: false,
+    };
+    /// Seen in a userspace killer's own log line only.
+    pub const LOG: Seen = Seen {
+        tracepoint: false,
+        signal: false,
+        kmsg: false,
+        log: true,
     };
 }
 
@@ -100,6 +111,7 @@ impl std::fmt::Display for Seen {
             (self.tracepoint, "tracepoint"),
             (self.signal, "signal"),
             (self.kmsg, "kmsg"),
+            (self.log, "log"),
         ];
         let mut first = true;
         for (on, name) in names {
@@ -130,6 +142,7 @@ impl<'de> Deserialize<'de> for Seen {
                 "tracepoint" => seen.tracepoint = true,
                 "signal" => seen.signal = true,
                 "kmsg" => seen.kmsg = true,
+                "log" => seen.log = true,
                 other => {
                     return Err(serde::de::Error::custom(format!(
                         "unknown kill source {other:?}"
@@ -538,7 +551,8 @@ mod tests {
             Seen {
                 tracepoint: true,
                 signal: false,
-                kmsg: true
+                kmsg: true,
+                log: false
             }
         );
         assert_eq!(rec.victim.memory.source, Some(MemoryFrom::Tracepoint));
