@@ -293,6 +293,113 @@ fn explain_kmsg_finds_a_kill_without_any_store() {
     assert!(k["victim"]["memory"]["anon_rss_kb"].as_u64().unwrap() > 20 * 1024);
 }
 
+/// A SIGKILL a BPF program sent (bpftrace's `signal()`: the kernel's
+/// `bpf_send_signal`, in the victim's own context, as BPF-LSM enforcement
+/// does) is a kill of its own, named as such: not `kill(2)`, not the OOM
+/// killer. Its sender and target are the victim, its code SI_KERNEL, and
+/// no `mark_victim` claims it. A memcg OOM kill whose victim set it off
+/// (the same shape of SIGKILL) stays one kernel kill, not two.
+#[test]
+fn a_sigkill_from_a_bpf_program_is_named_as_such() {
+    if !privileged() {
+        return;
+    }
+    let Some(bpftrace) = ["/usr/bin/bpftrace", "/usr/sbin/bpftrace"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+    else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "bpftrace missing: cargo xtask setup installs it"
+        );
+        eprintln!("skipped: no bpftrace (cargo xtask setup)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let rec = Recorder::start(&store);
+    // The victim makes a system call every 100 ms; the BPF program kills
+    // it from its own syscall entry.
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", "while :; do sleep 0.1; done"]);
+    let mut victim = Proc::spawn(cmd);
+    let pid = victim.pid();
+    let out = Command::new(bpftrace)
+        .args([
+            "--unsafe",
+            "-e",
+            &format!("tracepoint:raw_syscalls:sys_enter /pid == {pid}/ {{ signal(\"SIGKILL\"); exit(); }}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        victim.wait_signal(Duration::from_secs(10)),
+        Some(libc::SIGKILL)
+    );
+    let v = explain_json(
+        &[
+            "--store",
+            store.to_str().unwrap(),
+            "--pid",
+            &pid.to_string(),
+        ],
+        |_| true,
+    );
+    let k = &v["kill"];
+    assert_eq!(k["killer"]["kind"], "userspace", "{v:#}");
+    assert_eq!(k["killer"]["sender"]["pid"], pid, "{v:#}");
+    assert_eq!(k["killer"]["signal_code"], 0x80, "{v:#}");
+    assert_eq!(k["victim"]["comm"], "sh", "{v:#}");
+    let verdict = v["verdict"]["summary"].as_str().unwrap();
+    assert!(verdict.starts_with("killed by a BPF program"), "{verdict}");
+    // Its memory, from its exit while the kill waited (kernels whose exit
+    // tracepoint fires before exit_mm(): those with `group_dead`).
+    let exit_rss = fs::read_to_string("/sys/kernel/tracing/events/sched/sched_process_exit/format")
+        .is_ok_and(|f| f.contains("group_dead"));
+    if exit_rss {
+        assert!(
+            matches!(
+                k["victim"]["memory"]["source"].as_str(),
+                Some("exit" | "proc")
+            ),
+            "{v:#}"
+        );
+    }
+
+    // A memcg OOM kill of the task that set it off: one kill, the kernel's.
+    let cg = TestCgroup::new("selfkill-oom", 32 * MIB);
+    let oom = tracer_e2e::oom_killed(
+        &cg,
+        std::path::Path::new(env!("CARGO_BIN_EXE_memhog")),
+        8,
+        20,
+    )
+    .pid();
+    std::thread::sleep(Duration::from_millis(2500));
+    rec.stop();
+    let all = tracer_json(&[
+        "explain",
+        "--all",
+        "--store",
+        store.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let of_oom: Vec<&Value> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kill"]["victim"]["pid"] == oom)
+        .collect();
+    assert_eq!(of_oom.len(), 1, "{of_oom:#?}");
+    assert_eq!(of_oom[0]["kill"]["killer"]["kind"], "kernel_oom");
+}
+
 #[test]
 fn sigkill_from_another_process_names_the_sender() {
     if !privileged() {

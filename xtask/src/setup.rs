@@ -88,7 +88,8 @@ pub fn run() -> anyhow::Result<()> {
 /// `systemd-analyze` for the shipped unit, systemd-journal-remote to
 /// write the journal files `explain --journal-dir` reads in its test, and
 /// Chromium, the headless browser the HTML report's test renders it in,
-/// and tmux, the terminal the full-screen `top` is driven in by its test.
+/// tmux, the terminal the full-screen `top` is driven in by its test, and
+/// bpftrace, whose `signal()` is the BPF program that kills in its test.
 fn test_packages() -> anyhow::Result<()> {
     let wanted = [
         ("libjemalloc2", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
@@ -105,6 +106,8 @@ fn test_packages() -> anyhow::Result<()> {
         ("systemd", "/usr/bin/systemd-analyze"),
         ("chromium", "/usr/bin/chromium"),
         ("tmux", "/usr/bin/tmux"),
+        // A real BPF program's SIGKILL (bpftrace's signal()).
+        ("bpftrace", "/usr/bin/bpftrace"),
         (
             "systemd-journal-remote",
             "/lib/systemd/systemd-journal-remote",

@@ -12,6 +12,21 @@ use crate::{
     util::time::Clock,
 };
 
+/// A kill of `pid` whose victim's memory is unknown takes what its exit held
+/// (pages: file, anon, shmem). Returns whether it did.
+pub fn exit_memory(rec: &mut KillRecord, pid: u32, pages: [u64; 3], page_kb: u64) -> bool {
+    if rec.victim.pid != pid || rec.victim.memory.source.is_some() {
+        return false;
+    }
+    let m = &mut rec.victim.memory;
+    m.file_rss_kb = Some(pages[0] * page_kb);
+    m.anon_rss_kb = Some(pages[1] * page_kb);
+    m.shmem_rss_kb = Some(pages[2] * page_kb);
+    m.source = Some(MemoryFrom::Exit);
+    rec.gaps.retain(|g| *g != Gap::MemoryUnknown);
+    true
+}
+
 /// How long a committed kill still takes later joins.
 pub const RECENT_NS: i64 = 30_000_000_000;
 
@@ -119,18 +134,7 @@ impl KillBook {
     /// victim's memory was unknown (gone before /proc could be read) gets
     /// them. Returns the row of a committed record that changed.
     pub fn on_exit_memory(&mut self, pid: u32, pages: [u64; 3], page_kb: u64) -> Option<i64> {
-        let fill = |rec: &mut KillRecord| -> bool {
-            if rec.victim.pid != pid || rec.victim.memory.source.is_some() {
-                return false;
-            }
-            let m = &mut rec.victim.memory;
-            m.file_rss_kb = Some(pages[0] * page_kb);
-            m.anon_rss_kb = Some(pages[1] * page_kb);
-            m.shmem_rss_kb = Some(pages[2] * page_kb);
-            m.source = Some(MemoryFrom::Exit);
-            rec.gaps.retain(|g| *g != Gap::MemoryUnknown);
-            true
-        };
+        let fill = |rec: &mut KillRecord| exit_memory(rec, pid, pages, page_kb);
         if self.queued.iter_mut().rev().any(fill) {
             return None;
         }

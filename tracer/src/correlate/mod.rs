@@ -8,6 +8,7 @@ pub mod heap;
 pub mod join;
 pub mod kills;
 pub mod pressure;
+pub mod selfkill;
 pub mod storm;
 pub mod timeline;
 pub mod warning;
@@ -349,6 +350,22 @@ pub fn kill_from_signal(ctx: &Context<'_>, ev: &SignalKill) -> Option<KillRecord
     if ev.code == SI_KERNEL || ev.result != 0 {
         return None;
     }
+    Some(signal_record(ctx, ev))
+}
+
+/// A kernel SIGKILL a process got from itself (see [`selfkill`]): `None`
+/// for any other signal.
+pub fn kill_from_self_signal(ctx: &Context<'_>, ev: &SignalKill) -> Option<KillRecord> {
+    if ev.code != SI_KERNEL || ev.result != 0 || ev.header.pid != ev.target_pid {
+        return None;
+    }
+    let mut rec = signal_record(ctx, ev);
+    rec.killer.reason = Some(selfkill::REASON.into());
+    Some(rec)
+}
+
+/// The record of a delivered SIGKILL, from the sender's point of view.
+fn signal_record(ctx: &Context<'_>, ev: &SignalKill) -> KillRecord {
     let ts_ns = ctx.clock.boot_to_wall(ev.header.ts_boot_ns);
     let sender_pid = ev.header.pid;
     let sender = proc_ref(
@@ -383,7 +400,7 @@ pub fn kill_from_signal(ctx: &Context<'_>, ev: &SignalKill) -> Option<KillRecord
         }
         None => (None, Vec::new(), Vec::new()),
     };
-    Some(KillRecord {
+    KillRecord {
         ts_ns,
         source: Seen::SIGNAL,
         killer: Killer {
@@ -401,7 +418,7 @@ pub fn kill_from_signal(ctx: &Context<'_>, ev: &SignalKill) -> Option<KillRecord
         tracepoint_ns: Some(ts_ns),
         gaps,
         ..Default::default()
-    })
+    }
 }
 
 /// What a kill's gap says when the kernel log has no header for it: live,

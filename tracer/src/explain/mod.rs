@@ -429,7 +429,24 @@ fn killer_reason(why: &str) -> String {
     why.to_string()
 }
 
+/// A SIGKILL the kernel generated for the victim itself (a BPF program's
+/// bpf_send_signal, a kernel limit), not the OOM killer's.
+fn self_kill(k: &KillRecord) -> bool {
+    k.killer.kind == KillerKind::Userspace
+        && k.killer.signal_code == Some(crate::correlate::SI_KERNEL)
+        && k.killer
+            .sender
+            .as_ref()
+            .is_some_and(|s| s.pid == k.victim.pid)
+}
+
 fn base_verdict(k: &KillRecord) -> Verdict {
+    if self_kill(k) {
+        return Verdict {
+            cause: Cause::UserspaceKill,
+            summary: "killed by a BPF program (bpf_send_signal: BPF-LSM or tracing enforcement) or a kernel limit such as RLIMIT_CPU: a SIGKILL the kernel generated for the process itself, neither from kill(2) nor from the OOM killer".into(),
+        };
+    }
     if k.killer.kind == KillerKind::Userspace {
         let s = k.killer.sender.as_ref();
         let who = s
@@ -716,6 +733,9 @@ fn pid_text(pid: u32) -> String {
 }
 
 fn killer_line(k: &KillRecord) -> String {
+    if self_kill(k) {
+        return "the kernel, in the process's own context (not kill(2), not the OOM killer)".into();
+    }
     match k.killer.kind {
         KillerKind::Userspace => {
             let s = k.killer.sender.as_ref();
@@ -744,7 +764,9 @@ pub fn render_text(e: &Explanation) -> String {
     let k = &e.kill;
     let v = &k.victim;
     let mut o = String::new();
-    let by = if k.killer.kind == KillerKind::Userspace {
+    let by = if self_kill(k) {
+        "killed with SIGKILL by a BPF program or a kernel limit".to_string()
+    } else if k.killer.kind == KillerKind::Userspace {
         let signal = k.killer.signal.as_deref().unwrap_or("SIGKILL");
         match k
             .killer

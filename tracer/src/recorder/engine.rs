@@ -226,6 +226,9 @@ pub struct Engine {
     spill: super::spill::Spill,
     /// Kills re-enrichment changed, to store again (see `DIRTY_PER_TICK`).
     dirty: std::collections::BTreeSet<i64>,
+    /// Kernel SIGKILLs of processes by themselves, waiting to be told from
+    /// the OOM killer's.
+    self_kills: crate::correlate::selfkill::SelfKills,
 }
 
 impl Engine {
@@ -313,6 +316,7 @@ impl Engine {
             exporters: Exporters::default(),
             spill: super::spill::Spill::new(crate::store::spill::DEFAULT_DIR.into(), None),
             dirty: Default::default(),
+            self_kills: Default::default(),
         }
     }
 
@@ -666,6 +670,7 @@ impl Engine {
         let mut stored = true;
         match &ev {
             Event::OomVictim(v) => {
+                self.self_kills.oom_victim(wall_now_ns(), v.victim_pid);
                 let t_recv = wall_now_ns();
                 // The victim's cgroup from the kernel at the kill: read at
                 // the SIGKILL the OOM killer sent it, or the trigger's when
@@ -724,6 +729,19 @@ impl Engine {
                 if let Some(rec) = kill_from_signal(&self.ctx(), s) {
                     self.buffer.push(row);
                     self.commit_kill(rec)?;
+                    return Ok(());
+                }
+            }
+            // A kernel SIGKILL of a process by itself: the OOM killer's
+            // when a mark_victim of it comes, else a BPF program's or a
+            // kernel limit's (kept waiting for that, see `selfkill`).
+            Event::SignalKill(s)
+                if s.code == crate::correlate::SI_KERNEL && s.header.pid == s.target_pid =>
+            {
+                self.model.read_pending(s.target_pid);
+                if let Some(rec) = crate::correlate::kill_from_self_signal(&self.ctx(), s) {
+                    self.buffer.push(row);
+                    self.self_kills.signal(wall_now_ns(), rec);
                     return Ok(());
                 }
             }
@@ -1443,11 +1461,15 @@ impl Engine {
     /// A killed process whose memory was unknown at the signal (it was gone
     /// before /proc could be read) gets the RSS the kernel had at its exit.
     fn memory_at_exit(&mut self, x: &tracer_common::ProcExit) -> Result<(), StoreError> {
+        let pages = [x.rss_file_pages, x.rss_anon_pages, x.rss_shmem_pages];
+        if !self.self_kills.is_empty() {
+            self.self_kills
+                .on_exit_memory(x.pid, pages, crate::util::sys::page_kb());
+        }
         // Most exits are of processes no kill record waits for: one check.
         if !self.kills.awaiting_memory() {
             return Ok(());
         }
-        let pages = [x.rss_file_pages, x.rss_anon_pages, x.rss_shmem_pages];
         if let Some(id) = self
             .kills
             .on_exit_memory(x.pid, pages, crate::util::sys::page_kb())
@@ -1658,6 +1680,10 @@ impl Engine {
             tracing::warn!("growth: cannot renew the decisions: {e}");
         }
         self.go_home();
+        // Kernel SIGKILLs of processes by themselves no OOM kill claimed.
+        for rec in self.self_kills.due(now) {
+            self.commit_kill(rec)?;
+        }
         // Kills held while the file system was full.
         self.commit_kills()?;
         if (self.disk_full || !self.store.has_reserve()) && self.store.has_room() {
@@ -1764,6 +1790,12 @@ impl Engine {
     fn finish(mut self, stop_at: std::time::Instant) -> Result<EngineSummary, StoreError> {
         let r = self.commit_storms(wall_now_ns(), true);
         self.step(r)?;
+        // The rings are read to the end: a self-kill no OOM kill claimed by
+        // now is a kill of its own.
+        for rec in self.self_kills.due(i64::MAX) {
+            let r = self.commit_kill(rec);
+            self.step(r)?;
+        }
         let r = self.commit_kills().map(drop);
         self.step(r)?;
         let r = self.commit_gpu_ooms();
