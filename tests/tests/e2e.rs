@@ -1314,6 +1314,49 @@ fn explain_reads_the_kernel_messages_of_a_saved_journal() {
             .to_string()
             .contains("logged by host gpu-node-7")
     );
+    // The same journal as journalctl -o json (and -o cat, its bare
+    // messages), every transport, pasted into --log: the same kills (the
+    // userspace line that looks like one is not, by its transport in JSON).
+    // (-o cat has no transport to tell them by: the kernel's messages only.)
+    for (output, only) in [("json", None), ("cat", Some("_TRANSPORT=kernel"))] {
+        let text = Command::new("journalctl")
+            .args(["-D", j, "-o", output, "--no-pager"])
+            .args(only)
+            .output()
+            .unwrap();
+        assert!(text.status.success(), "{text:?}");
+        let saved = dir.path().join(format!("journal.{output}"));
+        fs::write(&saved, &text.stdout).unwrap();
+        let again = tracer_json(&[
+            "explain",
+            "--log",
+            saved.to_str().unwrap(),
+            "--all",
+            "--format",
+            "json",
+        ]);
+        let mut got: Vec<u64> = again
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["kill"]["victim"]["pid"].as_u64().unwrap())
+            .collect();
+        got.sort();
+        assert_eq!(got, [9001, 20121], "-o {output}: {again:#}");
+        if output == "json" {
+            // Every kill at the journal's time, in its cgroup, as --journal.
+            for (a, b) in again.as_array().unwrap().iter().zip(kills) {
+                for p in [
+                    "/kill/victim/pid",
+                    "/kill/ts_ns",
+                    "/kill/killer/constraint",
+                    "/kill/victim/memcg",
+                ] {
+                    assert_eq!(a.pointer(p), b.pointer(p), "-o json {p}: {a:#}");
+                }
+            }
+        }
+    }
     // A window that holds none of them; a directory that holds no journal.
     let recent = tracer(&["explain", "--journal", "--journal-dir", j, "--since", "1h"]);
     assert_eq!(recent.status.code(), Some(1), "{recent:?}");

@@ -777,6 +777,24 @@ pub(crate) fn parse_summary(s: &str) -> Option<OomSummary> {
     })
 }
 
+/// `text` with every run of 20 or more spaces taken out.
+fn unpad(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut run = 0;
+    for c in text.chars() {
+        if c == ' ' {
+            run += 1;
+            continue;
+        }
+        if (1..20).contains(&run) {
+            out.extend(std::iter::repeat_n(' ', run));
+        }
+        run = 0;
+        out.push(c);
+    }
+    out
+}
+
 /// The kernel's choice before 5.0: `[Memory cgroup out of memory: |Out of
 /// memory: ]Kill process 3129 (python3) score 933 or sacrifice child` (`kill
 /// process N (comm) score S or a child` before 2.6.36).
@@ -807,6 +825,16 @@ fn said_out_of_memory(before: &str) -> bool {
 /// (python3) total-vm:75160kB, anon-rss:65152kB, file-rss:2648kB,
 /// shmem-rss:0kB, UID:0 pgtables:188kB oom_score_adj:0`
 fn parse_killed(text: &str) -> Option<KilledProcess> {
+    // A terminal's copy pads a line it wrapped with a run of spaces, in the
+    // middle of a figure (`anon-rss:832856k<spaces>B`): no kill line has such
+    // a run, so it goes.
+    let unpadded;
+    let text = if text.contains("                    ") {
+        unpadded = unpad(text);
+        unpadded.as_str()
+    } else {
+        text
+    };
     // OpenVZ kernels: `Out of memory in UB 1234: OOM killed process 21738
     // (php-cgi) score 0 vm:281988kB, rss:17004kB, swap:0kB` (a container's
     // limit, not a constraint mainline names).

@@ -132,8 +132,9 @@ const YEARS: std::ops::RangeInclusive<i64> = 1970..=2200;
 
 /// Month names as `dmesg -T`, syslog and the journal write them in the
 /// locales people paste from (English, German, French, Spanish, Italian,
-/// Portuguese, Dutch, Russian), short and long, lower case and without a
-/// final dot; one word never names two months.
+/// Portuguese, Dutch, Russian, Polish, Czech, Turkish, Ukrainian,
+/// Scandinavian), short and long, lower case and without a final dot; one
+/// word never names two months.
 const MONTHS: [&[&str]; 12] = [
     &[
         "jan",
@@ -150,6 +151,10 @@ const MONTHS: [&[&str]; 12] = [
         "янв",
         "января",
         "январь",
+        "sty",
+        "led",
+        "oca",
+        "січ",
     ],
     &[
         "feb",
@@ -166,6 +171,10 @@ const MONTHS: [&[&str]; 12] = [
         "фев",
         "февраля",
         "февраль",
+        "lut",
+        "úno",
+        "şub",
+        "лют",
     ],
     &[
         "mar",
@@ -181,6 +190,8 @@ const MONTHS: [&[&str]; 12] = [
         "мар",
         "марта",
         "март",
+        "bře",
+        "бер",
     ],
     &[
         "apr",
@@ -193,16 +204,21 @@ const MONTHS: [&[&str]; 12] = [
         "апр",
         "апреля",
         "апрель",
+        "kwi",
+        "dub",
+        "nis",
+        "кві",
     ],
     &[
-        "may", "mai", "mayo", "mag", "maggio", "maio", "mei", "мая", "май",
+        "may", "mai", "mayo", "mag", "maggio", "maio", "mei", "мая", "май", "maj", "kvě", "тра",
     ],
     &[
         "jun", "june", "juni", "juin", "junio", "giu", "giugno", "junho", "июн", "июня", "июнь",
+        "cze", "čvn", "haz", "чер",
     ],
     &[
         "jul", "july", "juli", "juil", "juillet", "julio", "lug", "luglio", "julho", "июл", "июля",
-        "июль",
+        "июль", "lip", "čvc", "tem", "лип",
     ],
     &[
         "aug",
@@ -215,6 +231,10 @@ const MONTHS: [&[&str]; 12] = [
         "авг",
         "августа",
         "август",
+        "sie",
+        "srp",
+        "ağu",
+        "сер",
     ],
     &[
         "sep",
@@ -229,6 +249,10 @@ const MONTHS: [&[&str]; 12] = [
         "сент",
         "сентября",
         "сентябрь",
+        "wrz",
+        "zář",
+        "eyl",
+        "вер",
     ],
     &[
         "oct",
@@ -244,6 +268,10 @@ const MONTHS: [&[&str]; 12] = [
         "окт",
         "октября",
         "октябрь",
+        "paź",
+        "říj",
+        "eki",
+        "жов",
     ],
     &[
         "nov",
@@ -255,6 +283,9 @@ const MONTHS: [&[&str]; 12] = [
         "нояб",
         "ноября",
         "ноябрь",
+        "lis",
+        "kas",
+        "лис",
     ],
     &[
         "dec",
@@ -271,6 +302,11 @@ const MONTHS: [&[&str]; 12] = [
         "дек",
         "декабря",
         "декабрь",
+        "gru",
+        "pro",
+        "des",
+        "ara",
+        "гру",
     ],
 ];
 
@@ -607,12 +643,22 @@ fn program_line(rest: &str) -> bool {
 /// line follows them, a line number, grep's file name or a console's
 /// prefix), else the bare text of a kernel message, without a time.
 pub fn parse_pasted(piece: &str, year: i64) -> Option<LogLine> {
+    if piece.trim_start().starts_with('{') {
+        return journal_json(piece.trim());
+    }
     // A code fence or backtick closed at the end of a message is no part
     // of it.
     let mut s = piece.trim().trim_end_matches('`').trim_end();
     for _ in 0..8 {
         if let Some(l) = parse_line(s, year) {
             return Some(l);
+        }
+        // What pasting added first; a prefix of another kind only once
+        // none is left (a fence before a syslog line is not a console's
+        // prefix before its `[ 1.2]` stamp).
+        if let Some(t) = undress(s) {
+            s = t;
+            continue;
         }
         let stamped = [after_line_number(s), after_file_name(s), from_mono_stamp(s)]
             .into_iter()
@@ -622,10 +668,7 @@ pub fn parse_pasted(piece: &str, year: i64) -> Option<LogLine> {
         if stamped.is_some() {
             return stamped;
         }
-        match undress(s) {
-            Some(t) => s = t,
-            None => break,
-        }
+        break;
     }
     // A driver's Xid line quoted inside another tool's output (a
     // monitoring agent's YAML or JSON): read from its own stamp.
@@ -662,6 +705,53 @@ pub fn parse_pasted(piece: &str, year: i64) -> Option<LogLine> {
         year_guess: None,
         zone_guessed: false,
         text: s.to_string(),
+    })
+}
+
+/// `journalctl -o json` (one entry a line): the kernel's messages and the
+/// userspace OOM killers', at the entry's `__MONOTONIC_TIMESTAMP` and
+/// `__REALTIME_TIMESTAMP` (µs); a message journald kept as bytes (not
+/// UTF-8) is read as such.
+fn journal_json(line: &str) -> Option<LogLine> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    let text = match &v["MESSAGE"] {
+        serde_json::Value::String(m) => m.clone(),
+        serde_json::Value::Array(bytes) => {
+            let b: Vec<u8> = bytes
+                .iter()
+                .filter_map(|x| x.as_u64().map(|x| x as u8))
+                .collect();
+            String::from_utf8_lossy(&b).into_owned()
+        }
+        _ => return None,
+    };
+    let us = |key: &str| v[key].as_str().and_then(|s| s.parse::<u64>().ok());
+    let ident = v["SYSLOG_IDENTIFIER"].as_str().unwrap_or("");
+    // A program may name itself `kernel`; its transport it cannot.
+    let kernel = match v["_TRANSPORT"].as_str() {
+        Some(t) => t == "kernel",
+        None => ident == "kernel",
+    };
+    let program = if kernel {
+        None
+    } else {
+        let pid = v["_PID"].as_str().and_then(|p| p.parse().ok());
+        let (p, _, _) = super::killers::split_program(&format!("{ident}: {text}"))?;
+        Some((p, pid))
+    };
+    let wall_ns = us("__REALTIME_TIMESTAMP").and_then(|u| i64::try_from(u).ok()?.checked_mul(1000));
+    Some(LogLine {
+        host: v["_HOSTNAME"].as_str().map(str::to_string),
+        // The kernel's stamp, when the journal has the entry's boot clock.
+        mono_us: us("__MONOTONIC_TIMESTAMP").filter(|_| kernel),
+        wall_ns,
+        kernel,
+        unreadable: wall_ns.is_none(),
+        untimed: false,
+        program,
+        year_guess: None,
+        zone_guessed: false,
+        text,
     })
 }
 
