@@ -1068,6 +1068,23 @@ impl Drop for Attach {
     }
 }
 
+/// Every kill `store` holds, latest first (`tracer explain --all --store
+/// STORE --format json`).
+pub fn explain_all(store: &Path) -> Vec<serde_json::Value> {
+    let all = tracer_json(&[
+        "explain",
+        "--all",
+        "--store",
+        store.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    match all {
+        serde_json::Value::Array(a) => a,
+        other => panic!("not a list of kills: {other}"),
+    }
+}
+
 /// `tracer explain ARGS --format json`, polled (15 s at most) until it
 /// succeeds and `ready` says the answer is complete (joins happen after
 /// the first commit).

@@ -382,17 +382,8 @@ fn a_sigkill_from_a_bpf_program_is_named_as_such() {
     .pid();
     std::thread::sleep(Duration::from_millis(2500));
     rec.stop();
-    let all = tracer_json(&[
-        "explain",
-        "--all",
-        "--store",
-        store.to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
+    let all = tracer_e2e::explain_all(&store);
     let of_oom: Vec<&Value> = all
-        .as_array()
-        .unwrap()
         .iter()
         .filter(|e| e["kill"]["victim"]["pid"] == oom)
         .collect();

@@ -787,15 +787,7 @@ impl FullDisk {
 
     /// How many times the store holds a kill of each of `pids`.
     fn stored(&self, pids: &[u32]) -> Vec<usize> {
-        let all = tracer_json(&[
-            "explain",
-            "--all",
-            "--store",
-            self.store.to_str().unwrap(),
-            "--format",
-            "json",
-        ]);
-        let all = all.as_array().unwrap();
+        let all = tracer_e2e::explain_all(&self.store);
         pids.iter()
             .map(|&pid| {
                 all.iter()
