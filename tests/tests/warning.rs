@@ -71,3 +71,54 @@ fn a_steady_grower_is_warned_before_its_kill_within_a_quarter_of_the_real_time()
         "{log}"
     );
 }
+
+/// cgroup v2 only (memory.high and per-cgroup PSI have no v1 equivalent
+/// here: the v1 host runs the growth warning above): a process throttled
+/// at its cgroup's memory.high stalls on memory, PSI rises past
+/// `--warn-psi`, the cgroup is warned, and the OOM kill at memory.max that
+/// follows carries that warning.
+#[test]
+fn v2_only_memory_high_throttling_is_warned_by_psi_before_the_kill() {
+    if !privileged() {
+        return;
+    }
+    if tracer_e2e::memory_root().1 {
+        eprintln!(
+            "not run: memory.high and cgroup PSI are cgroup v2 only, and memory is on v1 here"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("t.db");
+    let store_s = store.to_str().unwrap();
+    // PSI alone: growth warnings off.
+    let _rec = Recorder::start_with(&store, &["--warn-before", "0", "--warn-psi", "5"]);
+    let cg = TestCgroup::new("high", 48 * MIB);
+    std::fs::write(cg.dir().join("memory.high"), (16 * MIB).to_string()).expect("memory.high");
+    let mut cmd = cg.command(env!("CARGO_BIN_EXE_memhog"));
+    cmd.args(["--step-mib", "2", "--interval-ms", "100"]);
+    let mut hog = Proc::spawn(cmd);
+    let pid = hog.pid();
+    assert_eq!(
+        hog.wait_signal(Duration::from_secs(180)),
+        Some(libc::SIGKILL)
+    );
+    let events = std::fs::read_to_string(cg.dir().join("memory.events")).unwrap();
+    let high: u64 = events
+        .lines()
+        .find_map(|l| l.strip_prefix("high "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(high > 0, "memory.high throttled nothing: {events}");
+    let v = explain_json(&["--store", store_s, "--pid", &pid.to_string()], |v| {
+        v["kill"]["killer"]["kind"] == "kernel_oom" && !v["kill"]["warning"].is_null()
+    });
+    let w = &v["kill"]["warning"];
+    assert_eq!(w["reason"], "psi", "{v:#}");
+    assert_eq!(w["memcg"], cg.path.as_str(), "{v:#}");
+    eprintln!(
+        "memory.high: {high} throttling events; warned {:.1} s before the kill at PSI some avg10 {}",
+        (v["kill"]["ts_ns"].as_i64().unwrap() - w["ts_ns"].as_i64().unwrap()) as f64 / 1e9,
+        w["psi_some_avg10"]
+    );
+}

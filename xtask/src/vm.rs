@@ -122,6 +122,10 @@ impl Suite {
                     &["a_process_that_joins_a_cgroup_execs_and_dies_at_once_is_placed_right"],
                 ),
                 (
+                    "warning",
+                    &["v2_only_memory_high_throttling_is_warned_by_psi_before_the_kill"],
+                ),
+                (
                     "kernel",
                     &["doctor_names_what_this_kernel_lacks_in_one_line_each"],
                 ),

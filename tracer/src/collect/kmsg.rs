@@ -569,12 +569,17 @@ impl Assembler {
         // Kernels before 5.0 name a memcg kill on this line, which the
         // kernel prints even when it rate-limits the header.
         if let Some(mut k) = parse_chosen(text) {
+            // An earlier choice whose kill line never came is a kill of its
+            // own (its report resets the assembler: this one comes after).
+            let before = self
+                .chosen
+                .take()
+                .filter(|_| self.keep_chosen)
+                .map(|(c, ts)| self.chosen_report(c, ts));
             self.memcg_kill |= k.memcg;
             k.memcg = self.memcg_kill;
-            let before = self.chosen.replace((k, rec.ts_us));
-            return before
-                .filter(|_| self.keep_chosen)
-                .map(|(k, ts)| self.chosen_report(k, ts));
+            self.chosen = Some((k, rec.ts_us));
+            return before;
         }
         // A group kill's members follow its announcement at once: any
         // other line ends it.
@@ -631,10 +636,15 @@ impl Assembler {
             };
             return Some(KmsgEvent::Report(Box::new(report)));
         }
-        // A summary line whose header is not in a saved log (a paste that
-        // starts after it, a grep): the kill line that follows, if of its
-        // pid, takes it.
-        if self.keep_chosen && self.started_us.is_none() && text.starts_with("oom-kill:") {
+        // A summary or `Task in` line whose header is not in a saved log (a
+        // paste that starts after it, a grep): the kill line that follows
+        // takes it (a summary only if of its pid).
+        // Only the lines that name their kill's cgroups themselves: a stats
+        // or task table line without its header may be another report's
+        // (a paste reversed, a child cgroup's stats).
+        const BODY: [&str; 2] = ["oom-kill:", "Task in "];
+        if self.keep_chosen && self.started_us.is_none() && BODY.iter().any(|b| text.starts_with(b))
+        {
             self.started_us = Some(rec.ts_us);
         }
         // Lines of a report only count after its header.
@@ -1235,6 +1245,62 @@ mod tests {
         assert_eq!(r.killed.uid, None);
         assert_eq!(r.killed.pgtables_kb, None);
         assert_eq!(r.order, Some(0));
+    }
+
+    /// In a saved log, the kernel's choices whose kill lines are not in it
+    /// (tests/fixtures/real-logs/hq-20: ten in a row) are ten kills; one
+    /// whose kill line follows names the process really killed (a child);
+    /// live, a choice alone is no kill.
+    #[test]
+    fn choices_without_their_kill_lines_are_kills_in_a_saved_log_only() {
+        let lines = [
+            "Memory cgroup out of memory: Kill process 19302 (java) score 1337 or sacrifice child",
+            "Memory cgroup out of memory: Kill process 78753 (java) score 1348 or sacrifice child",
+            "Memory cgroup out of memory: Kill process 107854 (java) score 1332 or sacrifice child",
+            "Out of memory: Kill process 16959 (AsyncBlockInput) score 970 or sacrifice child",
+            "Killed process 19079 (clickhouse-serv) total-vm:1kB, anon-rss:1kB, file-rss:0kB",
+        ];
+        let run = |mut asm: Assembler| {
+            let mut out: Vec<OomReport> = lines
+                .iter()
+                .enumerate()
+                .filter_map(|(i, l)| {
+                    asm.push(&KmsgRecord {
+                        seq: i as u64,
+                        ts_us: i as u64 * 1_000_000,
+                        level: 4,
+                        facility: 0,
+                        text: l.to_string(),
+                    })
+                })
+                .filter_map(|e| match e {
+                    KmsgEvent::Report(r) => Some(*r),
+                    _ => None,
+                })
+                .collect();
+            out.extend(asm.finish().map(|r| *r));
+            out
+        };
+        let saved = run(Assembler::for_saved_log());
+        let got: Vec<(u32, bool, bool)> = saved
+            .iter()
+            .map(|r| (r.killed.pid, r.chosen_only, r.killed.memcg))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (19302, true, true),
+                (78753, true, true),
+                (107854, true, true),
+                (19079, false, false)
+            ]
+        );
+        assert_eq!(saved[3].constraint(), "CONSTRAINT_NONE");
+        let live = run(Assembler::default());
+        assert_eq!(
+            live.iter().map(|r| r.killed.pid).collect::<Vec<_>>(),
+            [19079]
+        );
     }
 
     #[test]

@@ -962,10 +962,21 @@ fn glued_starts(line: &str) -> Vec<usize> {
     let mut out = Vec::new();
     for (i, _) in line.match_indices(' ') {
         let at = i + 1;
-        if at >= b.len() || i == 0 || b[i - 1] == b':' || b[i - 1] == b' ' {
+        if at >= b.len() || i == 0 || b[i - 1] == b':' {
             continue;
         }
         let rest = &line[at..];
+        // After a run of spaces only a kill's message starts (a column of
+        // a table: kubectl's events, `OOMKilling ...  Memory cgroup out of
+        // memory: Kill process ...`); a stamp there is the same stamp's
+        // padding (`Mar  3`).
+        if b[i - 1] == b' ' {
+            let before = line[..i].trim_end();
+            if !before.ends_with(':') && STARTS.iter().any(|s| rest.starts_with(s)) {
+                out.push(at);
+            }
+            continue;
+        }
         let starts = match b[at] {
             b'[' => mono_stamp_at(line, at) == Some(at) || dmesg_t_stamp(rest),
             c if c.is_ascii_digit() => {
