@@ -121,10 +121,10 @@ impl Suite {
                     "hardening",
                     &["a_process_that_joins_a_cgroup_execs_and_dies_at_once_is_placed_right"],
                 ),
-                (
-                    "warning",
-                    &["v2_only_memory_high_throttling_is_warned_by_psi_before_the_kill"],
-                ),
+                // Not v2_only_memory_high_throttling_is_warned_by_psi_before_the_kill:
+                // its throttled grower takes 294 s under emulation on 7.3,
+                // and did not finish within the guest's 900 s on 6.12
+                // (docs/operate/kernels.md). Run it by name.
                 (
                     "kernel",
                     &["doctor_names_what_this_kernel_lacks_in_one_line_each"],
