@@ -201,15 +201,6 @@ fn kills_in(
             let faults: Vec<&crate::explain::xid::Explained> = xids_named(&xids, r);
             let clock = Clock::fixed(0, r.mono_to_wall_ns.unwrap_or(0));
             let mut k = kill_from_report(&r.report, &clock, None);
-            // Live, no header means the kernel rate-limited it; in a saved
-            // log it may just not be in the paste.
-            for g in &mut k.gaps {
-                if let Gap::Note(n) = g
-                    && let Some(rest) = n.strip_prefix(crate::correlate::NO_HEADER)
-                {
-                    *n = format!("this log holds no OOM header for this kill (it starts after it, was filtered, or the kernel rate-limited it){rest}");
-                }
-            }
             if r.report.chosen_only {
                 k.gaps.push(Gap::Note(format!(
                     "the log has the kernel's choice of this victim (Kill process {} ... or sacrifice child) but not its Killed process line: the kernel may have killed one of its children instead",
@@ -241,8 +232,8 @@ fn kills_in(
             // systemd's notices of the same moment name the unit.
             let mut units: Vec<&str> = unit_notices
                 .iter()
-                .filter(|(h, ts, _, _)| *h == r.host && ts.abs_diff(r.report.ts_us) <= 2_000_000)
-                .map(|(_, _, u, _)| u.as_str())
+                .filter(|(h, ts, _)| *h == r.host && ts.abs_diff(r.report.ts_us) <= 2_000_000)
+                .map(|(_, _, u)| u.as_str())
                 .collect();
             units.dedup();
             if !units.is_empty() {
@@ -269,7 +260,7 @@ fn kills_in(
     kills.extend(user_kills.iter().map(user_kill_record));
     kills.sort_by_key(|k| k.ts_ns);
     kills.reverse();
-    let mut units: Vec<String> = unit_notices.into_iter().map(|(_, _, u, _)| u).collect();
+    let mut units: Vec<String> = unit_notices.into_iter().map(|(_, _, u)| u).collect();
     units.sort();
     units.dedup();
     Ok((FromLog { kills, xids, units }, shape))
@@ -474,18 +465,7 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
             printable_if(&args, k)
         })?
     };
-    let source = if let Some(path) = &args.log {
-        path.display().to_string()
-    } else if args.journal {
-        match &args.journal_dir {
-            Some(d) => format!("the journal in {}", d.display()),
-            None => "the journal".to_string(),
-        }
-    } else if args.kmsg {
-        "the kernel log".to_string()
-    } else {
-        args.store.path.display().to_string()
-    };
+    let source = source_name(&args);
     let what = match args.pid {
         Some(p) => format!("no kill of pid {p}"),
         None => "no kills".to_string(),
@@ -514,22 +494,34 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     )
 }
 
+/// What `explain` read, as its messages name it.
+fn source_name(args: &ExplainArgs) -> String {
+    if let Some(path) = &args.log {
+        path.display().to_string()
+    } else if args.journal {
+        match &args.journal_dir {
+            Some(d) => format!("the journal in {}", d.display()),
+            None => "the journal".to_string(),
+        }
+    } else if args.kmsg {
+        "the kernel log".to_string()
+    } else {
+        args.store.path.display().to_string()
+    }
+}
+
 /// `explain --xid`: the GPU faults of a kernel log, latest first, each with
 /// its meaning.
 fn xids(args: &ExplainArgs, since_ns: i64, limit: usize) -> anyhow::Result<ExitCode> {
     use crate::explain::xid::{Explained, meaning, render};
-    let (mut found, source): (Vec<Explained>, String) = if let Some(path) = &args.log {
-        (kills_from_log(path)?.xids, path.display().to_string())
+    let mut found: Vec<Explained> = if let Some(path) = &args.log {
+        kills_from_log(path)?.xids
     } else if args.journal {
-        (
-            kills_from_journal(args.journal_dir.as_deref(), args.since)?.xids,
-            "the journal".into(),
-        )
+        kills_from_journal(args.journal_dir.as_deref(), args.since)?.xids
     } else if args.kmsg {
         let clock = Clock::now();
         let (_, xids) = kmsg::read_all()?;
-        let found = xids
-            .into_iter()
+        xids.into_iter()
             .map(|x| Explained {
                 wall_ns: Some(clock.kmsg_to_wall(x.ts_us)),
                 untimed: false,
@@ -537,8 +529,7 @@ fn xids(args: &ExplainArgs, since_ns: i64, limit: usize) -> anyhow::Result<ExitC
                 meaning: meaning(&x),
                 xid: x,
             })
-            .collect();
-        (found, "the kernel log".into())
+            .collect()
     } else {
         anyhow::bail!(
             "--xid reads a kernel log: add --log FILE, --journal or --kmsg (a recorder counts Xids as tracer_gpu_xid_errors_total and stores each as a gpu_xid event: tracer events)"
@@ -556,7 +547,7 @@ fn xids(args: &ExplainArgs, since_ns: i64, limit: usize) -> anyhow::Result<ExitC
     output(
         args,
         &found,
-        &format!("no NVIDIA Xid or SXid lines in {source}"),
+        &format!("no NVIDIA Xid or SXid lines in {}", source_name(args)),
         render,
     )
 }

@@ -64,13 +64,8 @@ pub enum Said {
         /// The killer's words.
         reason: String,
     },
-    /// systemd says `unit` lost a process to the kernel's OOM killer.
-    Unit {
-        /// The unit.
-        unit: String,
-        /// systemd's words.
-        text: String,
-    },
+    /// systemd says this unit lost a process to the kernel's OOM killer.
+    Unit(String),
 }
 
 /// Reads the lines of the userspace killers of one host, in order.
@@ -309,10 +304,7 @@ fn unit_notice(text: &str) -> Option<Said> {
     let (unit, what) = text.split_once(": ")?;
     (what.contains("has been killed by the OOM killer")
         || what.contains("Failed with result 'oom-kill'"))
-    .then(|| Said::Unit {
-        unit: unit.trim().to_string(),
-        text: what.trim().to_string(),
-    })
+    .then(|| Said::Unit(unit.trim().to_string()))
 }
 
 /// The killer whose own output `text` is, when it carries no syslog
@@ -358,7 +350,7 @@ mod tests {
                     last.signal = Some("SIGKILL");
                     last.reason = format!("{}; {reason}", last.reason);
                 }
-                Some(Said::Unit { .. }) | None => {}
+                Some(Said::Unit(_)) | None => {}
             }
         }
         out
@@ -451,6 +443,61 @@ mod tests {
         assert_eq!(
             recognise("sending SIGTERM to process 1 \"x\": badness 1, VmRSS 1 MiB"),
             Some("earlyoom")
+        );
+    }
+
+    /// kubelet's lines of tests/fixtures/real-logs (ev-17, ev-18, ev-19) and
+    /// systemd's notices (ev-20, ev-21).
+    #[test]
+    fn kubelet_evictions_and_kills_and_systemds_notices() {
+        let ev = kills(&[
+            (
+                "kubelet",
+                "W0902 15:20:12.963510   18530 eviction_manager.go:223] eviction manager: attempting to reclaim memory",
+            ),
+            (
+                "kubelet",
+                "I0902 15:20:12.963531   18530 eviction_manager.go:237] eviction manager: must evict pod(s) to reclaim memory",
+            ),
+            (
+                "kubelet",
+                "I0902 15:20:14.747890   18530 eviction_manager.go:280] eviction manager: pod guaranteed-cn933_e2e(33a5f9aa) evicted successfully",
+            ),
+            (
+                "kubelet",
+                "I0528 16:05:54.802914 2269385 eviction_manager.go:627] \"Eviction manager: pod is evicted successfully\" pod=\"sre/infras-logstash-d484d57fc-rkx95\"",
+            ),
+            (
+                "kubelet",
+                "kuberuntime_container.go:561] Killing container \"docker://763de1ad\" with 30 second grace period",
+            ),
+        ]);
+        assert_eq!(ev.len(), 3);
+        assert_eq!(ev[0].pod.as_deref(), Some("guaranteed-cn933_e2e(33a5f9aa)"));
+        assert_eq!(ev[0].reason, "evicted: attempting to reclaim memory");
+        assert_eq!(
+            ev[1].pod.as_deref(),
+            Some("sre/infras-logstash-d484d57fc-rkx95")
+        );
+        assert_eq!(ev[2].container.as_deref(), Some("docker://763de1ad"));
+        assert!(
+            ev[2].reason.ends_with(", 30 s to exit before SIGKILL"),
+            "{}",
+            ev[2].reason
+        );
+        let mut k = Killers::default();
+        assert!(matches!(
+            k.push("systemd", Some(1), "apache2.service: A process of this unit has been killed by the OOM killer."),
+            Some(Said::Unit(unit)) if unit == "apache2.service"
+        ));
+        assert!(
+            k.push("systemd", Some(1), "apache2.service: Consumed 5s CPU time.")
+                .is_none()
+        );
+        assert_eq!(
+            split_program("systemd[1]: apache2.service: Started."),
+            None,
+            "systemd's other lines are no killer's"
         );
     }
 }

@@ -249,6 +249,10 @@ pub struct OomReport {
     /// kernel may have killed one of its children instead.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub chosen_only: bool,
+    /// Read from a saved log (a paste may lack any line: a missing header
+    /// is not in it, rather than rate-limited as live).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub saved_log: bool,
 }
 
 impl OomReport {
@@ -434,11 +438,13 @@ pub struct Assembler {
     /// line (`Memory cgroup out of memory: Kill process N ... or sacrifice
     /// child`), not on the kill line itself.
     memcg_kill: bool,
-    /// Whether the kernel's choice (`Kill process N (comm) score S or
-    /// sacrifice child`) is a kill when its `Killed process` line never
-    /// comes: in a saved log that was cut or grep-filtered, it is the one
-    /// sign of the kill left. Never live, where the kill line follows.
-    keep_chosen: bool,
+    /// Reading a saved log, which may have been cut or grep-filtered: the
+    /// kernel's choice (`Kill process N (comm) score S or sacrifice
+    /// child`) is a kill when its `Killed process` line never comes (it is
+    /// the one sign of the kill left), and a summary or `Task in` line
+    /// without its header starts a report. Never live, where the kill line
+    /// follows and headers are missing only when the kernel rate-limits.
+    saved: bool,
     /// That choice, while its kill line is awaited, with its time.
     chosen: Option<(KilledProcess, u64)>,
 }
@@ -452,7 +458,7 @@ impl Default for Assembler {
             columns: Vec::new(),
             group: None,
             memcg_kill: false,
-            keep_chosen: false,
+            saved: false,
             chosen: None,
         }
     }
@@ -506,7 +512,7 @@ impl Assembler {
     /// whose `Killed process` line is not in the log still makes a kill.
     pub fn for_saved_log() -> Self {
         Self {
-            keep_chosen: true,
+            saved: true,
             ..Self::default()
         }
     }
@@ -522,22 +528,44 @@ impl Assembler {
 
     /// The report of a kill known only by the kernel's choice.
     fn chosen_report(&mut self, k: KilledProcess, ts_us: u64) -> KmsgEvent {
+        let mut report = self.close(k, ts_us);
+        report.chosen_only = true;
+        *self = self.reset(None);
+        KmsgEvent::Report(Box::new(report))
+    }
+
+    /// The report under way, closed by the kill of `k` at `ts_us`: what
+    /// came before it only if it began within [`MAX_REPORT_SPAN_US`] and
+    /// its summary, if any, is of `k`.
+    fn close(&mut self, k: KilledProcess, ts_us: u64) -> OomReport {
         let mut report = std::mem::take(&mut self.current);
         let fresh = self
             .started_us
             .is_some_and(|s| ts_us.saturating_sub(s) <= MAX_REPORT_SPAN_US);
-        if !fresh {
+        let same = report.summary.as_ref().is_none_or(|s| s.pid == k.pid);
+        if !(fresh && same) {
             report = OomReport::default();
         }
         report.tasks_omitted += keep_task_rows(&mut report.tasks, MAX_TASK_ROWS);
         report.ts_us = ts_us;
         report.killed = k;
-        report.chosen_only = true;
-        *self = Self {
-            keep_chosen: self.keep_chosen,
+        report.saved_log = self.saved;
+        report
+    }
+
+    /// A fresh assembler of the same kind, with `group` under way.
+    fn reset(&self, group: Option<(String, u64)>) -> Self {
+        Self {
+            group,
+            saved: self.saved,
             ..Self::default()
-        };
-        KmsgEvent::Report(Box::new(report))
+        }
+    }
+
+    /// A choice waiting for its kill line, as a kill (saved logs only).
+    fn flush_chosen(&mut self) -> Option<KmsgEvent> {
+        let (k, ts) = self.chosen.take().filter(|_| self.saved)?;
+        Some(self.chosen_report(k, ts))
     }
 
     /// Feeds one record; returns a report when its `Killed process` line arrives.
@@ -571,11 +599,7 @@ impl Assembler {
         if let Some(mut k) = parse_chosen(text) {
             // An earlier choice whose kill line never came is a kill of its
             // own (its report resets the assembler: this one comes after).
-            let before = self
-                .chosen
-                .take()
-                .filter(|_| self.keep_chosen)
-                .map(|(c, ts)| self.chosen_report(c, ts));
+            let before = self.flush_chosen();
             self.memcg_kill |= k.memcg;
             k.memcg = self.memcg_kill;
             self.chosen = Some((k, rec.ts_us));
@@ -587,15 +611,8 @@ impl Assembler {
             self.group = None;
         }
         if let Some((comm, rest)) = text.split_once(" invoked oom-killer: ") {
-            let pending = self
-                .chosen
-                .take()
-                .filter(|_| self.keep_chosen)
-                .map(|(k, ts)| self.chosen_report(k, ts));
-            *self = Self {
-                keep_chosen: self.keep_chosen,
-                ..Self::default()
-            };
+            let pending = self.flush_chosen();
+            *self = self.reset(None);
             self.started_us = Some(rec.ts_us);
             self.current.trigger_comm = Some(comm.to_string());
             for (k, v) in rest.split(", ").filter_map(|kv| kv.split_once('=')) {
@@ -613,27 +630,13 @@ impl Assembler {
                 k.bare = false;
             }
             k.memcg |= self.memcg_kill;
-            let mut report = std::mem::take(&mut self.current);
-            let fresh = self
-                .started_us
-                .is_some_and(|s| rec.ts_us.saturating_sub(s) <= MAX_REPORT_SPAN_US);
-            let same = report.summary.as_ref().is_none_or(|s| s.pid == k.pid);
-            if !(fresh && same) {
-                report = OomReport::default();
-            }
-            report.tasks_omitted += keep_task_rows(&mut report.tasks, MAX_TASK_ROWS);
-            report.ts_us = rec.ts_us;
-            report.killed = k;
+            let mut report = self.close(k, rec.ts_us);
             let group = self
                 .group
                 .take()
                 .filter(|(_, at)| rec.ts_us.saturating_sub(*at) <= GROUP_SPAN_US);
             report.oom_group = group.as_ref().map(|(g, _)| g.clone());
-            *self = Self {
-                group,
-                keep_chosen: self.keep_chosen,
-                ..Self::default()
-            };
+            *self = self.reset(group);
             return Some(KmsgEvent::Report(Box::new(report)));
         }
         // A summary or `Task in` line whose header is not in a saved log (a
@@ -643,8 +646,7 @@ impl Assembler {
         // or task table line without its header may be another report's
         // (a paste reversed, a child cgroup's stats).
         const BODY: [&str; 2] = ["oom-kill:", "Task in "];
-        if self.keep_chosen && self.started_us.is_none() && BODY.iter().any(|b| text.starts_with(b))
-        {
+        if self.saved && self.started_us.is_none() && BODY.iter().any(|b| text.starts_with(b)) {
             self.started_us = Some(rec.ts_us);
         }
         // Lines of a report only count after its header.

@@ -110,8 +110,8 @@ pub struct SavedLog {
     /// order.
     pub user_kills: Vec<LogUserKill>,
     /// systemd's notices of units that lost a process to the kernel's OOM
-    /// killer: (host, its stamp on the host's clock in µs, unit, words).
-    pub unit_notices: Vec<(Option<String>, u64, String, String)>,
+    /// killer: (host, its stamp on the host's clock in µs, unit).
+    pub unit_notices: Vec<(Option<String>, u64, String)>,
     /// What was read.
     pub shape: LogShape,
 }
@@ -1348,9 +1348,7 @@ fn feed(hosts: &mut HashMap<Option<String>, HostLog>, log: &mut SavedLog, mut l:
                     u.kill.reason = format!("{}; {reason}", u.kill.reason);
                 }
             }
-            Some(super::killers::Said::Unit { unit, text }) => {
-                unit_notices.push((l.host, ts_us, unit, text));
-            }
+            Some(super::killers::Said::Unit(unit)) => unit_notices.push((l.host, ts_us, unit)),
             None => {}
         }
         return;

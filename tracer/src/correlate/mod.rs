@@ -421,10 +421,6 @@ fn signal_record(ctx: &Context<'_>, ev: &SignalKill) -> KillRecord {
     }
 }
 
-/// What a kill's gap says when the kernel log has no header for it: live,
-/// the kernel rate-limited it (a saved log says why its own way).
-pub const NO_HEADER: &str = "the kernel printed no OOM header for this kill (rate-limited)";
-
 /// Joins the kernel's report into a kill record: constraint, the memcg at
 /// the kill, the task table, the trigger's allocation, and the victim's
 /// figures where the tracepoint lacked them.
@@ -472,7 +468,14 @@ pub fn merge_report(
             Some(n) => format!(
                 "the kernel's oom-kill summary line was cut short by printk ({n} characters: a cgroup path too long): the kernel's constraint and cgroup paths are not known{stale}"
             ),
-            None => format!("{NO_HEADER}: no kernel memcg figures or task table{stale}"),
+            // Live, the kernel rate-limited it; a saved log may just not
+            // hold it.
+            None if report.saved_log => format!(
+                "this log holds no OOM header for this kill (it starts after it, was filtered, or the kernel rate-limited it): no kernel memcg figures or task table{stale}"
+            ),
+            None => format!(
+                "the kernel printed no OOM header for this kill (rate-limited): no kernel memcg figures or task table{stale}"
+            ),
         }));
     }
     rec.killer.kind = KillerKind::KernelOom;

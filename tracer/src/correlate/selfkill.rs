@@ -4,11 +4,13 @@
 //! kernel limit such as RLIMIT_CPU's hard limit. The OOM killer also sends
 //! its victim SIGKILL this way when the victim is the task that set it off,
 //! and says so with `mark_victim` on another ring, in either order: a
-//! self-kill waits [`WAIT_NS`] for it before it is a kill of its own. Pure.
+//! self-kill waits [`WAIT_NS`] for it before it is a kill of its own. It
+//! waits as its raw event: under an OOM storm most are the OOM killer's,
+//! and their records would be built for nothing. Pure.
 
 use std::collections::VecDeque;
 
-use crate::record::KillRecord;
+use tracer_common::SignalKill;
 
 /// How long a self-kill waits for an OOM kill of its process.
 pub const WAIT_NS: i64 = 1_000_000_000;
@@ -17,38 +19,42 @@ pub const WAIT_NS: i64 = 1_000_000_000;
 /// the OOM killer's, and counted.
 pub const MAX_WAITING: usize = 1024;
 
+/// A self-kill no OOM kill claimed: its event, and the pages (file, anon,
+/// shmem) its process held at its exit, when that came while it waited.
+pub type Due = (SignalKill, Option<[u64; 3]>);
+
 /// Self-kills waiting, and recent OOM victims they may be.
 #[derive(Debug, Default)]
 pub struct SelfKills {
-    waiting: VecDeque<(i64, KillRecord)>,
+    waiting: VecDeque<(i64, Due)>,
     oom_victims: VecDeque<(i64, u32)>,
     /// Self-kills dropped unresolved because too many waited.
     pub dropped: u64,
 }
 
 impl SelfKills {
-    /// A kernel SIGKILL of a process by itself, its record built at `now_ns`.
-    pub fn signal(&mut self, now_ns: i64, rec: KillRecord) {
+    /// A kernel SIGKILL of a process by itself, read at `now_ns`.
+    pub fn signal(&mut self, now_ns: i64, ev: SignalKill) {
         self.prune(now_ns);
-        if self.oom_victims.iter().any(|(_, p)| *p == rec.victim.pid) {
+        if self.oom_victims.iter().any(|(_, p)| *p == ev.target_pid) {
             return;
         }
         if self.waiting.len() >= MAX_WAITING {
             self.waiting.pop_front();
             self.dropped += 1;
         }
-        self.waiting.push_back((now_ns, rec));
+        self.waiting.push_back((now_ns, (ev, None)));
     }
 
     /// The OOM killer's victim `pid`: a self-kill of it was the OOM kill.
     pub fn oom_victim(&mut self, now_ns: i64, pid: u32) {
-        self.waiting.retain(|(_, r)| r.victim.pid != pid);
+        self.waiting.retain(|(_, (ev, _))| ev.target_pid != pid);
         self.oom_victims.push_back((now_ns, pid));
         self.prune(now_ns);
     }
 
     /// Self-kills no OOM kill claimed in time: kills of their own.
-    pub fn due(&mut self, now_ns: i64) -> Vec<KillRecord> {
+    pub fn due(&mut self, now_ns: i64) -> Vec<Due> {
         let mut out = Vec::new();
         while self
             .waiting
@@ -62,10 +68,12 @@ impl SelfKills {
     }
 
     /// `pid` exited holding these pages (file, anon, shmem): its waiting
-    /// self-kill takes them (it was gone before /proc could be read).
-    pub fn on_exit_memory(&mut self, pid: u32, pages: [u64; 3], page_kb: u64) {
-        for (_, r) in self.waiting.iter_mut() {
-            super::kills::exit_memory(r, pid, pages, page_kb);
+    /// self-kill keeps them for its record (it is gone from /proc by then).
+    pub fn on_exit_memory(&mut self, pid: u32, pages: [u64; 3]) {
+        for (_, (ev, held)) in self.waiting.iter_mut() {
+            if ev.target_pid == pid {
+                *held = Some(pages);
+            }
         }
     }
 
@@ -94,14 +102,10 @@ pub const REASON: &str = "a SIGKILL the kernel generated for the process itself,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::Victim;
 
-    fn rec(pid: u32) -> KillRecord {
-        KillRecord {
-            victim: Victim {
-                pid,
-                ..Default::default()
-            },
+    fn rec(pid: u32) -> SignalKill {
+        SignalKill {
+            target_pid: pid,
             ..Default::default()
         }
     }
@@ -120,7 +124,10 @@ mod tests {
         k.signal(s / 4, rec(12));
         assert!(k.due(s).is_empty(), "not before a second");
         let due = k.due(s / 4 + WAIT_NS);
-        assert_eq!(due.iter().map(|r| r.victim.pid).collect::<Vec<_>>(), [12]);
+        assert_eq!(
+            due.iter().map(|(e, _)| e.target_pid).collect::<Vec<_>>(),
+            [12]
+        );
         assert!(k.is_empty());
         // Bounded.
         for p in 0..(MAX_WAITING as u32 + 5) {

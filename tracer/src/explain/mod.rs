@@ -894,11 +894,12 @@ pub fn render_text(e: &Explanation) -> String {
         } else {
             ""
         };
-        let pid = match t.task.pid {
-            0 => "pid not known".to_string(),
-            p => format!("pid {p}"),
-        };
-        let _ = writeln!(o, "  trigger    {} ({pid}){who}{alloc}", t.task.comm);
+        let _ = writeln!(
+            o,
+            "  trigger    {} ({}){who}{alloc}",
+            t.task.comm,
+            pid_text(t.task.pid)
+        );
     }
     if let Some(m) = &k.memcg {
         let limit = m

@@ -736,14 +736,11 @@ impl Engine {
             // when a mark_victim of it comes, else a BPF program's or a
             // kernel limit's (kept waiting for that, see `selfkill`).
             Event::SignalKill(s)
-                if s.code == crate::correlate::SI_KERNEL && s.header.pid == s.target_pid =>
+                if s.code == crate::correlate::SI_KERNEL
+                    && s.header.pid == s.target_pid
+                    && s.result == 0 =>
             {
-                self.model.read_pending(s.target_pid);
-                if let Some(rec) = crate::correlate::kill_from_self_signal(&self.ctx(), s) {
-                    self.buffer.push(row);
-                    self.self_kills.signal(wall_now_ns(), rec);
-                    return Ok(());
-                }
+                self.self_kills.signal(wall_now_ns(), *s);
             }
             // The kernel's own SIGKILLs and undelivered signals: a raw event only.
             Event::SignalKill(_) => {}
@@ -1128,6 +1125,27 @@ impl Engine {
         self.write_dirty(DIRTY_PER_TICK)
     }
 
+    /// Records the self-kills (see `selfkill`) no OOM kill claimed by
+    /// `now`, with the memory their processes held at exit.
+    fn commit_self_kills(&mut self, now: i64) -> Result<(), StoreError> {
+        for (ev, pages) in self.self_kills.due(now) {
+            self.model.read_pending(ev.target_pid);
+            let Some(mut rec) = crate::correlate::kill_from_self_signal(&self.ctx(), &ev) else {
+                continue;
+            };
+            if let Some(pages) = pages {
+                crate::correlate::kills::exit_memory(
+                    &mut rec,
+                    ev.target_pid,
+                    pages,
+                    crate::util::sys::page_kb(),
+                );
+            }
+            self.commit_kill(rec)?;
+        }
+        Ok(())
+    }
+
     /// Stores again up to `n` kills that re-enrichment changed, oldest
     /// kill first, in one transaction.
     fn write_dirty(&mut self, n: usize) -> Result<(), StoreError> {
@@ -1463,8 +1481,7 @@ impl Engine {
     fn memory_at_exit(&mut self, x: &tracer_common::ProcExit) -> Result<(), StoreError> {
         let pages = [x.rss_file_pages, x.rss_anon_pages, x.rss_shmem_pages];
         if !self.self_kills.is_empty() {
-            self.self_kills
-                .on_exit_memory(x.pid, pages, crate::util::sys::page_kb());
+            self.self_kills.on_exit_memory(x.pid, pages);
         }
         // Most exits are of processes no kill record waits for: one check.
         if !self.kills.awaiting_memory() {
@@ -1681,9 +1698,7 @@ impl Engine {
         }
         self.go_home();
         // Kernel SIGKILLs of processes by themselves no OOM kill claimed.
-        for rec in self.self_kills.due(now) {
-            self.commit_kill(rec)?;
-        }
+        self.commit_self_kills(now)?;
         // Kills held while the file system was full.
         self.commit_kills()?;
         if (self.disk_full || !self.store.has_reserve()) && self.store.has_room() {
@@ -1792,10 +1807,8 @@ impl Engine {
         self.step(r)?;
         // The rings are read to the end: a self-kill no OOM kill claimed by
         // now is a kill of its own.
-        for rec in self.self_kills.due(i64::MAX) {
-            let r = self.commit_kill(rec);
-            self.step(r)?;
-        }
+        let r = self.commit_self_kills(i64::MAX);
+        self.step(r)?;
         let r = self.commit_kills().map(drop);
         self.step(r)?;
         let r = self.commit_gpu_ooms();
