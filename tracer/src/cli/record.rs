@@ -21,10 +21,9 @@ use crate::{
         uprobe,
         watch::{LibraryWatcher, Scope, Watched},
     },
-    recorder::spill::{Home, Spill},
+    recorder::journal::spill::{Home, Spill},
     recorder::{
-        cuda::GpuTracker,
-        engine::{Engine, EngineOptions},
+        engine::{Engine, EngineOptions, Parts},
         heap::{HeapWorker, View},
     },
     store::{Checkpointer, Store, StoreError},
@@ -497,7 +496,6 @@ async fn record(
             scope: Scope::Cgroups(args.host_cgroup.clone()),
         });
     }
-    let gpu = args.cuda.then(GpuTracker::default);
     let (watcher, _probes) = if watched.is_empty() {
         (None, Some(probes))
     } else {
@@ -560,19 +558,15 @@ async fn record(
             store.path().display()
         )
     });
-    let mut engine = Engine::new(store, model, session, opts, Some(drops), Some(memcg), gpu);
-    engine.set_spill(spill);
-    let feeds = kill_counts.map(|counts| {
-        let feeds = crate::export::prometheus::Feeds::new(engine.metrics(), counts);
-        engine.set_published(feeds.published.clone());
-        feeds
-    });
+    let metrics = Arc::new(crate::recorder::metrics::Metrics::default());
+    let feeds =
+        kill_counts.map(|counts| crate::export::prometheus::Feeds::new(metrics.clone(), counts));
     if let (Some(url), Some(feeds)) = (&args.otlp, &feeds) {
         exporters
             .add(Box::new(start_otlp(url, &args, feeds.clone())?))
             .context("starting the OTLP exporter")?;
     }
-    engine.set_exporters(exporters);
+    let published = feeds.as_ref().map(|f| f.published.clone());
     let _metrics_server = match (args.metrics, feeds) {
         (Some(addr), Some(feeds)) => {
             let server = crate::export::prometheus::MetricsServer::start(
@@ -593,26 +587,22 @@ async fn record(
         }
         _ => None,
     };
-    if !args.warn_before.is_zero() || args.warn_psi.is_some() {
-        engine.set_warnings(crate::correlate::warning::WarnGate::new(
-            args.warn_before.as_secs_f64(),
-            args.warn_psi,
-        ));
-    }
-    if let Some(w) = watcher {
-        engine.set_watcher(w);
-    }
-    if heap || growth_maps.is_some() {
+    let warn = (!args.warn_before.is_zero() || args.warn_psi.is_some()).then(|| {
+        crate::correlate::warning::WarnGate::new(args.warn_before.as_secs_f64(), args.warn_psi)
+    });
+    let heap_worker = if heap || growth_maps.is_some() {
         let view = View {
             top: 10,
             growth_window_s: 60,
             old_after_s: 60,
         };
-        engine.set_heap(
+        Some(
             HeapWorker::spawn(args.sample_bytes, args.growth_sample_bytes, view)
                 .context("starting the heap worker")?,
-        );
-    }
+        )
+    } else {
+        None
+    };
     if !args.host_cgroup.is_empty() {
         tracing::info!(
             "heap: tracing the processes of {} (one sample per {})",
@@ -620,17 +610,13 @@ async fn record(
             crate::util::units::bytes(args.sample_bytes)
         );
     }
-    if let Some(pct) = args.heap_on_pressure {
-        engine.set_pressure(crate::correlate::pressure::PressureGate::new(
-            pct,
-            10_000_000_000,
-        ));
+    let pressure = args.heap_on_pressure.map(|pct| {
         tracing::info!(
             "heap: tracing the processes of any memory cgroup at {pct}% of its limit, while it stays there"
         );
-    }
-    if let Some(g) = growth_maps {
-        engine.set_growth(g);
+        crate::correlate::pressure::PressureGate::new(pct, 10_000_000_000)
+    });
+    if growth_maps.is_some() {
         match args.growth {
             GrowthMode::Floor => tracing::info!(
                 "growth: programs on the page-fault hooks that follow nobody (the benchmark's floor)"
@@ -646,17 +632,33 @@ async fn record(
             ),
         }
     }
-    engine.set_started(attach_ns);
-    // Records say GPU data is missing when GPUs were asked for.
-    if args.cuda || args.nvml_lib.is_some() {
-        engine.set_nvml_missing(nvml_missing);
-    }
     let (ready_tx, ready_rx) = oneshot::channel();
     let (gpu_rx, sample_now) = match gpu_rx {
         Some((rx, now)) => (Some(rx), Some(now)),
         None => (None, None),
     };
-    engine.set_sample_now(sample_now);
+    let engine = Engine::new(Parts {
+        store,
+        session_id: session,
+        model,
+        opts,
+        drops: Some(drops),
+        memcg: Some(memcg),
+        cuda: args.cuda,
+        // Records say GPU data is missing when GPUs were asked for.
+        nvml_missing: nvml_missing.filter(|_| args.cuda || args.nvml_lib.is_some()),
+        sample_now,
+        watcher,
+        heap: heap_worker,
+        growth: growth_maps,
+        warn,
+        pressure,
+        spill,
+        exporters,
+        published,
+        metrics,
+        started_ns: attach_ns,
+    });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let inputs = crate::recorder::engine::Inputs {
         stop: stop_rx,

@@ -2,6 +2,8 @@
 //! the kernel's own OOM report into one [`KillRecord`] per kill.
 
 pub mod cuda;
+#[cfg(test)]
+pub mod fixtures;
 pub mod gpuview;
 pub mod growth;
 pub mod heap;

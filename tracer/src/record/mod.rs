@@ -5,6 +5,7 @@ pub mod gpu;
 pub mod growth;
 pub mod heap;
 pub mod kill;
+pub mod published;
 pub mod rows;
 pub mod warning;
 

@@ -98,3 +98,33 @@ pub struct MetricsSnapshot {
 pub const KILL_COMMIT_BUCKETS_US: [u64; 9] = [
     500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 1_000_000,
 ];
+
+/// A raw event as stored.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EventRow {
+    /// Wall time, ns.
+    pub ts_ns: i64,
+    /// Kind name.
+    pub kind: String,
+    /// Process of `current` when the hook ran.
+    pub pid: u32,
+    /// Thread of `current`.
+    pub tid: u32,
+    /// Name of `current`.
+    pub comm: String,
+    /// Kind-specific fields.
+    pub data: serde_json::Value,
+}
+
+/// Drops counted by the probes in one interval.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DropRow {
+    /// Ring: `critical` or `data`.
+    pub ring: String,
+    /// Events lost.
+    pub count: u64,
+    /// Interval start, wall ns.
+    pub from_ns: i64,
+    /// Interval end, wall ns.
+    pub to_ns: i64,
+}

@@ -1,0 +1,624 @@
+//! Kills: the kernel OOM killer's (its victim event, joined with its report
+//! in the kernel log), userspace SIGKILLs (folded past a rate), kernel
+//! SIGKILLs of processes by themselves, reaping, memory at exit, late
+//! execs and `memory.oom.group` incidents. Kills wait in the book for the
+//! engine to commit them; committed ones take later joins for a while.
+
+use std::collections::BTreeSet;
+
+use tracer_common::{OomVictim, ProcExit, Reap, SignalKill};
+
+use super::Env;
+use crate::{
+    collect::{
+        decode::c_str,
+        kmsg::{GROUP_SPAN_US, OomGroup, OomReport},
+    },
+    correlate::{
+        KillEnricher, SI_KERNEL,
+        join::{JOIN_WINDOW_NS, Reports},
+        kill_from_report, kill_from_self_signal, kill_from_signal, kill_from_signal_lean,
+        kill_from_victim,
+        kills::{KillBook, exit_memory},
+        merge_report,
+        selfkill::SelfKills,
+        storm::SignalStorm,
+    },
+    model::StartTime,
+    record::{KillRecord, MemcgSource},
+    recorder::output::{Output, Outputs},
+    util::time::{Clock, wall_now_ns},
+};
+
+/// How long a `memory.oom.group` announcement waits for its first kill.
+const GROUP_WAIT_NS: i64 = 30_000_000_000;
+
+/// The kills feature.
+pub struct Kills {
+    /// Kills queued for commit, and recently committed ones later events add to.
+    book: KillBook,
+    /// Kernel reports no kill has claimed yet.
+    reports: Reports,
+    /// Userspace SIGKILLs past the rate of full records.
+    storm: SignalStorm,
+    /// Kernel SIGKILLs of processes by themselves, waiting to be told from
+    /// the OOM killer's.
+    self_kills: SelfKills,
+    /// `memory.oom.group` announcements waiting for their first kill.
+    pending_groups: Vec<OomGroup>,
+    /// Kills re-enrichment changed, to store again.
+    dirty: BTreeSet<i64>,
+    /// Kills found in the kernel log only.
+    pub kmsg_only: u64,
+}
+
+/// What became of a SIGKILL event.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// Folded into a storm's aggregate: no row is stored.
+    Folded,
+    /// A kill was queued, or the event is kept as a raw event only.
+    Stored,
+}
+
+impl Kills {
+    /// A kills feature whose kernel reports older than `started_ns` are
+    /// the log's backlog.
+    pub fn new(started_ns: i64) -> Self {
+        Self {
+            book: KillBook::default(),
+            reports: Reports::new(started_ns),
+            storm: SignalStorm::default(),
+            self_kills: SelfKills::default(),
+            pending_groups: Vec::new(),
+            dirty: BTreeSet::new(),
+            kmsg_only: 0,
+        }
+    }
+
+    /// Sets when the probes started to be attached (wall ns).
+    pub fn set_started(&mut self, ns: i64) {
+        self.reports.set_started(ns);
+    }
+
+    /// The OOM killer's victim: a kill queued, joined with its report when
+    /// the log already told of it.
+    pub fn on_victim(&mut self, env: &mut Env<'_>, v: &OomVictim, ts_ns: i64, now_ns: i64) {
+        self.self_kills.oom_victim(now_ns, v.victim_pid);
+        // The victim's cgroup from the kernel at the kill: read at the
+        // SIGKILL the OOM killer sent it, or the trigger's when it was
+        // killed for its own allocation.
+        let id = match v.victim_memcg_id {
+            0 if v.header.pid == v.victim_pid => v.trigger_memcg_id,
+            id => id,
+        };
+        let kernel_memcg = env.model.memcg_by_id(id, true);
+        let mut rec = kill_from_victim(&env.ctx(now_ns), v, kernel_memcg);
+        tracing::debug!(
+            "kill of {}: received {} us after the kernel, built in {} us",
+            v.victim_pid,
+            (now_ns - ts_ns) / 1000,
+            (wall_now_ns() - now_ns) / 1000
+        );
+        if let Some(report) = self.reports.claim(&rec, env.clock) {
+            merge_report(&mut rec, &report, Some(env.sampler), Some(env.model));
+        }
+        self.book.queue(rec);
+    }
+
+    /// A SIGKILL: a userspace kill is queued (or folded past the storm
+    /// rate, with no /proc read); a kernel SIGKILL of a process by itself
+    /// waits to be told from the OOM killer's; any other is a raw event.
+    pub fn on_signal(
+        &mut self,
+        env: &mut Env<'_>,
+        s: &SignalKill,
+        ts_ns: i64,
+        now_ns: i64,
+    ) -> Signal {
+        if s.result != 0 {
+            return Signal::Stored;
+        }
+        if s.code != SI_KERNEL {
+            if !self.storm.admit(ts_ns) {
+                let memcg = env
+                    .model
+                    .holder(s.target_pid, ts_ns, StartTime::kernel(s.target_start_ns))
+                    .0
+                    .and_then(|p| p.memcg.clone());
+                let comm = c_str(&s.target_comm);
+                let ctx = env.ctx(ts_ns);
+                self.storm
+                    .fold(s.header.pid, memcg, ts_ns, (s.target_pid, &comm), || {
+                        kill_from_signal_lean(&ctx, s)
+                    });
+                return Signal::Folded;
+            }
+            env.model.get_or_read(s.header.pid);
+            env.model.read_pending(s.target_pid);
+            if let Some(rec) = kill_from_signal(&env.ctx(now_ns), s) {
+                self.book.queue(rec);
+            }
+        } else if s.header.pid == s.target_pid {
+            // The OOM killer's when a mark_victim of it comes, else a BPF
+            // program's or a kernel limit's (see `selfkill`).
+            self.self_kills.signal(now_ns, *s);
+        }
+        Signal::Stored
+    }
+
+    /// The OOM reaper started or finished on a victim.
+    pub fn on_reap(&mut self, r: &Reap, ts_ns: i64, out: &mut Outputs) {
+        let start = r.header.kind == tracer_common::kind::REAP_START;
+        if let Some(id) = self.book.on_reap(r.victim_pid, ts_ns, start) {
+            self.changed(id, false, out);
+        }
+    }
+
+    /// A process exited with the kernel's figures of its memory: a kill
+    /// whose victim's memory was unknown gets them.
+    pub fn on_exit_memory(&mut self, x: &ProcExit, page_kb: u64, out: &mut Outputs) {
+        let pages = [x.rss_file_pages, x.rss_anon_pages, x.rss_shmem_pages];
+        if !self.self_kills.is_empty() {
+            self.self_kills.on_exit_memory(x.pid, pages);
+        }
+        // Most exits are of processes no kill record waits for: one check.
+        if !self.book.awaiting_memory() {
+            return;
+        }
+        if let Some(id) = self.book.on_exit_memory(x.pid, pages, page_kb) {
+            self.changed(id, false, out);
+        }
+    }
+
+    /// A kernel OOM report: joined into the committed kill it belongs to,
+    /// or left waiting for one.
+    pub fn on_report(&mut self, env: &Env<'_>, report: OomReport, now_ns: i64, out: &mut Outputs) {
+        let joined = self.book.on_report(
+            report,
+            &mut self.reports,
+            env.clock,
+            now_ns,
+            Some(env.sampler),
+            Some(env.model),
+        );
+        if let Some(id) = joined {
+            self.changed(id, true, out);
+            self.retry_groups(env.clock, now_ns, out);
+        }
+    }
+
+    /// Whether reports from before the start wait to be settled.
+    pub fn has_backlog(&self) -> bool {
+        self.reports.has_backlog()
+    }
+
+    /// An exec that reached the engine after the kill of the program it
+    /// started (the kill's ring is served first, and the exec's is read
+    /// lazily): the kill gets its own program's command line, file and
+    /// cgroup now, and is stored and handed on again.
+    pub fn on_late_exec(&mut self, env: &Env<'_>, pid: u32, exec_ns: i64, out: &mut Outputs) {
+        let Some(p) = env.model.get(pid) else {
+            return;
+        };
+        let cmdline = Some(p.info.cmdline.to_string()).filter(|c| !c.is_empty());
+        let (exe, memcg) = (p.info.exe.clone(), p.memcg.clone());
+        for (id, rec) in self.book.recent_since(exec_ns) {
+            let v = &mut rec.victim;
+            if v.pid != pid || (v.cmdline == cmdline && v.exe == exe) {
+                continue;
+            }
+            v.cmdline = cmdline.clone();
+            v.exe = exe.clone();
+            if matches!(v.memcg_source, None | Some(MemcgSource::Model)) && memcg.is_some() {
+                v.memcg = memcg.clone();
+                v.memcg_source = Some(MemcgSource::Model);
+            }
+            tracing::debug!("kill {id}: its victim's exec came after it; command line now known");
+            out.push(changed(id, rec, true));
+        }
+    }
+
+    /// The kill the kernel reported just before announcing a
+    /// `memory.oom.group` kill is that incident's first (the others'
+    /// reports say so themselves).
+    pub fn on_oom_group(&mut self, g: OomGroup, clock: &Clock, out: &mut Outputs) {
+        if !self.try_group(&g, clock, out) {
+            // Its first kill has not met its report yet.
+            self.pending_groups.push(g);
+        }
+    }
+
+    /// Announcements still waiting for their first kill: tried again once
+    /// kills are committed or joined, for [`GROUP_WAIT_NS`].
+    pub fn retry_groups(&mut self, clock: &Clock, now_ns: i64, out: &mut Outputs) {
+        for g in std::mem::take(&mut self.pending_groups) {
+            let fresh = now_ns - clock.kmsg_to_wall(g.ts_us) < GROUP_WAIT_NS;
+            if !self.try_group(&g, clock, out) && fresh {
+                self.pending_groups.push(g);
+            }
+        }
+    }
+
+    fn try_group(&mut self, g: &OomGroup, clock: &Clock, out: &mut Outputs) -> bool {
+        let since = clock.kmsg_to_wall(g.ts_us) - 10_000_000_000;
+        let reported = |r: &KillRecord| r.kmsg.as_ref().map(|k| k.ts_us);
+        let first = self
+            .book
+            .recent_since(since)
+            .filter(|(_, r)| {
+                r.oom_group.is_none()
+                    && reported(r).is_some_and(|ts| ts <= g.ts_us && g.ts_us - ts <= GROUP_SPAN_US)
+            })
+            .max_by_key(|(_, r)| reported(r));
+        let Some((id, rec)) = first else {
+            return false;
+        };
+        rec.oom_group = Some(g.cgroup.clone());
+        out.push(changed(id, rec, true));
+        true
+    }
+
+    /// Reports nobody claimed: kills from before the recorder started (or
+    /// whose tracepoint event was lost) become kernel-log-only records,
+    /// unless `stored` says the store has them already.
+    pub fn settle_unmatched(
+        &mut self,
+        env: &Env<'_>,
+        now_ns: i64,
+        all: bool,
+        mut stored: impl FnMut(u32, i64, i64) -> bool,
+    ) {
+        for report in self.reports.due(now_ns, all) {
+            let ts = env.clock.kmsg_to_wall(report.ts_us);
+            if !stored(report.killed.pid, ts, JOIN_WINDOW_NS) {
+                self.kmsg_only += 1;
+                self.book
+                    .queue(kill_from_report(&report, env.clock, Some(env.model)));
+            }
+        }
+    }
+
+    /// Queues the SIGKILL aggregates whose window has closed (all of them
+    /// with `all`). Returns how many.
+    pub fn storms_due(&mut self, now_ns: i64, all: bool) -> usize {
+        let due = self.storm.take_due(now_ns, all);
+        let n = due.len();
+        for rec in due {
+            if let Some(a) = &rec.aggregate {
+                tracing::warn!(
+                    "{} SIGKILLs from {} (pid {}) folded into one record",
+                    a.count,
+                    crate::util::term::escape(
+                        rec.killer.sender.as_ref().map_or("?", |s| s.comm.as_str())
+                    ),
+                    rec.killer.sender.as_ref().map_or(0, |s| s.pid),
+                );
+            }
+            self.book.queue(rec);
+        }
+        n
+    }
+
+    /// SIGKILLs folded into aggregates so far.
+    pub fn folded(&self) -> u64 {
+        self.storm.folded
+    }
+
+    /// Queues the self-kills (see `selfkill`) no OOM kill claimed by
+    /// `due_ns`, with the memory their processes held at exit.
+    pub fn self_kills_due(&mut self, env: &mut Env<'_>, due_ns: i64, now_ns: i64, page_kb: u64) {
+        for (ev, pages) in self.self_kills.due(due_ns) {
+            env.model.read_pending(ev.target_pid);
+            let Some(mut rec) = kill_from_self_signal(&env.ctx(now_ns), &ev) else {
+                continue;
+            };
+            if let Some(pages) = pages {
+                exit_memory(&mut rec, ev.target_pid, pages, page_kb);
+            }
+            self.book.queue(rec);
+        }
+    }
+
+    /// Kills waiting for their commit.
+    pub fn queued(&self) -> usize {
+        self.book.queued()
+    }
+
+    /// Takes the queued kills, to commit them.
+    pub fn take_queued(&mut self) -> Vec<KillRecord> {
+        self.book.take_queued()
+    }
+
+    /// Kills that could not be written, queued again ahead of newer ones.
+    pub fn requeue(&mut self, kills: Vec<KillRecord>) {
+        if !kills.is_empty() {
+            self.book.requeue(kills);
+        }
+    }
+
+    /// A kill was committed with row `id`.
+    pub fn committed(&mut self, id: i64, rec: KillRecord) {
+        self.book.committed(id, rec);
+    }
+
+    /// Runs `enricher` again over the kills committed since `since_ns` and
+    /// marks those whose `part` it changed, to be stored again by
+    /// [`Self::take_dirty`] (what it adds may come after the kill's commit).
+    pub fn re_enrich<P: PartialEq>(
+        &mut self,
+        enricher: &dyn KillEnricher,
+        since_ns: i64,
+        part: impl Fn(&KillRecord) -> P,
+    ) {
+        for (id, rec) in self.book.recent_since(since_ns) {
+            let before = part(rec);
+            enricher.enrich(rec);
+            if part(rec) != before {
+                self.dirty.insert(id);
+            }
+        }
+    }
+
+    /// Up to `n` re-enriched kills to store again, oldest first.
+    pub fn take_dirty(&mut self, n: usize) -> Vec<(i64, KillRecord)> {
+        std::iter::from_fn(|| self.dirty.pop_first())
+            .take(n)
+            .filter_map(|id| Some((id, self.book.get(id)?.clone())))
+            .collect()
+    }
+
+    /// Re-enriched kills not yet stored again.
+    pub fn dirty(&self) -> usize {
+        self.dirty.len()
+    }
+
+    /// The store moved (the recorder came home from its spill store): kills
+    /// follow their rows, every one to session `session_id`.
+    pub fn moved(&mut self, ids: &std::collections::HashMap<i64, i64>, session_id: i64) {
+        self.book.moved(ids, session_id);
+        self.dirty = std::mem::take(&mut self.dirty)
+            .into_iter()
+            .map(|id| ids.get(&id).copied().unwrap_or(id))
+            .collect();
+    }
+
+    /// Forgets committed kills too old for later joins.
+    pub fn prune(&mut self, now_ns: i64) {
+        self.book.prune(now_ns);
+    }
+
+    fn changed(&mut self, id: i64, publish: bool, out: &mut Outputs) {
+        if let Some(rec) = self.book.get(id) {
+            out.push(changed(id, rec, publish));
+        }
+    }
+}
+
+fn changed(id: i64, rec: &KillRecord, publish: bool) -> Output {
+    Output::KillChanged {
+        id,
+        record: Box::new(rec.clone()),
+        publish,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tracer_common::{EventHeader, SignalKill, kind};
+
+    use super::*;
+    use crate::{
+        collect::decode::comm,
+        correlate::fixtures::{CLOCK, Gone, START_NS, report, victim_event},
+        model::{ProcessTable, cgroup::CgroupLayout, sampler::Sampler},
+    };
+
+    struct World {
+        model: ProcessTable,
+        sampler: Sampler,
+    }
+
+    impl World {
+        fn new() -> Self {
+            Self {
+                model: ProcessTable::new(CgroupLayout::default(), 0, 16),
+                sampler: Sampler::new(CgroupLayout::default(), 0, Vec::new()),
+            }
+        }
+
+        fn env(&mut self) -> Env<'_> {
+            Env {
+                clock: &CLOCK,
+                model: &mut self.model,
+                sampler: &self.sampler,
+                session_id: 1,
+                procs: &Gone,
+            }
+        }
+    }
+
+    /// Commits what is queued as the journal would, with ids from `next`.
+    fn commit(k: &mut Kills, next: &mut i64) -> Vec<i64> {
+        k.take_queued()
+            .into_iter()
+            .map(|rec| {
+                *next += 1;
+                k.committed(*next, rec);
+                *next
+            })
+            .collect()
+    }
+
+    fn changed(out: &[Output]) -> Vec<(i64, &KillRecord)> {
+        out.iter()
+            .filter_map(|o| match o {
+                Output::KillChanged { id, record, .. } => Some((*id, record.as_ref())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_report_after_the_commit_changes_the_stored_kill() {
+        let mut w = World::new();
+        let mut k = Kills::new(START_NS);
+        let t = 5_000_000_000;
+        k.on_victim(&mut w.env(), &victim_event(42, t as u64), t, t);
+        assert_eq!(k.queued(), 1);
+        let ids = commit(&mut k, &mut 0);
+        let mut out = Vec::new();
+        k.on_report(
+            &w.env(),
+            report(42, "/job", 5_000_300),
+            t + 1_000_000,
+            &mut out,
+        );
+        let c = changed(&out);
+        assert_eq!(c.len(), 1, "{out:?}");
+        let (id, rec) = c[0];
+        assert_eq!(id, ids[0]);
+        assert_eq!(rec.victim.memcg.as_deref(), Some("/job"));
+        assert_eq!(rec.source.to_string(), "tracepoint+kmsg");
+    }
+
+    #[test]
+    fn a_report_before_the_victim_event_is_claimed_at_the_kill() {
+        let mut w = World::new();
+        let mut k = Kills::new(START_NS);
+        let mut out = Vec::new();
+        k.on_report(
+            &w.env(),
+            report(7, "/a", 5_000_000),
+            5_000_000_100,
+            &mut out,
+        );
+        assert!(out.is_empty(), "no kill to join yet: {out:?}");
+        let t = 5_000_000_050;
+        k.on_victim(&mut w.env(), &victim_event(7, t as u64), t, t);
+        let rec = k.take_queued().pop().expect("queued");
+        assert_eq!(rec.victim.memcg.as_deref(), Some("/a"));
+        k.settle_unmatched(&w.env(), i64::MAX, true, |_, _, _| false);
+        assert_eq!(k.queued(), 0, "the report was claimed, not left over");
+    }
+
+    #[test]
+    fn an_unclaimed_report_becomes_a_log_only_kill_unless_the_store_has_it() {
+        let mut w = World::new();
+        let mut k = Kills::new(START_NS);
+        let mut out = Vec::new();
+        k.on_report(
+            &w.env(),
+            report(77, "/x", 8_000_000),
+            9_000_000_000,
+            &mut out,
+        );
+        k.on_report(
+            &w.env(),
+            report(78, "/y", 8_100_000),
+            9_000_000_000,
+            &mut out,
+        );
+        let mut asked = Vec::new();
+        k.settle_unmatched(&w.env(), i64::MAX, true, |pid, _, _| {
+            asked.push(pid);
+            pid == 78
+        });
+        assert_eq!(asked, [77, 78]);
+        let queued = k.take_queued();
+        assert_eq!(queued.len(), 1);
+        assert_eq!(queued[0].victim.pid, 77);
+        assert_eq!(queued[0].source.to_string(), "kmsg");
+        assert_eq!(k.kmsg_only, 1);
+    }
+
+    #[test]
+    fn an_oom_group_announced_before_its_first_kill_joined_waits_for_it() {
+        let mut w = World::new();
+        let mut k = Kills::new(START_NS);
+        let t = 5_000_000_000;
+        k.on_victim(&mut w.env(), &victim_event(42, t as u64), t, t);
+        commit(&mut k, &mut 10);
+        let mut out = Vec::new();
+        let g = OomGroup {
+            ts_us: 5_000_400,
+            cgroup: "/job".into(),
+        };
+        k.on_oom_group(g, &CLOCK, &mut out);
+        assert!(out.is_empty(), "the kill has no report yet: {out:?}");
+        k.on_report(
+            &w.env(),
+            report(42, "/job", 5_000_300),
+            t + 1_000_000,
+            &mut out,
+        );
+        let c = changed(&out);
+        assert_eq!(c.len(), 2, "the join, then the group: {out:?}");
+        assert_eq!(c[1].1.oom_group.as_deref(), Some("/job"));
+        assert_eq!(c[1].0, 11);
+    }
+
+    #[test]
+    fn reaping_changes_a_committed_kill_and_says_so() {
+        let mut w = World::new();
+        let mut k = Kills::new(START_NS);
+        let t = 5_000_000_000;
+        k.on_victim(&mut w.env(), &victim_event(42, t as u64), t, t);
+        let ids = commit(&mut k, &mut 0);
+        let mut out = Vec::new();
+        let reap = tracer_common::Reap {
+            header: EventHeader {
+                kind: kind::REAP_START,
+                pid: 42,
+                ..Default::default()
+            },
+            victim_pid: 42,
+            ..Default::default()
+        };
+        k.on_reap(&reap, t + 10, &mut out);
+        let c = changed(&out);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].0, ids[0]);
+        assert_eq!(
+            c[0].1.reaping.as_ref().and_then(|r| r.start_ns),
+            Some(t + 10)
+        );
+    }
+
+    #[test]
+    fn userspace_sigkills_past_the_rate_fold_into_one_aggregate() {
+        let mut w = World::new();
+        let mut k = Kills::new(START_NS);
+        let mut stored = 0;
+        let mut folded = 0;
+        for i in 0..2_000u32 {
+            let s = SignalKill {
+                header: EventHeader {
+                    kind: kind::SIGNAL_KILL,
+                    pid: 1000,
+                    comm: comm("killer"),
+                    ..Default::default()
+                },
+                target_pid: 50_000 + i,
+                target_comm: comm("victim"),
+                ..Default::default()
+            };
+            let ts = 5_000_000_000 + i64::from(i) * 100_000;
+            match k.on_signal(&mut w.env(), &s, ts, ts) {
+                Signal::Stored => stored += 1,
+                Signal::Folded => folded += 1,
+            }
+        }
+        assert!(folded > 1_000, "stored {stored}, folded {folded}");
+        assert_eq!(k.queued() as u64, stored);
+        k.take_queued();
+        assert!(k.storms_due(i64::MAX, true) >= 1);
+        let agg = k.take_queued();
+        let n: u64 = agg
+            .iter()
+            .filter_map(|r| r.aggregate.as_ref().map(|a| a.count))
+            .sum();
+        assert_eq!(n, folded);
+        assert_eq!(k.folded(), folded);
+    }
+}
