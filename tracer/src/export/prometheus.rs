@@ -85,6 +85,14 @@ pub fn owner_labels(o: Option<&Owner>) -> Vec<(&'static str, String)> {
     )
 }
 
+/// Whether a kernel OOM kill still waits for the kernel's report of it.
+fn awaits_report(k: &KillRecord) -> bool {
+    k.killer.kind == crate::record::KillerKind::KernelOom
+        && k.gaps
+            .iter()
+            .any(|g| matches!(g, crate::record::Gap::AwaitingReport))
+}
+
 /// One kill series: who killed, under which constraint, in which cgroup.
 /// A pod's container counts by its names and its pod's cgroup (a pod UID
 /// and a container name), so a replaced container (a new id, a new
@@ -198,11 +206,7 @@ impl KillCounts {
     /// stay few whether or not anyone scrapes.
     pub fn stored(&self, id: i64, k: &KillRecord, now: Instant) {
         self.settle(now);
-        let awaiting = k.killer.kind == crate::record::KillerKind::KernelOom
-            && k.gaps
-                .iter()
-                .any(|g| matches!(g, crate::record::Gap::AwaitingReport));
-        if awaiting {
+        if awaits_report(k) {
             let (key, n, at) = weight(k);
             let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             p.insert(id, (now, key, n, at));
@@ -211,8 +215,13 @@ impl KillCounts {
         }
     }
 
-    /// A stored kill completed: counted with its final series if it waited.
+    /// A stored kill changed: counted with its final series if it waited
+    /// and its report has now joined (a change before the report, such as
+    /// reaping or the memory at exit, leaves it waiting).
     pub fn updated(&self, id: i64, k: &KillRecord) {
+        if awaits_report(k) {
+            return;
+        }
         let waited = {
             let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             p.remove(&id).is_some()
@@ -759,6 +768,14 @@ mod tests {
         assert!(
             counts.series.lock().unwrap().is_empty(),
             "waits for the report"
+        );
+        // Reaped before the report came: still waiting.
+        let mut reaped = first.clone();
+        reaped.reaping = Some(Default::default());
+        counts.updated(1, &reaped);
+        assert!(
+            counts.series.lock().unwrap().is_empty(),
+            "a change before the report is not the report"
         );
         let joined = kill(KillerKind::KernelOom, Some("memcg"), "/a", 10);
         counts.updated(1, &joined);

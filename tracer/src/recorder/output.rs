@@ -12,15 +12,13 @@ use crate::{
 pub enum Output {
     /// An event row (buffered; written with the next kill or flush).
     Event(EventRow),
-    /// A stored kill whose record changed: stored again (and handed on
-    /// again with `publish`).
+    /// A stored kill whose record changed: stored again and handed on
+    /// again, whatever changed it.
     KillChanged {
         /// Its row id.
         id: i64,
         /// The record as it is now.
         record: Box<KillRecord>,
-        /// Whether exporters are told.
-        publish: bool,
     },
     /// A stored GPU OOM completed by a later NVML picture.
     GpuOomChanged {

@@ -49,7 +49,7 @@ impl Engine {
     /// changed, oldest first, in one transaction.
     pub(super) fn write_dirty(&mut self) -> Result<(), StoreError> {
         let kills = self.kills.take_dirty(DIRTY_PER_TICK);
-        self.journal.kills_rewritten(&kills)
+        self.journal.kills_rewritten(kills)
     }
 
     /// GPU out-of-memory failures, joined with the ledgers and the latest

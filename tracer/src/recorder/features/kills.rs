@@ -151,7 +151,7 @@ impl Kills {
     pub fn on_reap(&mut self, r: &Reap, ts_ns: i64, out: &mut Outputs) {
         let start = r.header.kind == tracer_common::kind::REAP_START;
         if let Some(id) = self.book.on_reap(r.victim_pid, ts_ns, start) {
-            self.changed(id, false, out);
+            self.changed(id, out);
         }
     }
 
@@ -167,7 +167,7 @@ impl Kills {
             return;
         }
         if let Some(id) = self.book.on_exit_memory(x.pid, pages, page_kb) {
-            self.changed(id, false, out);
+            self.changed(id, out);
         }
     }
 
@@ -183,7 +183,7 @@ impl Kills {
             Some(env.model),
         );
         if let Some(id) = joined {
-            self.changed(id, true, out);
+            self.changed(id, out);
             self.retry_groups(env.clock, now_ns, out);
         }
     }
@@ -215,7 +215,7 @@ impl Kills {
                 v.memcg_source = Some(MemcgSource::Model);
             }
             tracing::debug!("kill {id}: its victim's exec came after it; command line now known");
-            out.push(changed(id, rec, true));
+            out.push(changed(id, rec));
         }
     }
 
@@ -255,7 +255,7 @@ impl Kills {
             return false;
         };
         rec.oom_group = Some(g.cgroup.clone());
-        out.push(changed(id, rec, true));
+        out.push(changed(id, rec));
         true
     }
 
@@ -388,18 +388,17 @@ impl Kills {
         self.book.prune(now_ns);
     }
 
-    fn changed(&mut self, id: i64, publish: bool, out: &mut Outputs) {
+    fn changed(&mut self, id: i64, out: &mut Outputs) {
         if let Some(rec) = self.book.get(id) {
-            out.push(changed(id, rec, publish));
+            out.push(changed(id, rec));
         }
     }
 }
 
-fn changed(id: i64, rec: &KillRecord, publish: bool) -> Output {
+fn changed(id: i64, rec: &KillRecord) -> Output {
     Output::KillChanged {
         id,
         record: Box::new(rec.clone()),
-        publish,
     }
 }
 
@@ -453,7 +452,7 @@ mod tests {
     fn changed(out: &[Output]) -> Vec<(i64, &KillRecord)> {
         out.iter()
             .filter_map(|o| match o {
-                Output::KillChanged { id, record, .. } => Some((*id, record.as_ref())),
+                Output::KillChanged { id, record } => Some((*id, record.as_ref())),
                 _ => None,
             })
             .collect()

@@ -97,15 +97,9 @@ impl Journal {
         for o in out.drain(..) {
             match o {
                 Output::Event(row) => self.buffer.push(row),
-                Output::KillChanged {
-                    id,
-                    record,
-                    publish,
-                } => {
+                Output::KillChanged { id, record } => {
                     self.store.update_kill(id, &record)?;
-                    if publish {
-                        self.publish(Exported::KillUpdated { id, record });
-                    }
+                    self.publish(Exported::KillUpdated { id, record });
                 }
                 Output::GpuOomChanged { id, record } => self.store.update_gpu_oom(id, &record)?,
                 Output::Ledger(s) => self.ledger(&s)?,
@@ -172,13 +166,21 @@ impl Journal {
         self.store.insert_events(Some(self.session_id), &events)
     }
 
-    /// Stores kills again that re-enrichment changed, in one transaction.
-    pub fn kills_rewritten(&mut self, kills: &[(i64, KillRecord)]) -> Result<(), StoreError> {
+    /// Stores kills again that re-enrichment changed, in one transaction,
+    /// and hands them on again.
+    pub fn kills_rewritten(&mut self, kills: Vec<(i64, KillRecord)>) -> Result<(), StoreError> {
         if kills.is_empty() {
             return Ok(());
         }
         self.store
-            .update_kills(kills.iter().map(|(id, rec)| (*id, rec)))
+            .update_kills(kills.iter().map(|(id, rec)| (*id, rec)))?;
+        for (id, rec) in kills {
+            self.publish(Exported::KillUpdated {
+                id,
+                record: Box::new(rec),
+            });
+        }
+        Ok(())
     }
 
     /// Whether the store holds a kill of `pid` within `window_ns` of `ts_ns`.
@@ -391,5 +393,99 @@ impl Journal {
     /// Returns what each one lost.
     pub fn finish(self, deadline: std::time::Instant) -> Vec<(String, u64)> {
         self.exporters.finish(deadline)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::{export::Exporter, record::Victim};
+
+    /// What an exporter was handed: (kind, id, the victim's name).
+    type Seen = Vec<(&'static str, i64, String)>;
+
+    /// Keeps what it is handed.
+    struct Keep(Arc<Mutex<Seen>>);
+    impl Exporter for Keep {
+        fn name(&self) -> &str {
+            "keep"
+        }
+        fn export(&mut self, item: &Exported) -> std::io::Result<()> {
+            let seen = match item {
+                Exported::Kill { id, record } => ("kill", *id, record.victim.comm.clone()),
+                Exported::KillUpdated { id, record } => {
+                    ("updated", *id, record.victim.comm.clone())
+                }
+                _ => ("other", 0, String::new()),
+            };
+            self.0.lock().unwrap().push(seen);
+            Ok(())
+        }
+    }
+
+    fn kill(pid: u32, comm: &str) -> KillRecord {
+        KillRecord {
+            ts_ns: 1_000,
+            victim: Victim {
+                pid,
+                comm: comm.into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn every_change_of_a_stored_kill_is_stored_and_handed_on_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let mut store = Store::open_rw(&path).unwrap();
+        let sid = store.start_session(100, "h", "6.18", "[]").unwrap();
+        let kept = Arc::new(Mutex::new(Vec::new()));
+        let mut ex = Exporters::default();
+        ex.add(Box::new(Keep(kept.clone()))).unwrap();
+        let spill = spill::Spill::new(dir.path().join("spill"), None);
+        let mut j = Journal::new(store, sid, ex, spill, Arc::default(), None);
+
+        let c = j.commit_kills(vec![kill(42, "first"), kill(43, "second")]);
+        assert!(c.error.is_none() && c.held.is_empty());
+        let ids: Vec<i64> = c.stored.iter().map(|(id, _)| *id).collect();
+        // A change from a later join (reaping, exit memory, a report)...
+        let mut out = vec![Output::KillChanged {
+            id: ids[0],
+            record: Box::new(kill(42, "reaped")),
+        }];
+        j.apply(&mut out).unwrap();
+        // ...and from re-enrichment (growth, GPU ledgers).
+        j.kills_rewritten(vec![(ids[1], kill(43, "grown"))])
+            .unwrap();
+        j.end_session(0).unwrap();
+        let lost = j.finish(std::time::Instant::now() + std::time::Duration::from_secs(5));
+        assert!(lost.iter().all(|(_, n)| *n == 0), "{lost:?}");
+
+        let r = Store::open_ro(&path).unwrap();
+        let mut stored: Vec<(i64, String)> = r
+            .kills(0, None, 10)
+            .unwrap()
+            .into_iter()
+            .map(|(id, k)| (id, k.victim.comm))
+            .collect();
+        stored.sort();
+        assert_eq!(
+            stored,
+            [(ids[0], "reaped".into()), (ids[1], "grown".into())]
+        );
+        let kept = kept.lock().unwrap().clone();
+        assert_eq!(
+            kept,
+            [
+                ("kill", ids[0], "first".into()),
+                ("kill", ids[1], "second".into()),
+                ("updated", ids[0], "reaped".into()),
+                ("updated", ids[1], "grown".into()),
+            ]
+        );
     }
 }
