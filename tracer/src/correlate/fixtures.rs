@@ -9,6 +9,7 @@ use crate::{
         decode::{Event, as_bytes, comm, decode},
         kmsg::{Assembler, KmsgEvent, OomReport, parse_record},
     },
+    model::{ProcessTable, cgroup::CgroupLayout, sampler::Sampler},
     util::time::Clock,
 };
 
@@ -74,4 +75,22 @@ pub fn report(pid: u32, memcg: &str, ts_us: u64) -> OomReport {
         }
     }
     out.expect("a whole report")
+}
+
+/// An empty node: no process, no cgroup sample.
+pub struct World {
+    /// The process model.
+    pub model: ProcessTable,
+    /// The cgroup sampler.
+    pub sampler: Sampler,
+}
+
+impl Default for World {
+    /// A node with nothing on it.
+    fn default() -> Self {
+        Self {
+            model: ProcessTable::new(CgroupLayout::default(), 0, 16),
+            sampler: Sampler::new(CgroupLayout::default(), 0, Vec::new()),
+        }
+    }
 }

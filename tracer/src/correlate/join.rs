@@ -133,26 +133,17 @@ mod tests {
     use crate::{
         collect::kmsg::{KilledProcess, OomSummary},
         correlate::{Context, kill_from_report, kill_from_victim, merge_report},
-        model::{ProcessTable, cgroup::CgroupLayout, sampler::Sampler},
         record::{MemcgSource, Victim},
     };
     use tracer_common::OomVictim;
 
-    use crate::correlate::fixtures::{CLOCK, Gone, START_NS, report, victim_event};
+    use crate::correlate::fixtures::{CLOCK, Gone, START_NS, World, report, victim_event};
 
-    struct World {
-        model: ProcessTable,
-        sampler: Sampler,
+    trait Kill {
+        fn kill(&self, ev: &OomVictim, memcg: Option<&str>) -> KillRecord;
     }
 
-    impl World {
-        fn new() -> Self {
-            Self {
-                model: ProcessTable::new(CgroupLayout::default(), 0, 16),
-                sampler: Sampler::new(CgroupLayout::default(), 0, Vec::new()),
-            }
-        }
-
+    impl Kill for World {
         fn kill(&self, ev: &OomVictim, memcg: Option<&str>) -> KillRecord {
             let ctx = Context {
                 clock: &CLOCK,
@@ -168,7 +159,7 @@ mod tests {
 
     #[test]
     fn a_report_before_its_tracepoint_event_is_claimed_by_it() {
-        let w = World::new();
+        let w = World::default();
         let mut reports = Reports::new(START_NS);
         // The report is read first (the kmsg reader was quicker).
         assert!(
@@ -192,7 +183,7 @@ mod tests {
 
     #[test]
     fn a_report_after_its_event_joins_the_recorded_kill() {
-        let w = World::new();
+        let w = World::default();
         let mut reports = Reports::new(START_NS);
         let recs = vec![w.kill(&victim_event(42, 5_000_000_000), Some("/job"))];
         let (i, r) = reports
@@ -229,7 +220,7 @@ mod tests {
 
     #[test]
     fn two_kills_of_one_cgroup_in_the_same_millisecond_each_get_their_report() {
-        let w = World::new();
+        let w = World::default();
         let mut reports = Reports::new(START_NS);
         let t = 5_000_000_000u64;
         let recs = vec![
@@ -248,7 +239,7 @@ mod tests {
 
     #[test]
     fn a_pid_reused_after_a_kill_gets_only_its_own_report() {
-        let w = World::new();
+        let w = World::default();
         let mut reports = Reports::new(START_NS);
         let mut first = w.kill(&victim_event(42, 5_000_000_000), None);
         merge_report(&mut first, &report(42, "/a", 5_000_000), None, None);
@@ -269,7 +260,7 @@ mod tests {
 
     #[test]
     fn a_kill_from_before_the_start_is_due_at_once_and_never_joins() {
-        let w = World::new();
+        let w = World::default();
         let mut reports = Reports::new(START_NS);
         // Killed at 0.9 s, before the probes; its pid reused and killed
         // again at 1.3 s, while recording.

@@ -58,13 +58,7 @@ impl Engine {
         let Some(cuda) = &mut self.cuda else {
             return Ok(());
         };
-        let env = Env {
-            clock: &self.clock,
-            model: &mut self.model,
-            sampler: &self.sampler,
-            session_id: self.journal.session_id(),
-            procs: &LiveProc,
-        };
+        let env = env!(self);
         for mut rec in cuda.take_ooms(&env) {
             self.gpu.annotate_oom(&mut rec);
             let id = self.journal.gpu_oom(&rec)?;
@@ -117,13 +111,7 @@ impl Engine {
     /// at start (many old kills) costs one commit.
     pub(super) fn settle_unmatched(&mut self, now_ns: i64, all: bool) -> Result<(), StoreError> {
         let journal = &self.journal;
-        let env = Env {
-            clock: &self.clock,
-            model: &mut self.model,
-            sampler: &self.sampler,
-            session_id: journal.session_id(),
-            procs: &LiveProc,
-        };
+        let env = env!(self);
         // A failed lookup ends the settling: the error is the loop's.
         let mut failed = None;
         self.kills

@@ -516,13 +516,7 @@ impl Engine {
             .cuda
             .as_ref()
             .map(|c| &c.ledgers as &dyn crate::correlate::gpuview::TracedMemory);
-        let env = Env {
-            clock: &self.clock,
-            model: &mut self.model,
-            sampler: &self.sampler,
-            session_id: self.journal.session_id(),
-            procs: &LiveProc,
-        };
+        let env = env!(self);
         let took = s.took_us;
         let rows = self.gpu.on_sample(&env, s, traced, &mut self.out);
         Metrics::set(&self.metrics.nvml_samples, self.gpu.samples);

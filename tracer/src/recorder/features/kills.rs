@@ -409,23 +409,14 @@ mod tests {
     use super::*;
     use crate::{
         collect::decode::comm,
-        correlate::fixtures::{CLOCK, Gone, START_NS, report, victim_event},
-        model::{ProcessTable, cgroup::CgroupLayout, sampler::Sampler},
+        correlate::fixtures::{CLOCK, Gone, START_NS, World, report, victim_event},
     };
 
-    struct World {
-        model: ProcessTable,
-        sampler: Sampler,
+    trait Node {
+        fn env(&mut self) -> Env<'_>;
     }
 
-    impl World {
-        fn new() -> Self {
-            Self {
-                model: ProcessTable::new(CgroupLayout::default(), 0, 16),
-                sampler: Sampler::new(CgroupLayout::default(), 0, Vec::new()),
-            }
-        }
-
+    impl Node for World {
         fn env(&mut self) -> Env<'_> {
             Env {
                 clock: &CLOCK,
@@ -460,7 +451,7 @@ mod tests {
 
     #[test]
     fn a_report_after_the_commit_changes_the_stored_kill() {
-        let mut w = World::new();
+        let mut w = World::default();
         let mut k = Kills::new(START_NS);
         let t = 5_000_000_000;
         k.on_victim(&mut w.env(), &victim_event(42, t as u64), t, t);
@@ -483,7 +474,7 @@ mod tests {
 
     #[test]
     fn a_report_before_the_victim_event_is_claimed_at_the_kill() {
-        let mut w = World::new();
+        let mut w = World::default();
         let mut k = Kills::new(START_NS);
         let mut out = Vec::new();
         k.on_report(
@@ -503,7 +494,7 @@ mod tests {
 
     #[test]
     fn an_unclaimed_report_becomes_a_log_only_kill_unless_the_store_has_it() {
-        let mut w = World::new();
+        let mut w = World::default();
         let mut k = Kills::new(START_NS);
         let mut out = Vec::new();
         k.on_report(
@@ -533,7 +524,7 @@ mod tests {
 
     #[test]
     fn an_oom_group_announced_before_its_first_kill_joined_waits_for_it() {
-        let mut w = World::new();
+        let mut w = World::default();
         let mut k = Kills::new(START_NS);
         let t = 5_000_000_000;
         k.on_victim(&mut w.env(), &victim_event(42, t as u64), t, t);
@@ -559,7 +550,7 @@ mod tests {
 
     #[test]
     fn reaping_changes_a_committed_kill_and_says_so() {
-        let mut w = World::new();
+        let mut w = World::default();
         let mut k = Kills::new(START_NS);
         let t = 5_000_000_000;
         k.on_victim(&mut w.env(), &victim_event(42, t as u64), t, t);
@@ -586,7 +577,7 @@ mod tests {
 
     #[test]
     fn userspace_sigkills_past_the_rate_fold_into_one_aggregate() {
-        let mut w = World::new();
+        let mut w = World::default();
         let mut k = Kills::new(START_NS);
         let mut stored = 0;
         let mut folded = 0;
