@@ -284,7 +284,12 @@ fn only_the_journal_and_upkeep_write_the_store() {
         "import",
         "heartbeat",
         "end_session",
-        "begin_session",
+        "start_session",
+        "session_",
+        "copy_",
+        "shed",
+        "vacuum",
+        "checkpoint",
         "make_room",
         "ensure_reserve",
     ];
@@ -333,8 +338,8 @@ const OVER_900: &[(&str, usize)] = &[
     ("collect/logfile.rs", 1848),
     ("collect/kmsg.rs", 1575),
     ("model/mod.rs", 1214),
-    ("explain/mod.rs", 1192),
     ("store/mod.rs", 1128),
+    ("explain/mod.rs", 1192),
 ];
 
 #[test]

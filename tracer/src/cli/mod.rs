@@ -90,17 +90,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// An error with its causes, `a: b: c`.
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cause = c.source();
-    }
-    out
-}
+pub use crate::util::chain;
 
 /// Parses `512MiB`, `1G`, `100000` (bytes).
 pub fn parse_size(s: &str) -> Result<u64, String> {

@@ -15,3 +15,15 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     })
 }
+
+/// An error with its causes, `a: b: c`.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}

@@ -26,6 +26,22 @@ const EVENT_BUFFER: usize = 4096;
 /// Kill commit latencies kept for the stop summary.
 const LATENCIES_KEPT: usize = 1000;
 
+/// Starts a recording session in `store`, with the probes' attach
+/// results; returns its id.
+pub fn start_session(store: &mut Store, probes_json: &str) -> Result<i64, StoreError> {
+    store.start_session(
+        wall_now_ns(),
+        &crate::util::sys::hostname(),
+        &crate::util::sys::kernel_release(),
+        probes_json,
+    )
+}
+
+/// Says in `session` what GPUs NVML sees, or why there is no NVML.
+pub fn session_gpu(store: &Store, session: i64, gpu: &str) -> Result<(), StoreError> {
+    store.session_gpu(session, gpu)
+}
+
 /// What became of a batch of kills handed to [`Journal::commit_kills`].
 #[derive(Default)]
 pub struct Committed {

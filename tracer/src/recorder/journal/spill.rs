@@ -6,6 +6,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use anyhow::Context as _;
+
 use crate::{
     record::KillRecord,
     store::{Checkpointer, Store, StoreError, StoreLock, spill},
@@ -172,5 +174,50 @@ impl Spill {
         }
         // The lock is kept until the recorder ends.
         self.lock = self.home.take().map(|h| h.lock);
+    }
+}
+
+/// Opens the store for recording. On a full file system, where even
+/// opening it fails, the recorder records into the store's spill store
+/// (`store::spill`) and goes back to the store when it has room. A spill
+/// store an earlier recorder left is imported first.
+pub fn open_store(path: &Path, spill_dir: &Path) -> anyhow::Result<(Store, Spill)> {
+    match Store::open_rw(path) {
+        Ok(mut store) => {
+            match store.import_left_spill(spill_dir) {
+                Ok(Some(i)) => tracing::info!(
+                    "imported {} kill(s) ({} already stored), {} GPU OOM(s) and {} other rows from the spill store an earlier recorder left",
+                    i.kills,
+                    i.known,
+                    i.gpu_ooms,
+                    i.rows
+                ),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(
+                    "the spill store {} an earlier recorder left was not imported, and is left in place: {e:#}",
+                    crate::store::spill::path_for(path, spill_dir).display()
+                ),
+            }
+            Ok((store, Spill::new(spill_dir.into(), None)))
+        }
+        Err(e @ StoreError::Sql { .. })
+            if e.is_disk_full() || !crate::store::has_room_for(path) =>
+        {
+            let lock = Store::lock_rw(path)?;
+            let store = Store::open_spill(path, spill_dir).with_context(|| {
+                format!("the store's file system is full ({e}), and the spill store in {} cannot be opened", spill_dir.display())
+            })?;
+            tracing::warn!(
+                "the store's file system is full ({:#}): recording into the spill store {} until it has room",
+                anyhow::Error::from(e),
+                store.path().display()
+            );
+            let home = Home {
+                path: path.into(),
+                lock,
+            };
+            Ok((store, Spill::new(spill_dir.into(), Some(home))))
+        }
+        Err(e) => Err(e.into()),
     }
 }
