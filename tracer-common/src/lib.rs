@@ -10,6 +10,9 @@
 pub mod growth;
 pub mod heap;
 pub mod usdt;
+pub mod wire;
+
+pub use wire::{EVENT_KINDS, EventKindInfo, MAX_EVENT_SIZE, WireEvent};
 
 /// The symbol of function `id` in a family's (id, symbol) table, or `?`.
 pub fn name_in(table: &[(u32, &'static str)], id: u32) -> &'static str {
@@ -749,9 +752,6 @@ pub struct CudaCall {
     pub _pad: u32,
 }
 const _: () = assert!(size_of::<CudaCall>() == 88);
-
-/// The largest event; a reader rejects anything bigger.
-pub const MAX_EVENT_SIZE: usize = size_of::<heap::HeapAlloc>();
 
 /// A field offset that the running kernel's tracepoint does not have.
 pub const FIELD_ABSENT: u16 = u16::MAX;

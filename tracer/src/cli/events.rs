@@ -17,9 +17,9 @@ pub struct EventsArgs {
     /// How far back (e.g. 10m, 6h).
     #[arg(long, default_value = "10m", value_parser = super::parse_duration)]
     pub since: Duration,
-    /// Only this kind: oom_victim, reap_start, reap_finish, memcg_oom, exec, fork, exit,
-    /// signal_kill, cuda_call (GPU out-of-memory failures), gpu_xid.
-    #[arg(long)]
+    /// Only this kind (cuda_call: failed and notable CUDA calls, GPU
+    /// out-of-memory failures among them).
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crate::record::stored_kinds()))]
     pub kind: Option<String>,
     /// Only events about this process id.
     #[arg(long)]

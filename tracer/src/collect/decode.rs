@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 use tracer_common::{
     COMM_LEN, CudaCall, EventHeader, MAX_EVENT_SIZE, MemcgEvent, OomVictim, ProcExec, ProcExit,
-    ProcFork, Reap, SignalKill,
+    ProcFork, Reap, SignalKill, WireEvent,
     growth::GrowthSample,
     heap::{HeapAlloc, HeapFree},
     kind,
@@ -93,24 +93,30 @@ impl TryFrom<u32> for EventKind {
 }
 
 impl EventKind {
-    /// Stable name, used in the store and in JSON.
-    pub fn name(self) -> &'static str {
+    /// Its value on the wire.
+    pub fn id(self) -> u32 {
         match self {
-            Self::OomVictim => "oom_victim",
-            Self::ReapStart => "reap_start",
-            Self::ReapFinish => "reap_finish",
-            Self::MemcgOom => "memcg_oom",
-            Self::Exec => "exec",
-            Self::Fork => "fork",
-            Self::Exit => "exit",
-            Self::SignalKill => "signal_kill",
-            Self::CudaCall => "cuda_call",
-            Self::HeapAlloc => "heap_alloc",
-            Self::HeapFree => "heap_free",
-            Self::GrowthFault => "growth_fault",
-            Self::OomTip => "oom_tip",
-            Self::Usdt => "usdt",
+            Self::OomVictim => kind::OOM_VICTIM,
+            Self::ReapStart => kind::REAP_START,
+            Self::ReapFinish => kind::REAP_FINISH,
+            Self::MemcgOom => kind::MEMCG_OOM,
+            Self::Exec => kind::PROC_EXEC,
+            Self::Fork => kind::PROC_FORK,
+            Self::Exit => kind::PROC_EXIT,
+            Self::SignalKill => kind::SIGNAL_KILL,
+            Self::CudaCall => kind::CUDA_CALL,
+            Self::HeapAlloc => kind::HEAP_ALLOC,
+            Self::HeapFree => kind::HEAP_FREE,
+            Self::GrowthFault => kind::GROWTH_FAULT,
+            Self::OomTip => kind::OOM_TIP,
+            Self::Usdt => kind::USDT,
         }
+    }
+
+    /// Stable name, used in the store and in JSON (tracer-common's
+    /// registry has it).
+    pub fn name(self) -> &'static str {
+        tracer_common::wire::kind_info(self.id()).map_or("?", |k| k.name)
     }
 }
 
@@ -146,12 +152,8 @@ pub enum Event {
 }
 
 /// Reads a `T` from the start of `bytes`; the caller checked the length.
-fn read<T: Copy>(bytes: &[u8]) -> T {
-    assert!(bytes.len() >= size_of::<T>());
-    // SAFETY: the length is checked above; T is a #[repr(C)] plain-old-data
-    // event struct from tracer-common for which every bit pattern is valid;
-    // read_unaligned copes with the ring's 8-byte alignment not being T's.
-    unsafe { bytes.as_ptr().cast::<T>().read_unaligned() }
+fn read<T: WireEvent>(bytes: &[u8]) -> T {
+    tracer_common::wire::read(bytes).expect("the length was checked")
 }
 
 /// Decodes one ring buffer record.
@@ -390,11 +392,9 @@ fn start(ns: u64) -> Option<u64> {
     (ns != 0).then_some(ns)
 }
 
-/// Bytes of an event struct, for tests and fixtures.
-pub fn as_bytes<T: Copy>(v: &T) -> Vec<u8> {
-    // SAFETY: T is a #[repr(C)] event struct without implicit padding (the
-    // size assertions in tracer-common prove it), so every byte is initialised.
-    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
+/// Bytes of a wire record, for tests and fixtures.
+pub fn as_bytes<T: WireEvent>(v: &T) -> Vec<u8> {
+    tracer_common::wire::as_bytes(v).to_vec()
 }
 
 /// A NUL-padded name from a string, for tests and fixtures.
@@ -408,6 +408,23 @@ pub fn comm(s: &str) -> [u8; COMM_LEN] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kind_of_the_registry_decodes_to_its_own_kind() {
+        for k in tracer_common::EVENT_KINDS {
+            let kind = EventKind::try_from(k.kind).expect("known");
+            assert_eq!(kind.id(), k.kind);
+            assert_eq!(kind.name(), k.name);
+            // A record of the registry's size, all zero but its kind: the
+            // decoder takes exactly that size.
+            let mut bytes = vec![0u8; k.size];
+            bytes[..4].copy_from_slice(&k.kind.to_ne_bytes());
+            let ev = decode(&bytes).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+            assert_eq!(ev.kind(), kind);
+            bytes.push(0);
+            assert!(decode(&bytes).is_err(), "{}: one byte too many", k.name);
+        }
+    }
 
     #[test]
     fn an_exec_events_command_line() {

@@ -128,3 +128,22 @@ pub struct DropRow {
     /// Interval end, wall ns.
     pub to_ns: i64,
 }
+
+/// The kind of the event rows of NVIDIA Xid errors from the kernel log.
+pub const GPU_XID: &str = "gpu_xid";
+/// The kind of the event rows of early warnings (and their ends).
+pub const PRESSURE: &str = "pressure";
+/// The kind of the event rows of heap tracing turned on or off for a
+/// memory cgroup under pressure.
+pub const HEAP_PRESSURE: &str = "heap_pressure";
+
+/// Every kind of stored event row: the probes' kinds that are stored
+/// (tracer-common's registry), then the recorder's own.
+pub fn stored_kinds() -> Vec<&'static str> {
+    tracer_common::EVENT_KINDS
+        .iter()
+        .filter(|k| k.stored)
+        .map(|k| k.name)
+        .chain([GPU_XID, PRESSURE, HEAP_PRESSURE])
+        .collect()
+}

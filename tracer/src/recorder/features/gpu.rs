@@ -75,7 +75,7 @@ impl Gpu {
         }
         out.push(Output::Event(EventRow {
             ts_ns,
-            kind: "gpu_xid".into(),
+            kind: crate::record::GPU_XID.into(),
             pid: x.pid.unwrap_or(0),
             tid: 0,
             comm: x.name.clone().unwrap_or_default(),

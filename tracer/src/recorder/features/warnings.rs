@@ -124,7 +124,7 @@ impl Warnings {
             );
             out.push(Output::Event(EventRow {
                 ts_ns: now,
-                kind: "heap_pressure".into(),
+                kind: crate::record::HEAP_PRESSURE.into(),
                 pid: 0,
                 tid: 0,
                 comm: String::new(),

@@ -154,7 +154,7 @@ impl Journal {
         }
         self.buffer.push(EventRow {
             ts_ns: ev.ts_ns,
-            kind: "pressure".into(),
+            kind: crate::record::PRESSURE.into(),
             pid: 0,
             tid: 0,
             comm: String::new(),
