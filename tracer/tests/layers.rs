@@ -338,7 +338,6 @@ const OVER_900: &[(&str, usize)] = &[
     ("collect/logfile.rs", 1848),
     ("collect/kmsg.rs", 1575),
     ("model/mod.rs", 1214),
-    ("store/mod.rs", 1128),
     ("explain/mod.rs", 1192),
 ];
 
