@@ -333,6 +333,72 @@ fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> std::fmt:
     ConstGauge::new(v).encode(e.encode_descriptor(name, help, None, MetricType::Gauge)?)
 }
 
+/// The kill commit latency histogram: name and help.
+const LATENCY: (&str, &str) = (
+    "tracer_kill_commit_latency_seconds",
+    "From the kernel's stamp of a kill to its durable commit in the store.",
+);
+
+/// The build info gauge: name and help.
+const BUILD_INFO: (&str, &str) = ("tracer_build_info", "The recorder's version (always 1).");
+
+/// The endpoint's own counters: name, help and where each is counted.
+type ServeCounter = fn(&super::http::ServeStats) -> &std::sync::atomic::AtomicU64;
+const ENDPOINT_COUNTERS: [(&str, &str, ServeCounter); 6] = [
+    (
+        "tracer_metrics_connections",
+        "Connections the metrics endpoint accepted.",
+        |s| &s.connections,
+    ),
+    (
+        "tracer_metrics_connections_refused",
+        "Connections closed at accept: the endpoint had as many open as it serves at once.",
+        |s| &s.refused,
+    ),
+    (
+        "tracer_metrics_connections_timed_out",
+        "Connections closed at the endpoint's deadline (a client that never finished or never read).",
+        |s| &s.timed_out,
+    ),
+    (
+        "tracer_metrics_accept_errors",
+        "Failed accepts of the metrics endpoint (no file descriptor left, or others).",
+        |s| &s.accept_errors,
+    ),
+    (
+        "tracer_metrics_bind_failures",
+        "Failed binds of the metrics address (the port taken, the address not local).",
+        |s| &s.bind_failures,
+    ),
+    (
+        "tracer_metrics_unauthorized_requests",
+        "Requests refused for a missing or wrong bearer token.",
+        |s| &s.unauthorized,
+    ),
+];
+
+/// Every metric family the endpoint serves, as (name as exposed, type,
+/// help), for the reference: the shared families (`Feeds::families`, also
+/// what OTLP exports) and the endpoint's own.
+pub fn reference(feeds: &Feeds) -> Vec<(String, &'static str, &'static str)> {
+    let mut out: Vec<_> = feeds
+        .families(std::path::Path::new("/nonexistent"))
+        .into_iter()
+        .map(|f| match f.values {
+            Values::Counter(_) => (format!("{}_total", f.name), "counter", f.help),
+            Values::Gauge(_) => (f.name.to_string(), "gauge", f.help),
+        })
+        .collect();
+    out.push((LATENCY.0.to_string(), "histogram", LATENCY.1));
+    out.extend(
+        ENDPOINT_COUNTERS
+            .iter()
+            .map(|(name, help, _)| (format!("{name}_total"), "counter", *help)),
+    );
+    out.push((BUILD_INFO.0.to_string(), "gauge", BUILD_INFO.1));
+    out
+}
+
 impl Collector for Source {
     fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
         for f in self.feeds.families(&self.store) {
@@ -350,12 +416,7 @@ impl Collector for Source {
         }
         let m = self.feeds.metrics.counters();
         {
-            let mut f = e.encode_descriptor(
-                "tracer_kill_commit_latency_seconds",
-                "From the kernel's stamp of a kill to its durable commit in the store.",
-                None,
-                MetricType::Histogram,
-            )?;
+            let mut f = e.encode_descriptor(LATENCY.0, LATENCY.1, None, MetricType::Histogram)?;
             let buckets: Vec<(f64, u64)> = crate::record::KILL_COMMIT_BUCKETS_US
                 .iter()
                 .map(|b| *b as f64 / 1e6)
@@ -371,48 +432,11 @@ impl Collector for Source {
             )?;
         }
         let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-        let s = &self.serve;
-        for (name, help, v) in [
-            (
-                "tracer_metrics_connections",
-                "Connections the metrics endpoint accepted.",
-                load(&s.connections),
-            ),
-            (
-                "tracer_metrics_connections_refused",
-                "Connections closed at accept: the endpoint had as many open as it serves at once.",
-                load(&s.refused),
-            ),
-            (
-                "tracer_metrics_connections_timed_out",
-                "Connections closed at the endpoint's deadline (a client that never finished or never read).",
-                load(&s.timed_out),
-            ),
-            (
-                "tracer_metrics_accept_errors",
-                "Failed accepts of the metrics endpoint (no file descriptor left, or others).",
-                load(&s.accept_errors),
-            ),
-            (
-                "tracer_metrics_bind_failures",
-                "Failed binds of the metrics address (the port taken, the address not local).",
-                load(&s.bind_failures),
-            ),
-            (
-                "tracer_metrics_unauthorized_requests",
-                "Requests refused for a missing or wrong bearer token.",
-                load(&s.unauthorized),
-            ),
-        ] {
-            counter(&mut e, name, help, v)?;
+        for (name, help, v) in ENDPOINT_COUNTERS {
+            counter(&mut e, name, help, load(v(&self.serve)))?;
         }
         {
-            let mut f = e.encode_descriptor(
-                "tracer_build_info",
-                "The recorder's version (always 1).",
-                None,
-                MetricType::Gauge,
-            )?;
+            let mut f = e.encode_descriptor(BUILD_INFO.0, BUILD_INFO.1, None, MetricType::Gauge)?;
             ConstGauge::new(1i64)
                 .encode(f.encode_family(&[("version", env!("CARGO_PKG_VERSION"))])?)?;
         }
