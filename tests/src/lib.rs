@@ -618,6 +618,42 @@ impl Drop for Proc {
     }
 }
 
+/// The setting of a privileged end-to-end test: a private directory that
+/// goes with it, and a store path in it.
+pub struct Scenario {
+    /// The directory.
+    pub dir: tempfile::TempDir,
+    /// `DIR/t.db`.
+    pub store: PathBuf,
+}
+
+impl Scenario {
+    /// A new setting, or `None` where privileged tests cannot run here
+    /// (never in CI: there that fails, see [`privileged`]).
+    pub fn new() -> Option<Self> {
+        privileged().then(|| {
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            let store = dir.path().join("t.db");
+            Self { dir, store }
+        })
+    }
+
+    /// A file in its directory.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// A memory cgroup of the test's, with a limit (removed at its end).
+    pub fn cgroup(&self, tag: &str, limit: u64) -> TestCgroup {
+        TestCgroup::new(tag, limit)
+    }
+
+    /// A recorder on its store, to be started.
+    pub fn recorder(&self) -> RecorderBuilder {
+        Recorder::on(&self.store)
+    }
+}
+
 /// A running `tracer record`, stopped with SIGINT on drop.
 pub struct Recorder {
     child: Option<Child>,
@@ -626,44 +662,77 @@ pub struct Recorder {
     pub store: PathBuf,
 }
 
+/// How to start a `tracer record`: built from [`Recorder::on`] or
+/// [`Scenario::recorder`], started with [`RecorderBuilder::start`].
+#[must_use]
+pub struct RecorderBuilder {
+    bin: PathBuf,
+    store: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    echo: bool,
+}
+
+impl RecorderBuilder {
+    /// Extra arguments after `record --store STORE`.
+    pub fn args(mut self, args: &[&str]) -> Self {
+        self.args.extend(args.iter().map(|a| a.to_string()));
+        self
+    }
+
+    /// Environment of the recorder (the simulated NVML reads its scenario
+    /// from it).
+    pub fn envs(mut self, env: &[(&str, String)]) -> Self {
+        self.env
+            .extend(env.iter().map(|(k, v)| (k.to_string(), v.clone())));
+        self
+    }
+
+    /// Another tracer binary (a release build, in the benchmarks).
+    pub fn bin(mut self, bin: &Path) -> Self {
+        self.bin = bin.into();
+        self
+    }
+
+    /// Its start-up log lines are not copied to stderr (a failing test
+    /// still prints the last ones).
+    pub fn quiet(mut self) -> Self {
+        self.echo = false;
+        self
+    }
+
+    /// Starts it and waits until it records.
+    pub fn start(self) -> Recorder {
+        Recorder::spawn(self)
+    }
+}
+
 impl Recorder {
-    /// Starts the recorder on `store` and waits until it is recording.
-    pub fn start(store: &Path) -> Self {
-        Self::start_with(store, &[])
+    /// A recorder on `store`, to be started.
+    pub fn on(store: &Path) -> RecorderBuilder {
+        RecorderBuilder {
+            bin: tracer_bin(),
+            store: store.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            echo: true,
+        }
     }
 
-    /// Same, with extra arguments.
-    pub fn start_with(store: &Path, extra: &[&str]) -> Self {
-        Self::start_bin(&tracer_bin(), store, extra, true)
-    }
-
-    /// Starts `bin record --store STORE EXTRA...` and waits until it
-    /// records; `echo` copies its start-up log lines to stderr (a failing
-    /// test prints the last ones).
-    pub fn start_bin(bin: &Path, store: &Path, extra: &[&str], echo: bool) -> Self {
-        Self::spawn(bin, store, extra, &[], echo)
-    }
-
-    /// Same, with extra arguments and environment (the simulated NVML
-    /// reads its scenario from the recorder's environment).
-    pub fn start_env(store: &Path, extra: &[&str], env: &[(&str, String)]) -> Self {
-        Self::spawn(&tracer_bin(), store, extra, env, true)
-    }
-
-    /// Starts `bin record` with environment `env`.
-    pub fn spawn(
-        bin: &Path,
-        store: &Path,
-        extra: &[&str],
-        env: &[(&str, String)],
-        echo: bool,
-    ) -> Self {
-        let mut child = Command::new(bin)
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+    fn spawn(b: RecorderBuilder) -> Self {
+        let RecorderBuilder {
+            bin,
+            store,
+            args: extra,
+            env,
+            echo,
+        } = b;
+        let mut child = Command::new(&bin)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .arg("record")
             .arg("--store")
-            .arg(store)
-            .args(extra)
+            .arg(&store)
+            .args(&extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -689,7 +758,7 @@ impl Recorder {
         let mut rec = Self {
             child: Some(child),
             stderr,
-            store: store.into(),
+            store,
         };
         let ready = wait_for(Duration::from_secs(30), || {
             if rec.log().contains("tracer: recording") {

@@ -11,7 +11,8 @@ use std::{
 
 use serde_json::Value;
 use tracer_e2e::{
-    Attach, CudaLoad, explain_json, privileged, real_cudart, simcuda_dir, tracer, wait_for,
+    Attach, CudaLoad, Scenario, explain_json, privileged, real_cudart, simcuda_dir, tracer,
+    wait_for,
 };
 
 const MIB: u64 = 1 << 20;
@@ -422,12 +423,11 @@ fn wait_attached(rec: &tracer_e2e::Recorder) {
 
 #[test]
 fn record_cuda_explains_a_gpu_oom_with_the_other_processes_on_the_device() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
-    let rec = tracer_e2e::Recorder::start_with(&store, &["--cuda"]);
+    };
+    let store = sc.store.clone();
+    let rec = tracer_e2e::Recorder::on(&store).args(&["--cuda"]).start();
     let mut neighbour = CudaLoad::sim(&[]);
     let mut victim = CudaLoad::sim(&[("SIMCUDA_DEVICE_MEM", &(256 * MIB).to_string())]);
     wait_attached(&rec);
@@ -510,13 +510,12 @@ fn record_cuda_explains_a_gpu_oom_with_the_other_processes_on_the_device() {
 
 #[test]
 fn a_host_oom_kill_shows_the_victims_pinned_host_memory() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    };
+    let store = sc.store.clone();
     let cg = tracer_e2e::TestCgroup::new("pinned", 64 * MIB);
-    let rec = tracer_e2e::Recorder::start_with(&store, &["--cuda"]);
+    let rec = tracer_e2e::Recorder::on(&store).args(&["--cuda"]).start();
     let d = simcuda_dir();
     let mut cmd = cg.command(d.join("cudaload"));
     cmd.arg(d.join("libcudart.so.12"))
@@ -609,12 +608,11 @@ fn a_process_that_exits_during_attach_gets_a_clear_message() {
 
 #[test]
 fn a_process_retrying_a_failing_cuda_malloc_costs_a_row_a_second() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
-    let rec = tracer_e2e::Recorder::start_with(&store, &["--cuda"]);
+    };
+    let store = sc.store.clone();
+    let rec = tracer_e2e::Recorder::on(&store).args(&["--cuda"]).start();
     let mut p = CudaLoad::sim(&[("SIMCUDA_DEVICE_MEM", &(256 * MIB).to_string())]);
     wait_attached(&rec);
     p.ok("setdevice 0");

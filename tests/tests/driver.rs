@@ -217,7 +217,7 @@ fn a_node_with_the_driver_libraries_and_no_kernel_module_is_told_so() {
         assert_eq!(nvml["status"], "warn", "{nvml}");
         says(nvml["detail"].as_str().unwrap());
         says(&run(&["top", "--once", "--store", store_s]));
-        let rec = Recorder::start_env(&store, &[], &env);
+        let rec = Recorder::on(&store).envs(&env).start();
         says(&rec.stop());
         // Without the libraries it is the normal no-GPU state, not a warning.
         let plain = tracer_json(&["doctor", "--format", "json", "--store", store_s]);

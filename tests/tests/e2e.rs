@@ -12,7 +12,7 @@ use std::os::unix::process::CommandExt as _;
 
 use serde_json::Value;
 use tracer_e2e::{
-    Proc, Recorder, TestCgroup, explain_json, privileged, tracer, tracer_json, wait_for,
+    Proc, Recorder, Scenario, TestCgroup, explain_json, privileged, tracer, tracer_json, wait_for,
 };
 
 const MIB: u64 = 1 << 20;
@@ -65,14 +65,13 @@ fn explain_pid(store: &std::path::Path, pid: u32, want_kmsg: bool) -> Value {
 
 #[test]
 fn reclaim_in_the_cgroup_before_a_kill_is_counted() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
-    let cache = dir.path().join("cache.bin");
+    };
+    let store = sc.store.clone();
+    let cache = sc.dir.path().join("cache.bin");
     let cg = TestCgroup::new("reclaim", 64 * MIB);
-    let rec = Recorder::start(&store);
+    let rec = Recorder::on(&store).start();
     // 40 MiB of page cache charged to the cgroup, then anonymous growth:
     // the kernel reclaims the cache (direct reclaim scans in this cgroup)
     // for a second or so before it has to kill.
@@ -111,13 +110,12 @@ fn reclaim_in_the_cgroup_before_a_kill_is_counted() {
 
 #[test]
 fn memcg_oom_kill_is_recorded_and_explained() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    };
+    let store = sc.store.clone();
     let cg = TestCgroup::new("oom", 64 * MIB);
-    let rec = Recorder::start(&store);
+    let rec = Recorder::on(&store).start();
     // Grow 2 MiB every 100 ms: over 3 s to the limit, so the lead-up has samples.
     let mut hog = memhog(&cg, 2, 100, None);
     let pid = hog.pid();
@@ -206,13 +204,12 @@ fn memcg_oom_kill_is_recorded_and_explained() {
 
 #[test]
 fn noisy_neighbour_lists_both_and_blames_the_grower() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    };
+    let store = sc.store.clone();
     let cg = TestCgroup::new("neighbour", 96 * MIB);
-    let rec = Recorder::start(&store);
+    let rec = Recorder::on(&store).start();
     let mut small = memhog(&cg, 8, 10, Some(16));
     small.wait_line("held 16 MiB");
     let mut big = memhog(&cg, 4, 100, None);
@@ -317,7 +314,7 @@ fn a_sigkill_from_a_bpf_program_is_named_as_such() {
     };
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("t.db");
-    let rec = Recorder::start(&store);
+    let rec = Recorder::on(&store).start();
     // The victim makes a system call every 100 ms; the BPF program kills
     // it from its own syscall entry.
     let mut cmd = Command::new("sh");
@@ -393,12 +390,11 @@ fn a_sigkill_from_a_bpf_program_is_named_as_such() {
 
 #[test]
 fn sigkill_from_another_process_names_the_sender() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
-    let rec = Recorder::start(&store);
+    };
+    let store = sc.store.clone();
+    let rec = Recorder::on(&store).start();
     let mut cmd = Command::new("sleep");
     cmd.arg("600");
     let mut victim = Proc::spawn(cmd);
@@ -476,13 +472,12 @@ fn sigkill_from_another_process_names_the_sender() {
 /// which is gone or not yet read) and its own cgroup.
 #[test]
 fn programs_killed_just_after_exec_keep_their_command_line_and_cgroup() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    };
+    let store = sc.store.clone();
     let store_s = store.to_str().unwrap();
-    let rec = Recorder::start(&store);
+    let rec = Recorder::on(&store).start();
     let bin = env!("CARGO_BIN_EXE_memhog");
     let mut killed = Vec::new();
     for i in 0..20u64 {
@@ -549,14 +544,15 @@ fn programs_killed_just_after_exec_keep_their_command_line_and_cgroup() {
 /// exec events (the kill's ring is served first).
 #[test]
 fn a_reused_pid_is_never_recorded_under_its_earlier_holder() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    };
+    let store = sc.store.clone();
     let store_s = store.to_str().unwrap();
-    let jsonl = dir.path().join("kills.jsonl");
-    let rec = Recorder::start_with(&store, &["--export-jsonl", jsonl.to_str().unwrap()]);
+    let jsonl = sc.dir.path().join("kills.jsonl");
+    let rec = Recorder::on(&store)
+        .args(&["--export-jsonl", jsonl.to_str().unwrap()])
+        .start();
     let old_cg = TestCgroup::new("reuse-old", 64 * MIB);
     let new_cg = TestCgroup::new("reuse-new", 16 * MIB);
     let t0 = Instant::now();
@@ -699,13 +695,14 @@ fn a_reused_pid_is_never_recorded_under_its_earlier_holder() {
 
 #[test]
 fn stored_kills_are_exported_as_json_lines_with_their_store_id() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
-    let out = dir.path().join("kills.jsonl");
-    let rec = Recorder::start_with(&store, &["--export-jsonl", out.to_str().unwrap()]);
+    };
+    let store = sc.store.clone();
+    let out = sc.dir.path().join("kills.jsonl");
+    let rec = Recorder::on(&store)
+        .args(&["--export-jsonl", out.to_str().unwrap()])
+        .start();
     let mut victim = Proc::spawn({
         let mut c = Command::new("sleep");
         c.arg("600");
@@ -738,15 +735,14 @@ fn stored_kills_are_exported_as_json_lines_with_their_store_id() {
 
 #[test]
 fn history_survives_restart_and_a_crashed_recorder() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    };
+    let store = sc.store.clone();
     let store_s = store.to_str().unwrap();
     let cg = TestCgroup::new("restart", 48 * MIB);
 
-    let rec = Recorder::start(&store);
+    let rec = Recorder::on(&store).start();
     let mut first = memhog(&cg, 8, 20, None);
     assert_eq!(
         first.wait_signal(Duration::from_secs(30)),
@@ -757,7 +753,7 @@ fn history_survives_restart_and_a_crashed_recorder() {
 
     // A new recorder on the same store: reading the kernel log again must
     // not duplicate the kill it already has.
-    let rec = Recorder::start(&store);
+    let rec = Recorder::on(&store).start();
     let mut second = memhog(&cg, 8, 20, None);
     assert_eq!(
         second.wait_signal(Duration::from_secs(30)),
@@ -869,7 +865,7 @@ fn bad_input_gives_clear_errors() {
         "{out:?}"
     );
     let store = dir.path().join("t.db");
-    let rec = Recorder::start(&store);
+    let rec = Recorder::on(&store).start();
 
     // Garbage in the kernel log neither crashes the recorder nor makes a kill.
     let t0 = Instant::now();
@@ -997,7 +993,7 @@ fn v2_only_a_live_memory_oom_group_kill_is_recorded_as_one_incident() {
     let store = dir.path().join("t.db");
     let cg = TestCgroup::new("oomgroup", 64 * MIB);
     fs::write(cg.dir().join("memory.oom.group"), "1").expect("memory.oom.group");
-    let _rec = Recorder::start(&store);
+    let _rec = Recorder::on(&store).start();
     let mut holder = memhog(&cg, 4, 10, Some(8));
     holder.wait_line("held 8 MiB");
     let mut grower = memhog(&cg, 2, 50, None);

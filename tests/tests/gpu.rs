@@ -6,7 +6,7 @@ use std::{process::Command, time::Duration};
 
 use serde_json::Value;
 use tracer_e2e::{
-    CudaLoad, Proc, Recorder, TestCgroup, explain_json, privileged, simcuda_dir, tracer,
+    CudaLoad, Proc, Recorder, Scenario, TestCgroup, explain_json, privileged, simcuda_dir, tracer,
     tracer_bin, wait_for,
 };
 
@@ -96,17 +96,16 @@ fn two_containers_on_one_gpu_attribution_and_a_gpu_oom() {
     let gpu = Gpu::new();
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("t.db");
-    let rec = Recorder::start_env(
-        &store,
-        &[
+    let rec = Recorder::on(&store)
+        .args(&[
             "--cuda",
             "--nvml-lib",
             &Gpu::nvml(),
             "--gpu-interval",
             "200ms",
-        ],
-        &gpu.env,
-    );
+        ])
+        .envs(&gpu.env)
+        .start();
     let (cg_a, cg_b) = (
         TestCgroup::container(ID_A, 8 * GIB),
         TestCgroup::container(ID_B, 8 * GIB),
@@ -216,15 +215,13 @@ fn two_containers_on_one_gpu_attribution_and_a_gpu_oom() {
 
 #[test]
 fn without_nvml_the_recorder_runs_and_explain_says_gpu_data_is_unavailable() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
-    let rec = Recorder::start_with(
-        &store,
-        &["--cuda", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1"],
-    );
+    };
+    let store = sc.store.clone();
+    let rec = Recorder::on(&store)
+        .args(&["--cuda", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1"])
+        .start();
     assert!(rec.log().contains("NVML unavailable"), "{}", rec.log());
     let cg = TestCgroup::new("nonvml", 48 * MIB);
     let mut cmd = cg.command(env!("CARGO_BIN_EXE_memhog"));
@@ -262,11 +259,10 @@ fn a_slow_nvml_does_not_delay_the_ring_buffers() {
     let store = dir.path().join("t.db");
     // 200 ms per NVML call: a sample takes seconds, and is asked for every 100 ms.
     let env = gpu.with(&[("SIMNVML_DELAY_MS", "200".into())]);
-    let rec = Recorder::start_env(
-        &store,
-        &["--nvml-lib", &Gpu::nvml(), "--gpu-interval", "100ms"],
-        &env,
-    );
+    let rec = Recorder::on(&store)
+        .args(&["--nvml-lib", &Gpu::nvml(), "--gpu-interval", "100ms"])
+        .envs(&env)
+        .start();
     let cg = TestCgroup::new("slownvml", 48 * MIB);
     // The first sample takes about 3 s (16 calls); kill while NVML is busy
     // with the next ones.

@@ -8,7 +8,7 @@ use std::{path::Path, process::Command, time::Duration};
 
 use serde_json::Value;
 use tracer_e2e::{
-    Attach, CudaLoad, Recorder, TestCgroup, explain_json, grower, heapsites, privileged,
+    Attach, CudaLoad, Recorder, Scenario, TestCgroup, explain_json, grower, heapsites, privileged,
     summary_of, tracer, wait_for,
 };
 
@@ -26,7 +26,7 @@ fn function(frames: &Value, i: usize) -> &str {
 fn killed_while_recording(cg: &TestCgroup, cmd: Command) -> (Value, String, Value) {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("t.db");
-    let rec = Recorder::start(&store);
+    let rec = Recorder::on(&store).start();
     let mut prog = CudaLoad::spawn(cmd);
     let pid = prog.pid().to_string();
     prog.send("go");
@@ -121,7 +121,7 @@ fn a_kill_of_another_process_names_the_allocation_that_tipped_it() {
     let cg = TestCgroup::new("growth-tip", limit);
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("t.db");
-    let rec = Recorder::start(&store);
+    let rec = Recorder::on(&store).start();
     // A large idle process, then a small one that grows until the cgroup
     // is full: the kernel kills the large one (the most memory), in the
     // small one's allocation; the small one goes on growing and is killed
@@ -283,13 +283,12 @@ fn libc_bytes(pid: u32, function: &str) -> (Vec<u8>, Vec<u8>) {
 
 #[test]
 fn without_pressure_no_process_libc_is_probed() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    };
+    let store = sc.store.clone();
     let cg = TestCgroup::new("growth-calm", 1024 * MIB);
-    let rec = Recorder::start(&store);
+    let rec = Recorder::on(&store).start();
     let mut prog = {
         let mut cmd = cg.command(grower());
         cmd.args(["touch", "16"]);
@@ -308,7 +307,9 @@ fn without_pressure_no_process_libc_is_probed() {
     let g = &summary["summary"]["growth"];
     assert!(g["samples"].as_u64().unwrap() >= 30, "{summary}");
     // The control: the same check sees heap tracing's probe.
-    let rec = Recorder::start_with(&store, &["--host-cgroup", &cg.path]);
+    let rec = Recorder::on(&store)
+        .args(&["--host-cgroup", &cg.path])
+        .start();
     let pid = prog.pid();
     let attached = wait_for(Duration::from_secs(20), || {
         let (live, file) = libc_bytes(pid, "malloc");
@@ -427,14 +428,15 @@ fn growth_refuses_bad_input_clearly() {
 
 #[test]
 fn heap_sampling_turns_on_under_pressure_and_the_kill_carries_its_sites() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    };
+    let store = sc.store.clone();
     let store_s = store.to_str().unwrap();
     let cg = TestCgroup::new("pressure", 128 * MIB);
-    let rec = Recorder::start_with(&store, &["--heap-on-pressure", "50%"]);
+    let rec = Recorder::on(&store)
+        .args(&["--heap-on-pressure", "50%"])
+        .start();
     let mut prog = {
         let mut cmd = cg.command(heapsites("nofp"));
         cmd.arg("8");

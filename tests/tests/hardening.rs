@@ -18,7 +18,7 @@ use std::{
 
 use serde_json::Value;
 use tracer_e2e::{
-    Proc, Recorder, TestCgroup, explain_json, oom_killed, privileged, tracer, tracer_bin,
+    Proc, Recorder, Scenario, TestCgroup, explain_json, oom_killed, privileged, tracer, tracer_bin,
     tracer_json, wait_for,
 };
 
@@ -113,15 +113,14 @@ fn wait_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
 
 #[test]
 fn hostile_names_never_reach_the_terminal_and_json_stays_exact() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    };
+    let store = sc.store.clone();
     let store_s = store.to_str().unwrap();
     let cg = TestCgroup::new("hostile", 64 * MIB);
-    let rec = Recorder::start(&store);
-    let mut victim = hostile_sleeper(&cg, dir.path());
+    let rec = Recorder::on(&store).start();
+    let mut victim = hostile_sleeper(&cg, sc.dir.path());
     let pid = victim.pid();
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(
@@ -180,11 +179,10 @@ fn hostile_names_never_reach_the_terminal_and_json_stays_exact() {
 
 #[test]
 fn closed_and_full_outputs_end_quietly_and_never_stop_recording() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    };
+    let store = sc.store.clone();
     let cg = TestCgroup::new("pipes", 64 * MIB);
 
     // The recorder's stderr is /dev/full: it records all the same.
@@ -212,7 +210,7 @@ fn closed_and_full_outputs_end_quietly_and_never_stop_recording() {
 
     // Its stderr is a pipe whose reader leaves after the first line
     // (`tracer record 2>&1 | head -1`).
-    let store2 = dir.path().join("t2.db");
+    let store2 = sc.dir.path().join("t2.db");
     let mut rec = spawn_record(&store2, Stdio::piped(), &[]);
     let mut first = String::new();
     BufReader::new(rec.stderr.take().unwrap())
@@ -277,11 +275,10 @@ fn closed_and_full_outputs_end_quietly_and_never_stop_recording() {
 
 #[test]
 fn sighup_is_a_clean_stop() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    };
+    let store = sc.store.clone();
     let mut rec = spawn_record(&store, Stdio::piped(), &[]);
     let mut err = BufReader::new(rec.stderr.take().unwrap());
     wait_session(&store);
@@ -363,7 +360,7 @@ fn the_store_refuses_links_other_users_and_a_second_writer() {
 
     // A new store: private files in a private directory, one writer.
     let store = dir.path().join("var/lib/tracer/t.db");
-    let rec = Recorder::start(&store);
+    let rec = Recorder::on(&store).start();
     let mode = |p: &Path| fs::metadata(p).unwrap().mode() & 0o777;
     assert_eq!(mode(store.parent().unwrap()), 0o700);
     for f in ["t.db", "t.db-wal", "t.db-shm", "t.db.lock"] {
@@ -377,7 +374,7 @@ fn the_store_refuses_links_other_users_and_a_second_writer() {
     );
     rec.stop();
     // Once the first has stopped, the store is free again.
-    Recorder::start(&store).stop();
+    Recorder::on(&store).start().stop();
 }
 
 /// A tmpfs the test mounted; unmounted when dropped.
@@ -426,7 +423,7 @@ fn explain_reads_a_store_on_a_read_only_mount_and_skips_a_damaged_record() {
     let mnt = Mount::tmpfs(&dir.path().join("mnt"), "64m");
     let store = mnt.0.join("t.db");
     let cg = TestCgroup::new("ro", 64 * MIB);
-    let rec = Recorder::start(&store);
+    let rec = Recorder::on(&store).start();
     let mut pids = Vec::new();
     for _ in 0..3 {
         let mut v = sleeper(&cg);
@@ -474,12 +471,11 @@ fn explain_reads_a_store_on_a_read_only_mount_and_skips_a_damaged_record() {
 
 #[test]
 fn lines_written_to_the_kernel_log_by_a_process_are_not_kills() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
-    let rec = Recorder::start(&store);
+    };
+    let store = sc.store.clone();
+    let rec = Recorder::on(&store).start();
     let forged = [
         "<4>forged invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0",
         "<6>oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/forged,task_memcg=/forged,task=forged,pid=3999999,uid=0",
@@ -508,11 +504,10 @@ fn lines_written_to_the_kernel_log_by_a_process_are_not_kills() {
 
 #[test]
 fn kills_from_before_the_recorder_are_stored_at_once() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    };
+    let store = sc.store.clone();
     let cg = TestCgroup::new("before", 32 * MIB);
     // Killed while no recorder runs.
     let hog = oom_killed(&cg, Path::new(env!("CARGO_BIN_EXE_memhog")), 8, 20);
@@ -520,8 +515,10 @@ fn kills_from_before_the_recorder_are_stored_at_once() {
 
     // A recorder that lives a moment (a crash loop) still stores it, and
     // hands it to its exporters like any other kill.
-    let exported = dir.path().join("kills.jsonl");
-    let rec = Recorder::start_with(&store, &["--export-jsonl", exported.to_str().unwrap()]);
+    let exported = sc.dir.path().join("kills.jsonl");
+    let rec = Recorder::on(&store)
+        .args(&["--export-jsonl", exported.to_str().unwrap()])
+        .start();
     let t0 = Instant::now();
     let stored = wait_for(Duration::from_secs(5), || {
         let c = rusqlite::Connection::open_with_flags(
@@ -566,12 +563,12 @@ fn kills_from_before_the_recorder_are_stored_at_once() {
     );
 
     // A kill 4 s after a recorder crashed is not shown as recorded over.
-    let rec = Recorder::start(&store);
+    let rec = Recorder::on(&store).start();
     std::thread::sleep(Duration::from_millis(1500));
     rec.crash();
     std::thread::sleep(Duration::from_secs(4));
     let hog = oom_killed(&cg, Path::new(env!("CARGO_BIN_EXE_memhog")), 8, 20);
-    let rec = Recorder::start(&store);
+    let rec = Recorder::on(&store).start();
     let v = explain_json(
         &[
             "--store",
@@ -590,11 +587,11 @@ fn kills_from_before_the_recorder_are_stored_at_once() {
     // A kill just after a crash, within the heartbeat's grace: whether it
     // was recorded is not known, and said with the heartbeat's age; never
     // that a recorder ran.
-    let rec = Recorder::start(&store);
+    let rec = Recorder::on(&store).start();
     std::thread::sleep(Duration::from_millis(1500));
     rec.crash();
     let hog = oom_killed(&cg, Path::new(env!("CARGO_BIN_EXE_memhog")), 8, 5);
-    let rec = Recorder::start(&store);
+    let rec = Recorder::on(&store).start();
     let pid = hog.pid().to_string();
     let v = explain_json(&["--store", store.to_str().unwrap(), "--pid", &pid], |_| {
         true
@@ -686,7 +683,7 @@ fn a_full_disk_costs_events_never_kills_or_the_recorder() {
     let mnt = Mount::tmpfs(&dir.path().join("mnt"), "12m");
     let store = mnt.0.join("t.db");
     let cg = TestCgroup::new("full", 64 * MIB);
-    let rec = Recorder::start(&store);
+    let rec = Recorder::on(&store).start();
     let filler = fill(&mnt.0);
 
     // A userspace kill and a real OOM kill while nothing can be written.
@@ -722,7 +719,7 @@ fn a_full_disk_costs_events_never_kills_or_the_recorder() {
 
     // A restart on a full file system: the reserve makes room for it.
     let filler = fill(&mnt.0);
-    let rec = Recorder::start(&store);
+    let rec = Recorder::on(&store).start();
     let mut victim = sleeper(&cg);
     std::thread::sleep(Duration::from_millis(300));
     sigkill(&mut victim);
@@ -768,7 +765,9 @@ impl FullDisk {
 
     /// A recorder on the store, spilling into the spill directory.
     fn record(&self) -> Recorder {
-        Recorder::start_with(&self.store, &["--spill-dir", self.run.0.to_str().unwrap()])
+        Recorder::on(&self.store)
+            .args(&["--spill-dir", self.run.0.to_str().unwrap()])
+            .start()
     }
 
     /// Takes the store's file system's free space.
@@ -945,12 +944,11 @@ fn kills_held_on_a_full_disk_outlive_the_recorder_in_the_spill_store() {
 
 #[test]
 fn a_process_that_joins_a_cgroup_execs_and_dies_at_once_is_placed_right() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
-    let rec = Recorder::start(&store);
+    };
+    let store = sc.store.clone();
+    let rec = Recorder::on(&store).start();
     let mut wrong = Vec::new();
     for i in 0..20 {
         // Joins the cgroup, execs, and is OOM-killed within milliseconds,
@@ -993,7 +991,7 @@ fn a_process_whose_name_is_not_utf8_gets_its_own_cgroup() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("t.db");
     let cg = TestCgroup::new("bytes", 64 * MIB);
-    let rec = Recorder::start(&store);
+    let rec = Recorder::on(&store).start();
     let link = dir
         .path()
         .join(std::ffi::OsStr::from_bytes(b"bad\xff\xfename"));

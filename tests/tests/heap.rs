@@ -7,7 +7,8 @@ use std::{path::Path, process::Command};
 
 use serde_json::Value;
 use tracer_e2e::{
-    Attach, CudaLoad, Recorder, TestCgroup, explain_json, heapsites, privileged, tracer, wait_for,
+    Attach, CudaLoad, Recorder, Scenario, TestCgroup, explain_json, heapsites, privileged, tracer,
+    wait_for,
 };
 
 const KIB: u64 = 1 << 10;
@@ -270,13 +271,14 @@ fn a_program_in_another_mount_namespace_is_named() {
 
 #[test]
 fn a_traced_process_killed_by_a_memcg_oom_keeps_its_top_sites() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    };
+    let store = sc.store.clone();
     let cg = TestCgroup::new("heap-oom", 96 * MIB);
-    let rec = Recorder::start_with(&store, &["--host-cgroup", &cg.path]);
+    let rec = Recorder::on(&store)
+        .args(&["--host-cgroup", &cg.path])
+        .start();
     // Started after the recorder, in the traced cgroup: found at its exec.
     let mut prog = CudaLoad::spawn(in_cgroup(&cg, &heapsites("nofp"), 8));
     let pid = prog.pid();

@@ -12,7 +12,7 @@ use std::{
 };
 
 use tracer_e2e::{
-    KubePod, Proc, Recorder, TestCgroup, kubelet_files, privileged, tracer, tracer_bin,
+    KubePod, Proc, Recorder, Scenario, TestCgroup, kubelet_files, privileged, tracer, tracer_bin,
     tracer_json, wait_for,
 };
 
@@ -224,7 +224,7 @@ fn a_kill_is_counted_once_durable_scraped_by_prometheus_and_kept_across_a_restar
     let store = dir.path().join("t.db");
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let rec = Recorder::start_with(&store, &["--metrics", &addr]);
+    let rec = Recorder::on(&store).args(&["--metrics", &addr]).start();
     assert!(
         rec.log()
             .contains(&format!("metrics at http://{addr}/metrics")),
@@ -304,7 +304,7 @@ fn a_kill_is_counted_once_durable_scraped_by_prometheus_and_kept_across_a_restar
     // A new recorder on the same store starts from the kills it holds.
     let port2 = free_port();
     let addr2 = format!("127.0.0.1:{port2}");
-    let rec = Recorder::start_with(&store, &["--metrics", &addr2]);
+    let rec = Recorder::on(&store).args(&["--metrics", &addr2]).start();
     let again = scrape(port2).expect("the endpoint answers");
     let line2 = kill_line(&again, &cg.path).unwrap_or_else(|| panic!("{again}"));
     assert!(line2.ends_with(" 1"), "{line2}");
@@ -338,7 +338,9 @@ fn a_pods_kill_is_named_and_counted_by_pod_and_container_across_a_replaced_conta
     kubelet_files(host.path(), POD, &uid, 0, &id1);
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let rec = Recorder::start_with(&store, &["--metrics", &addr, "--host-root", host_root]);
+    let rec = Recorder::on(&store)
+        .args(&["--metrics", &addr, "--host-root", host_root])
+        .start();
     let cg = TestCgroup::in_pod(&top, &uid, &id1, 48 * MIB);
     let pod_cgroup = format!("/{top}/kubepods/burstable/pod{uid}");
     oom_kill_in(&cg);
@@ -374,7 +376,9 @@ fn a_pods_kill_is_named_and_counted_by_pod_and_container_across_a_replaced_conta
     kubelet_files(host.path(), POD, &uid, 1, &id2);
     let port2 = free_port();
     let addr2 = format!("127.0.0.1:{port2}");
-    let rec = Recorder::start_with(&store, &["--metrics", &addr2, "--host-root", host_root]);
+    let rec = Recorder::on(&store)
+        .args(&["--metrics", &addr2, "--host-root", host_root])
+        .start();
     let again = series(&scrape(port2).expect("the endpoint answers"))
         .unwrap_or_else(|| panic!("the series is restored from the store"));
     assert!(again.ends_with(" 1"), "{again}");
@@ -511,15 +515,14 @@ fn bad_metrics_addresses_are_refused_clearly() {
 
 #[test]
 fn gpu_memory_per_device_and_container_with_the_simulated_nvml() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    };
+    let store = sc.store.clone();
     let env = vec![
         (
             "SIMCUDA_STATE",
-            dir.path().join("gpu.state").display().to_string(),
+            sc.dir.path().join("gpu.state").display().to_string(),
         ),
         ("SIMCUDA_DEVICE_MEM", (4096 * MIB).to_string()),
         ("SIMNVML_CONTEXT_BYTES", (300 * MIB).to_string()),
@@ -527,17 +530,16 @@ fn gpu_memory_per_device_and_container_with_the_simulated_nvml() {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let nvml = tracer_e2e::simcuda_dir().join("libnvidia-ml.so.1");
-    let rec = Recorder::start_env(
-        &store,
-        &[
+    let rec = Recorder::on(&store)
+        .args(&[
             "--cuda",
             "--nvml-lib",
             nvml.to_str().unwrap(),
             "--metrics",
             &addr,
-        ],
-        &env,
-    );
+        ])
+        .envs(&env)
+        .start();
     let cg = TestCgroup::new("metricsgpu", 1024 * MIB);
     let d = tracer_e2e::simcuda_dir();
     let mut cmd = cg.command(d.join("cudaload"));
@@ -645,7 +647,7 @@ fn a_containers_memory_cgroup_is_a_series_and_a_plain_cgroup_is_not() {
     let store = dir.path().join("t.db");
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let rec = Recorder::start_with(&store, &["--metrics", &addr]);
+    let rec = Recorder::on(&store).args(&["--metrics", &addr]).start();
     let ctr = TestCgroup::container(ID, 96 * MIB);
     let plain = TestCgroup::new("metricsplain", 96 * MIB);
     let mut procs = Vec::new();
@@ -797,7 +799,9 @@ fn with_metrics(dir: &Path) -> (Recorder, u16) {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     (
-        Recorder::start_with(&dir.join("t.db"), &["--metrics", &addr]),
+        Recorder::on(&dir.join("t.db"))
+            .args(&["--metrics", &addr])
+            .start(),
         port,
     )
 }
@@ -959,11 +963,10 @@ time.sleep(60)
 
 #[test]
 fn a_port_taken_before_start_is_retried_while_recording_goes_on() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    };
+    let store = sc.store.clone();
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let squatter = r#"
@@ -988,7 +991,7 @@ sys.stdin.read()
             .unwrap()
     };
     assert_eq!(line_of(&mut squat).trim(), "bound");
-    let rec = Recorder::start_with(&store, &["--metrics", &addr]);
+    let rec = Recorder::on(&store).args(&["--metrics", &addr]).start();
     assert!(
         rec.log()
             .contains(&format!("--metrics {addr}: cannot listen there")),
@@ -1090,15 +1093,14 @@ fn remote_scraping_as_the_daemonset_ships_it_needs_the_token() {
     let port = free_port();
     let token = dir.path().join("token");
     std::fs::write(&token, "0123456789abcdef0123456789abcdef\n").unwrap();
-    let rec = Recorder::start_with(
-        &dir.path().join("t.db"),
-        &[
+    let rec = Recorder::on(&dir.path().join("t.db"))
+        .args(&[
             "--metrics",
             &format!("0.0.0.0:{port}"),
             "--metrics-token-file",
             token.to_str().unwrap(),
-        ],
-    );
+        ])
+        .start();
     let auth = "Authorization: Bearer 0123456789abcdef0123456789abcdef\r\n";
     assert_eq!(request(port, "/metrics", "").map(|r| r.0), Some(401));
     assert_eq!(

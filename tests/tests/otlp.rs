@@ -127,17 +127,16 @@ fn kills_and_metrics_reach_an_otlp_receiver_and_a_dead_one_costs_counted_drops()
     };
     kubelet_files(host.path(), pod, &uid, 0, &id);
     let url = receiver.url();
-    let rec = Recorder::start_with(
-        &store,
-        &[
+    let rec = Recorder::on(&store)
+        .args(&[
             "--otlp",
             &url,
             "--otlp-interval",
             "1s",
             "--host-root",
             host.path().to_str().unwrap(),
-        ],
-    );
+        ])
+        .start();
     assert!(rec.log().contains("otlp: sending to"), "{}", rec.log());
     let top = format!("tracer-e2e-otlp-{}", std::process::id());
     let cg = TestCgroup::in_pod(&top, &uid, &id, 48 * MIB);
@@ -290,10 +289,9 @@ fn an_unprivileged_receiver_on_loopback_gets_kills_without_command_lines() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let rec = Recorder::start_with(
-        &dir.path().join("t.db"),
-        &["--otlp", &receiver.url(), "--no-redact"],
-    );
+    let rec = Recorder::on(&dir.path().join("t.db"))
+        .args(&["--otlp", &receiver.url(), "--no-redact"])
+        .start();
     let cg = TestCgroup::new("otlp-nobody", 64 * MIB);
     let pid = oom_kill_with_secrets_in(&cg);
     let log = kill_record(&receiver, pid);
@@ -325,15 +323,14 @@ fn command_lines_leave_redacted_and_the_store_keeps_them_whole() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("t.db");
     let jsonl = dir.path().join("kills.jsonl");
-    let rec = Recorder::start_with(
-        &store,
-        &[
+    let rec = Recorder::on(&store)
+        .args(&[
             "--otlp",
             &receiver.url(),
             "--export-jsonl",
             jsonl.to_str().unwrap(),
-        ],
-    );
+        ])
+        .start();
     let cg = TestCgroup::new("otlp-redact", 64 * MIB);
     let pid = oom_kill_with_secrets_in(&cg);
     let want = "--db-password=*** postgres://app:***@db/prod";
@@ -425,10 +422,9 @@ while True:
         .unwrap();
     let url = format!("http://127.0.0.1:{}", port.trim());
     let dir = tempfile::tempdir().unwrap();
-    let rec = Recorder::start_with(
-        &dir.path().join("t.db"),
-        &["--otlp", &url, "--otlp-interval", "1s"],
-    );
+    let rec = Recorder::on(&dir.path().join("t.db"))
+        .args(&["--otlp", &url, "--otlp-interval", "1s"])
+        .start();
     let cg = TestCgroup::new("otlp-drip", 48 * MIB);
     oom_kill_in(&cg);
     // The kill's record and a metrics push are on their way by now.

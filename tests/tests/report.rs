@@ -53,7 +53,7 @@ fn a_recorded_kill_renders_in_a_real_browser_with_its_plot_tasks_and_growth() {
     let Some(chromium) = chromium() else { return };
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("t.db");
-    let rec = Recorder::start(&store);
+    let rec = Recorder::on(&store).start();
     let limit = 96 * MIB;
     let cg = TestCgroup::new("report", limit);
     let mut small = cg.command(env!("CARGO_BIN_EXE_memhog"));

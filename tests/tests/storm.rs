@@ -12,8 +12,8 @@ use std::{
 
 use serde_json::Value;
 use tracer_e2e::{
-    Proc, Recorder, TestCgroup, explain_json, oom_killed, privileged, storm_count, tracer_json,
-    wait_for,
+    Proc, Recorder, Scenario, TestCgroup, explain_json, oom_killed, privileged, storm_count,
+    tracer_json, wait_for,
 };
 
 const MIB: u64 = 1 << 20;
@@ -26,15 +26,16 @@ fn storm(cg: &TestCgroup, seconds: u64) -> Proc {
 
 #[test]
 fn a_sigkill_storm_neither_delays_an_oom_kill_nor_floods_the_store() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    };
+    let store = sc.store.clone();
     let store_s = store.to_str().unwrap();
     let storm_cg = TestCgroup::new("storm", 256 * MIB);
     let oom_cg = TestCgroup::new("storm-oom", 32 * MIB);
-    let rec = Recorder::start_with(&store, &["--max-store-size", "32MiB"]);
+    let rec = Recorder::on(&store)
+        .args(&["--max-store-size", "32MiB"])
+        .start();
 
     let mut s = storm(&storm_cg, 8);
     let storm_pid = u64::from(s.pid());
@@ -111,7 +112,7 @@ fn a_sigkill_storm_neither_delays_an_oom_kill_nor_floods_the_store() {
         .unwrap();
     assert_eq!(oom_drops, 0, "no OOM kill event was lost");
     let total = std::fs::metadata(&store).unwrap().len()
-        + std::fs::metadata(dir.path().join("t.db-wal"))
+        + std::fs::metadata(sc.dir.path().join("t.db-wal"))
             .map(|m| m.len())
             .unwrap_or(0);
     assert!(total <= 32 * MIB, "store and WAL {total} bytes > 32 MiB");
@@ -137,7 +138,7 @@ fn a_fork_exec_flood_leaves_the_model_the_size_of_the_node() {
     // Short-lived children's exits travel on the critical ring and reach
     // the model before their forks and execs: none may stay live.
     let dir = tempfile::tempdir().unwrap();
-    let rec = Recorder::start(&dir.path().join("t.db"));
+    let rec = Recorder::on(&dir.path().join("t.db")).start();
     let cg = TestCgroup::new("flood", 256 * MIB);
     let mut cmd = cg.command("sh");
     cmd.args([
@@ -174,14 +175,13 @@ fn on_disk(store: &Path) -> (u64, u64) {
 
 #[test]
 fn max_store_size_holds_at_every_moment_of_a_flood() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    };
+    let store = sc.store.clone();
     // A store already near its bound: a first session's schema, then 24
     // MiB of events from ten minutes ago (inside the retention).
-    Recorder::start(&store).stop();
+    Recorder::on(&store).start().stop();
     {
         let c = rusqlite::Connection::open(&store).unwrap();
         let ago = std::time::SystemTime::now()
@@ -204,7 +204,9 @@ fn max_store_size_holds_at_every_moment_of_a_flood() {
         c.execute_batch("COMMIT").unwrap();
     }
     let max: u64 = 32 << 20;
-    let rec = Recorder::start_with(&store, &["--max-store-size", "32MiB"]);
+    let rec = Recorder::on(&store)
+        .args(&["--max-store-size", "32MiB"])
+        .start();
     let cg = TestCgroup::new("size-flood", 256 * MIB);
     let mut cmd = cg.command("sh");
     let arg = "y".repeat(400);
@@ -266,7 +268,7 @@ fn a_long_command_line_forking_short_lived_children_leaves_the_recorder_bounded(
     }
     const GROWTH_BOUND: u64 = 100 * MIB;
     let dir = tempfile::tempdir().unwrap();
-    let rec = Recorder::start(&dir.path().join("t.db"));
+    let rec = Recorder::on(&dir.path().join("t.db")).start();
     let before = peak_rss(rec.pid());
     let cg = TestCgroup::new("long-line", 256 * MIB);
     let mut cmd = cg.command("setpriv");
@@ -324,13 +326,12 @@ fn a_long_command_line_forking_short_lived_children_leaves_the_recorder_bounded(
 /// at p99; and the recorder stops within 2 s while the storm goes on.
 #[test]
 fn an_oom_storm_keeps_every_kill_in_its_cgroup_and_durable_at_once() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    };
+    let store = sc.store.clone();
     let cg = TestCgroup::new("oom-storm", 256 * MIB);
-    let rec = Recorder::start(&store);
+    let rec = Recorder::on(&store).start();
     let storm = |seconds: u64| {
         let mut cmd = cg.command(env!("CARGO_BIN_EXE_oomstorm"));
         cmd.args([

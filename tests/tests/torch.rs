@@ -8,7 +8,7 @@ use std::{process::Command, time::Duration};
 
 use serde_json::Value;
 use tracer_e2e::{
-    Attach, CudaLoad, Recorder, explain_json, privileged, simcuda_dir, tracer, wait_for,
+    Attach, CudaLoad, Recorder, Scenario, explain_json, privileged, simcuda_dir, tracer, wait_for,
 };
 
 const MIB: u64 = 1 << 20;
@@ -244,18 +244,19 @@ fn fragment(t: &mut CudaLoad) -> Vec<String> {
 
 #[test]
 fn record_cuda_raises_the_semaphores_of_a_new_process_and_explains_its_fragmentation() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    };
+    let store = sc.store.clone();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     let metrics = format!("127.0.0.1:{port}");
-    let rec = Recorder::start_with(&store, &["--cuda", "--metrics", &metrics]);
+    let rec = Recorder::on(&store)
+        .args(&["--cuda", "--metrics", &metrics])
+        .start();
     // Started after the recorder: found at its exec's rescans.
     let mut t = torchalloc(&[("SIMCUDA_DEVICE_MEM", (64 * MIB).to_string())]);
     wait_for(Duration::from_secs(15), || {

@@ -5,19 +5,20 @@
 
 use std::time::Duration;
 
-use tracer_e2e::{Proc, Recorder, TestCgroup, explain_json, privileged, tracer, wait_for};
+use tracer_e2e::{
+    Proc, Recorder, Scenario, TestCgroup, explain_json, privileged, tracer, wait_for,
+};
 
 const MIB: u64 = 1 << 20;
 
 #[test]
 fn a_steady_grower_is_warned_before_its_kill_within_a_quarter_of_the_real_time() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    };
+    let store = sc.store.clone();
     let store_s = store.to_str().unwrap();
-    let rec = Recorder::start_with(&store, &["--warn-before", "8s"]);
+    let rec = Recorder::on(&store).args(&["--warn-before", "8s"]).start();
     let cg = TestCgroup::new("warn", 160 * MIB);
     // 2 MiB every 200 ms: about 10 MiB/s, some 15 s to the limit.
     let mut cmd = cg.command(env!("CARGO_BIN_EXE_memhog"));
@@ -92,7 +93,9 @@ fn v2_only_memory_high_throttling_is_warned_by_psi_before_the_kill() {
     let store = dir.path().join("t.db");
     let store_s = store.to_str().unwrap();
     // PSI alone: growth warnings off.
-    let _rec = Recorder::start_with(&store, &["--warn-before", "0", "--warn-psi", "5"]);
+    let _rec = Recorder::on(&store)
+        .args(&["--warn-before", "0", "--warn-psi", "5"])
+        .start();
     let cg = TestCgroup::new("high", 48 * MIB);
     std::fs::write(cg.dir().join("memory.high"), (16 * MIB).to_string()).expect("memory.high");
     let mut cmd = cg.command(env!("CARGO_BIN_EXE_memhog"));

@@ -135,7 +135,7 @@ fn growth_round(
 ) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let rec = recorder.map(|extra| {
-        Recorder::start_bin(&bins.tracer, &dir.path().join("growth.db"), extra, false)
+        Recorder::on(&dir.path().join("growth.db")).bin(&bins.tracer).args(extra).quiet().start()
     });
     if rec.is_some() {
         // Warm-up, not measured: the recorder's first sight of the
@@ -223,12 +223,7 @@ fn growth_cost(bins: &crate::Bins, rounds: usize, mib: u64) -> anyhow::Result<St
     let mut in_kernel = Vec::new();
     for (name, args) in &configs[2..] {
         let dir = tempfile::tempdir()?;
-        let rec = Recorder::start_bin(
-            &bins.tracer,
-            &dir.path().join("growth.db"),
-            args.unwrap_or_default(),
-            false,
-        );
+        let rec = Recorder::on(&dir.path().join("growth.db")).bin(&bins.tracer).args(args.unwrap_or_default()).quiet().start();
         toucher.cmd("round");
         let ran = stats.around(&["growth_"], || {
             toucher.cmd("round");
@@ -333,7 +328,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 fn kill_latency(bins: &crate::Bins, kills: usize) -> anyhow::Result<String> {
     let dir = tempfile::tempdir()?;
     let store = dir.path().join("bench.db");
-    let rec = Recorder::start_bin(&bins.tracer, &store, &[], false);
+    let rec = Recorder::on(&store).bin(&bins.tracer).quiet().start();
     oom_kills(bins, "bench-latency", kills)?;
     thread::sleep(Duration::from_secs(2));
     let log = rec.stop();
@@ -394,7 +389,7 @@ fn kill_latency_under_load(bins: &crate::Bins, kills: usize) -> anyhow::Result<S
     for load in ["flood", "storm"] {
         let dir = tempfile::tempdir()?;
         let store = dir.path().join("load.db");
-        let rec = Recorder::start_bin(&bins.tracer, &store, &[], false);
+        let rec = Recorder::on(&store).bin(&bins.tracer).quiet().start();
         let secs = (kills as u64 / 5).max(6);
         let (achieved, pids) = match load {
             "flood" => {
@@ -458,7 +453,7 @@ fn kill_latency_under_load(bins: &crate::Bins, kills: usize) -> anyhow::Result<S
 fn kill_latency_during_cuda_scans(bins: &crate::Bins, kills: usize) -> anyhow::Result<String> {
     let dir = tempfile::tempdir()?;
     let store = dir.path().join("scan.db");
-    let rec = Recorder::start_bin(&bins.tracer, &store, &["--cuda"], false);
+    let rec = Recorder::on(&store).bin(&bins.tracer).args(&["--cuda"]).quiet().start();
     let sleep = ["/bin/sleep", "/usr/bin/sleep"]
         .into_iter()
         .find(|p| Path::new(p).exists())
@@ -558,7 +553,7 @@ fn start_bpftrace() -> anyhow::Result<Child> {
 /// Idle cost of the recorder, beside bpftrace on the same hooks.
 fn idle_cost(bins: &crate::Bins, secs: u64) -> anyhow::Result<String> {
     let dir = tempfile::tempdir()?;
-    let rec = Recorder::start_bin(&bins.tracer, &dir.path().join("idle.db"), &[], false);
+    let rec = Recorder::on(&dir.path().join("idle.db")).bin(&bins.tracer).quiet().start();
     let mut peer = start_bpftrace()?;
     thread::sleep(Duration::from_secs(2));
     let (ours0, _, _) = usage(rec.pid())?;
@@ -597,7 +592,7 @@ fn idle_cost(bins: &crate::Bins, secs: u64) -> anyhow::Result<String> {
 fn churn(bins: &crate::Bins, secs: u64, rate: u64) -> anyhow::Result<String> {
     let dir = tempfile::tempdir()?;
     let store = dir.path().join("churn.db");
-    let rec = Recorder::start_bin(&bins.tracer, &store, &[], false);
+    let rec = Recorder::on(&store).bin(&bins.tracer).quiet().start();
     let (cpu0, _, _) = usage(rec.pid())?;
     let pids = spawn_churn(secs, rate)?;
     let achieved = pids.len() as f64 / secs as f64;
@@ -952,19 +947,8 @@ fn nvml_cost(bins: &crate::Bins, secs: u64) -> anyhow::Result<String> {
     let mut bytes_per_row = 0.0;
     for interval in ["1s", "100ms"] {
         let store = dir.path().join(format!("nvml-{interval}.db"));
-        let base = Recorder::start_bin(
-            &bins.tracer,
-            &dir.path().join(format!("base-{interval}.db")),
-            &[],
-            false,
-        );
-        let rec = Recorder::spawn(
-            &bins.tracer,
-            &store,
-            &["--nvml-lib", &nvml, "--gpu-interval", interval],
-            &env,
-            false,
-        );
+        let base = Recorder::on(&dir.path().join(format!("base-{interval}.db"))).bin(&bins.tracer).quiet().start();
+        let rec = Recorder::on(&store).bin(&bins.tracer).args(&["--nvml-lib", &nvml, "--gpu-interval", interval]).envs(&env).quiet().start();
         thread::sleep(Duration::from_secs(2));
         let (with, without) = std::thread::scope(|s| {
             let a = s.spawn(|| cpu_over(rec.pid(), secs));
@@ -1262,13 +1246,7 @@ fn scrape_cost(bins: &crate::Bins, secs: u64, kills: usize) -> anyhow::Result<St
             args.extend(["--cgroup".to_string(), c.path.clone()]);
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Recorder::spawn(
-            &bins.tracer,
-            &dir.path().join(format!("{name}.db")),
-            &args,
-            &env,
-            false,
-        )
+        Recorder::on(&dir.path().join(format!("{name}.db"))).bin(&bins.tracer).args(&args).envs(&env).quiet().start()
     };
     // Scraped every 15 s, beside the same recorder never scraped.
     let (pa, pb) = (free_port()?, free_port()?);

@@ -19,7 +19,7 @@ pub fn run() -> anyhow::Result<()> {
     let store = dir.path().join("demo.db");
     let store_s = store.to_str().context("utf-8 path")?;
     eprintln!("demo: starting `tracer record --store {store_s}`");
-    let recorder = Recorder::start_bin(&bins.tracer, &store, &[], false);
+    let recorder = Recorder::on(&store).bin(&bins.tracer).quiet().start();
     let cg = TestCgroup::new("demo", 64 * MIB);
     eprintln!(
         "demo: made scratch memory cgroup {} with a 64 MiB limit",

@@ -107,7 +107,11 @@ pub(super) fn busy(bins: &crate::Bins, kills: usize) -> anyhow::Result<String> {
     let store = dir.path().join("busy.db");
     let port = free_port()?;
     let addr = format!("127.0.0.1:{port}");
-    let rec = Recorder::start_bin(&bins.tracer, &store, &["--cuda", "--metrics", &addr], false);
+    let rec = Recorder::on(&store)
+        .bin(&bins.tracer)
+        .args(&["--cuda", "--metrics", &addr])
+        .quiet()
+        .start();
     let t_rec = Instant::now();
     thread::sleep(Duration::from_secs(2));
 
