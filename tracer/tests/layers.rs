@@ -332,14 +332,9 @@ fn only_the_journal_and_upkeep_write_the_store() {
     );
 }
 
-/// Files over the bound today, and their length: each may shrink, none may
-/// grow, and no other file may pass the bound.
-const OVER_900: &[(&str, usize)] = &[
-    ("collect/logfile.rs", 1848),
-    ("collect/kmsg.rs", 1575),
-    ("model/mod.rs", 1214),
-    ("explain/mod.rs", 1192),
-];
+/// Files allowed over the bound, and their length (none today: the last
+/// ones were split along their seams).
+const OVER_900: &[(&str, usize)] = &[];
 
 #[test]
 fn no_source_file_grows_past_900_lines() {

@@ -4,11 +4,7 @@
 
 use super::Engine;
 use crate::{
-    correlate::KillEnricher,
-    model::proc::LiveProc,
-    recorder::{features::Env, metrics::Metrics},
-    store::StoreError,
-    util::time::wall_now_ns,
+    correlate::KillEnricher, recorder::metrics::Metrics, store::StoreError, util::time::wall_now_ns,
 };
 
 /// Kills re-enriched but not yet stored again, written at most this many a

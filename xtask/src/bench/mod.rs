@@ -18,6 +18,13 @@ use tracer_e2e::{Attach, CudaLoad, Proc, Recorder, TestCgroup};
 use crate::progstats::ProgStats;
 
 mod busy;
+mod cuda;
+mod growth;
+mod heap;
+
+use cuda::*;
+use growth::*;
+use heap::*;
 
 const MIB: u64 = 1 << 20;
 
@@ -106,198 +113,6 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// What one configuration of the growth benchmark measured.
-#[derive(Default)]
-struct GrowthPhase {
-    /// ns per page faulted in, per round.
-    touch: Vec<f64>,
-    /// Seconds per churn round.
-    churn: Vec<f64>,
-    /// Recorder CPU (% of a core) and RSS (MiB) per round, when one ran.
-    cpu_rss: Vec<(f64, f64)>,
-    /// Growth samples sent and lost, over the rounds.
-    samples: u64,
-    lost: u64,
-}
-
-/// One round of one configuration: the recorder (none, or with these
-/// arguments) while the page-touch and churn workloads run in memory
-/// cgroups with limits.
-fn growth_round(
-    bins: &crate::Bins,
-    recorder: Option<&[&str]>,
-    toucher: &mut CudaLoad,
-    churn_cg: &TestCgroup,
-    churn_n: u64,
-    into: &mut GrowthPhase,
-) -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
-    let rec = recorder.map(|extra| {
-        Recorder::on(&dir.path().join("growth.db")).bin(&bins.tracer).args(extra).quiet().start()
-    });
-    if rec.is_some() {
-        // Warm-up, not measured: the recorder's first sight of the
-        // workload (its files parsed and named once per recorder).
-        toucher.cmd("round");
-        thread::sleep(Duration::from_millis(300));
-    }
-    let cpu0 = rec.as_ref().map(|r| usage(r.pid())).transpose()?;
-    let t0 = Instant::now();
-    let reply = toucher.cmd("round");
-    into.touch.push(
-        reply
-            .strip_prefix("ns/page ")
-            .and_then(|n| n.trim().parse().ok())
-            .with_context(|| format!("grower said {reply:?}"))?,
-    );
-    // A shell in a cgroup with a limit starting short processes one after
-    // another: every one is a new process to decide about.
-    let mut sh = churn_cg.command("/bin/sh");
-    sh.args([
-        "-c",
-        &format!("i=0; while [ $i -lt {churn_n} ]; do /bin/true; i=$((i+1)); done"),
-    ]);
-    let t = Instant::now();
-    let status = sh.status().context("churn shell")?;
-    if !status.success() {
-        bail!("the churn shell failed: {status}");
-    }
-    into.churn.push(t.elapsed().as_secs_f64());
-    let wall = t0.elapsed().as_secs_f64();
-    if let Some(r) = rec {
-        let (cpu1, rss, _) = usage(r.pid())?;
-        let cpu = (cpu1 - cpu0.map(|c| c.0).unwrap_or(0.0)) / wall * 100.0;
-        let summary = stop_summary(&r.stop())?;
-        let s = &summary["summary"];
-        into.cpu_rss.push((cpu, rss as f64 / 1024.0));
-        into.samples += s["growth"]["samples"].as_u64().unwrap_or(0);
-        into.lost += s["growth"]["ring_full"].as_u64().unwrap_or(0)
-            + s["growth_queue_drops"].as_u64().unwrap_or(0)
-            + s["drops"]["data"].as_u64().unwrap_or(0);
-    }
-    Ok(())
-}
-
-/// Growth attribution's cost: a process faulting in `mib` MiB page by page
-/// in a cgroup of its own, and a shell starting short processes in
-/// another, untraced, under the recorder without growth attribution, and
-/// under the recorder with it (the default).
-fn growth_cost(bins: &crate::Bins, rounds: usize, mib: u64) -> anyhow::Result<String> {
-    let touch_cg = TestCgroup::new("bench-touch", (mib + 512) * MIB);
-    let churn_cg = TestCgroup::new("bench-churn", 512 * MIB);
-    let mut toucher = {
-        let mut cmd = touch_cg.command(tracer_e2e::grower());
-        cmd.args(["touch", &mib.to_string()]);
-        CudaLoad::spawn(cmd)
-    };
-    // The first round faults in the page tables too; not measured.
-    toucher.cmd("go");
-    let churn_n = 500;
-    // The floor: the recorder with the growth programs attached to their
-    // hooks but returning at once, what any program there costs.
-    let configs: [(&str, Option<&[&str]>); 4] = [
-        ("untraced", None),
-        ("tracer record --growth off", Some(&["--growth", "off"])),
-        (
-            "floor: empty programs on the growth hooks",
-            Some(&["--growth", "floor"]),
-        ),
-        ("tracer record (growth attribution, the default)", Some(&[])),
-    ];
-    // Round by round, every configuration in turn: drift of the machine
-    // falls on all of them alike.
-    let mut results: Vec<(&str, GrowthPhase)> = configs
-        .iter()
-        .map(|(n, _)| (*n, GrowthPhase::default()))
-        .collect();
-    for _ in 0..rounds {
-        for ((_, args), (_, into)) in configs.iter().zip(results.iter_mut()) {
-            growth_round(bins, *args, &mut toucher, &churn_cg, churn_n, into)?;
-        }
-    }
-    // ns a program run in the kernel, one more page-touch round under the
-    // floor and under the default, with the run-time statistics on.
-    let stats = ProgStats::start()?;
-    let mut in_kernel = Vec::new();
-    for (name, args) in &configs[2..] {
-        let dir = tempfile::tempdir()?;
-        let rec = Recorder::on(&dir.path().join("growth.db")).bin(&bins.tracer).args(args.unwrap_or_default()).quiet().start();
-        toucher.cmd("round");
-        let ran = stats.around(&["growth_"], || {
-            toucher.cmd("round");
-            Ok(())
-        })?;
-        rec.stop();
-        in_kernel.push(format!("{name}: {ran}"));
-    }
-    drop(stats);
-    toucher.exit();
-    let base_touch = median(results[0].1.touch.clone());
-    let base_churn = median(results[0].1.churn.clone());
-    let mut out = format!(
-        "### Growth attribution: page-touch ({mib} MiB in 4 KiB pages per round) and process churn ({churn_n} processes per round), {rounds} rounds each\n\n\
-         | configuration | page touch ns/page (median) | vs untraced | same round, median (IQR) | churn s/round (median) | vs untraced | same round, median (IQR) | recorder CPU | recorder RSS | samples | lost |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|\n"
-    );
-    for (name, p) in &results {
-        let t = median(p.touch.clone());
-        let c = median(p.churn.clone());
-        let traced = !p.cpu_rss.is_empty();
-        let cpu = if traced {
-            median(p.cpu_rss.iter().map(|x| x.0).collect())
-        } else {
-            0.0
-        };
-        let rss = p.cpu_rss.iter().map(|x| x.1).fold(0.0, f64::max);
-        out.push_str(&format!(
-            "| {name} | {t:.0} | {:+.1} % | {} | {c:.3} | {:+.1} % | {} | {} | {} | {} | {} |\n",
-            (t / base_touch - 1.0) * 100.0,
-            paired(&p.touch, &results[0].1.touch),
-            (c / base_churn - 1.0) * 100.0,
-            paired(&p.churn, &results[0].1.churn),
-            if traced {
-                format!("{cpu:.1} %")
-            } else {
-                String::new()
-            },
-            if traced {
-                format!("{rss:.1} MiB")
-            } else {
-                String::new()
-            },
-            if traced {
-                p.samples.to_string()
-            } else {
-                String::new()
-            },
-            if traced {
-                p.lost.to_string()
-            } else {
-                String::new()
-            },
-        ));
-    }
-    let (floor, full) = (&results[2].1, &results[3].1);
-    out.push_str(&format!(
-        "\nGrowth attribution over the floor, same round: page touch {}, churn {}.\n\n\
-         In the kernel, ns a program run over one more page-touch round each, the \
-         kernel's run-time statistics on (they add about 45 ns to every run): {}.\n",
-        paired(&full.touch, &floor.touch),
-        paired(&full.churn, &floor.churn),
-        in_kernel.join("; "),
-    ));
-    out.push_str(
-        "\nTargets: at most 5 % slower on the page-touch loop, at most 1 % on the churn \
-         workload, no sample lost. Medians over the rounds, and the median (with the \
-         interquartile range) of each round's ratio to the untraced run of the same round, \
-         which this VM's drift from minute to minute does not move; the configurations take turns \
-         round by round, a recorder started afresh each round and warmed up by one unmeasured \
-         page-touch round (its first sight of the workload); recorder CPU is over the measured \
-         round (both workloads), RSS the largest seen.\n",
-    );
-    Ok(out)
 }
 
 /// `+m % (q1 .. q3)`: the median and quartiles of `a[i] / base[i] - 1`.
@@ -453,7 +268,11 @@ fn kill_latency_under_load(bins: &crate::Bins, kills: usize) -> anyhow::Result<S
 fn kill_latency_during_cuda_scans(bins: &crate::Bins, kills: usize) -> anyhow::Result<String> {
     let dir = tempfile::tempdir()?;
     let store = dir.path().join("scan.db");
-    let rec = Recorder::on(&store).bin(&bins.tracer).args(&["--cuda"]).quiet().start();
+    let rec = Recorder::on(&store)
+        .bin(&bins.tracer)
+        .args(&["--cuda"])
+        .quiet()
+        .start();
     let sleep = ["/bin/sleep", "/usr/bin/sleep"]
         .into_iter()
         .find(|p| Path::new(p).exists())
@@ -553,7 +372,10 @@ fn start_bpftrace() -> anyhow::Result<Child> {
 /// Idle cost of the recorder, beside bpftrace on the same hooks.
 fn idle_cost(bins: &crate::Bins, secs: u64) -> anyhow::Result<String> {
     let dir = tempfile::tempdir()?;
-    let rec = Recorder::on(&dir.path().join("idle.db")).bin(&bins.tracer).quiet().start();
+    let rec = Recorder::on(&dir.path().join("idle.db"))
+        .bin(&bins.tracer)
+        .quiet()
+        .start();
     let mut peer = start_bpftrace()?;
     thread::sleep(Duration::from_secs(2));
     let (ours0, _, _) = usage(rec.pid())?;
@@ -678,239 +500,9 @@ fn spawn_churn(secs: u64, rate: u64) -> anyhow::Result<HashSet<u32>> {
     Ok(pids)
 }
 
-/// ns per cudaMalloc/cudaFree pair of a `loop` in the workload.
-fn loop_ns(target: &mut CudaLoad, pairs: u64) -> anyhow::Result<f64> {
-    let r = target.ok(&format!("loop {pairs} 256"));
-    Ok(r.first().context("loop reply")?.parse()?)
-}
-
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
-}
-
-/// Cost per traced cudaMalloc/cudaFree pair on the simulated runtime (whose
-/// calls nest driver calls: 8 probe hits per pair), untraced, with empty
-/// programs at the same sites (the kernel's floor), and with tracer's,
-/// interleaved over three rounds because this VM's uprobe cost drifts.
-fn cuda_cost(bins: &crate::Bins, pairs: u64) -> anyhow::Result<String> {
-    let mut target = CudaLoad::sim(&[]);
-    let pid = target.pid();
-    let (mut plain, mut floor, mut ours) = (Vec::new(), Vec::new(), Vec::new());
-    let mut entry_floor = Vec::new();
-    let mut exact = true;
-    for _ in 0..3 {
-        plain.push(loop_ns(&mut target, pairs)?);
-        let a = Attach::start_bin(
-            &bins.tracer,
-            pid,
-            &["--summary-only", "--floor", "--entry-sites"],
-        );
-        entry_floor.push(loop_ns(&mut target, pairs)?);
-        a.stop();
-        let a = Attach::start_bin(&bins.tracer, pid, &["--summary-only", "--floor"]);
-        floor.push(loop_ns(&mut target, pairs)?);
-        a.stop();
-        let a = Attach::start_bin(&bins.tracer, pid, &["--summary-only"]);
-        ours.push(loop_ns(&mut target, pairs)?);
-        let report = a.stop();
-        let device = &report["ledger"]["by_kind"]["device"];
-        exact &=
-            device["allocs"] == pairs && device["frees"] == pairs && report["events_lost"] == 0;
-    }
-    let (p, f, o) = (
-        median(plain.clone()),
-        median(floor.clone()),
-        median(ours.clone()),
-    );
-    let e = median(entry_floor.clone());
-    Ok(format!(
-        "### CUDA call cost ({pairs} cudaMalloc + cudaFree pairs per loop, median of 3 interleaved rounds)\n\n\
-         | untraced | floor, probes at the entries | floor, placed probes | tracer | tracer / floor | added by tracer over untraced | ledger exact |\n\
-         |---|---|---|---|---|---|---|\n\
-         | {p:.0} ns/pair | {e:.0} ns/pair | {f:.0} ns/pair | {o:.0} ns/pair | {:.2} | {:.1} us/pair | {} |\n\n\
-         Targets: within 1.3x of the floor; under 4 us per pair. Rounds (ns/pair): untraced {plain:.0?}, floor at the entries {entry_floor:.0?}, floor {floor:.0?}, tracer {ours:.0?}.\n",
-        o / f,
-        (o - p) / 1000.0,
-        if exact { "yes" } else { "NO" },
-    ))
-}
-
-/// One loop of `pairs` call pairs, whatever they return: ns per pair.
-fn loop_any(target: &mut CudaLoad, pairs: u64, drv: bool) -> anyhow::Result<f64> {
-    let r = target.ok(&format!(
-        "loopany {pairs} 256{}",
-        if drv { " drv" } else { "" }
-    ));
-    Ok(r.first().context("loopany reply")?.parse()?)
-}
-
-/// Per pair, median of three interleaved rounds: untraced, empty programs
-/// at the functions' entries, empty programs at the placed sites, tracer.
-fn attach_rounds(
-    bins: &crate::Bins,
-    target: &mut CudaLoad,
-    mut measure: impl FnMut(&mut CudaLoad) -> anyhow::Result<f64>,
-) -> anyhow::Result<[Vec<f64>; 4]> {
-    let pid = target.pid();
-    let mut out: [Vec<f64>; 4] = Default::default();
-    for _ in 0..3 {
-        out[0].push(measure(target)?);
-        for (i, args) in [
-            &["--summary-only", "--floor", "--entry-sites"][..],
-            &["--summary-only", "--floor"][..],
-            &["--summary-only"][..],
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let a = Attach::start_bin(&bins.tracer, pid, args);
-            out[i + 1].push(measure(target)?);
-            a.stop();
-        }
-    }
-    Ok(out)
-}
-
-/// Cost per call pair on the real driver library (Debian's libcuda1:
-/// `cuMemAlloc_v2` + `cuMemFree_v2`, each answering 3, not initialized,
-/// without a device) and on the real runtime (PyPI's libcudart:
-/// `cudaMalloc` + `cudaFree`, answering 35 without a driver): untraced,
-/// empty programs at the entries and at the placed sites, and tracer.
-fn cuda_real_cost(bins: &crate::Bins, pairs: u64) -> anyhow::Result<String> {
-    let libs =
-        tracer_e2e::driver_libs().context("cargo xtask setup fetches the driver libraries")?;
-    let cudart = tracer_e2e::real_cudart();
-    let mut rows = String::new();
-    let mut kernel = String::new();
-    for (label, runtime, driver, drv) in [
-        (
-            "libcuda.so.535.261.03 (Debian libcuda1): cuMemAlloc_v2 + cuMemFree_v2 -> 3",
-            std::path::PathBuf::from("-"),
-            libs.join("libcuda.so.1"),
-            true,
-        ),
-        (
-            "libcudart.so.12 12.9.79 (PyPI), no driver: cudaMalloc + cudaFree -> 35",
-            cudart.clone(),
-            std::path::PathBuf::from("-"),
-            false,
-        ),
-    ] {
-        let mut cmd = Command::new(tracer_e2e::simcuda_dir().join("cudaload"));
-        cmd.arg(&runtime).arg(&driver);
-        if drv {
-            cmd.env("LD_LIBRARY_PATH", &libs);
-        }
-        tracer_e2e::without_mknod(&mut cmd);
-        let mut target = CudaLoad::spawn(cmd);
-        let [plain, entry, floor, ours] =
-            attach_rounds(bins, &mut target, |t| loop_any(t, pairs, drv))?;
-        let in_kernel = attach_program_cost(bins, &mut target, |t| loop_any(t, pairs, drv))?;
-        let (p, e, f, o) = (
-            median(plain.clone()),
-            median(entry.clone()),
-            median(floor.clone()),
-            median(ours.clone()),
-        );
-        rows.push_str(&format!(
-            "| {label} | {p:.0} | {e:.0} | {f:.0} | {o:.0} | {:.2} | {:.1}x |\n",
-            o / f,
-            e / f
-        ));
-        rows.push_str(&format!(
-            "|  rounds | {plain:.0?} | {entry:.0?} | {floor:.0?} | {ours:.0?} | | |\n"
-        ));
-        kernel.push_str(&format!("- {label}: {in_kernel}\n"));
-    }
-    Ok(format!(
-        "### CUDA call cost on the real libraries ({pairs} pairs per loop, ns per pair, median of 3 interleaved rounds)\n\n\
-         | library and calls | untraced | floor at the entries | floor at the placed sites | tracer | tracer / floor | placement's gain (entry floor / placed floor) |\n\
-         |---|---|---|---|---|---|---|\n{rows}\n\
-         Target: tracer within 1.3x of the floor (empty programs at the same sites).\n\n\
-         In the kernel, ns a program run (one more loop each, the kernel's run-time \
-         statistics on, which add about 45 ns to every run):\n\n{kernel}"
-    ))
-}
-
-/// ns a program run, in the kernel, of the empty programs at the placed
-/// sites and of tracer's: one loop under each with the kernel's run-time
-/// statistics on (their own rounds: the statistics slow every program).
-fn attach_program_cost(
-    bins: &crate::Bins,
-    target: &mut CudaLoad,
-    mut measure: impl FnMut(&mut CudaLoad) -> anyhow::Result<f64>,
-) -> anyhow::Result<String> {
-    let stats = ProgStats::start()?;
-    let mut parts = Vec::new();
-    for (label, args) in [
-        ("floor", &["--summary-only", "--floor"][..]),
-        ("tracer", &["--summary-only"][..]),
-    ] {
-        let a = Attach::start_bin(&bins.tracer, target.pid(), args);
-        let ran = stats.around(&["cuda_"], || measure(target).map(drop))?;
-        a.stop();
-        parts.push(format!("{label}: {ran}"));
-    }
-    Ok(parts.join("; "))
-}
-
-/// What a traced caching allocator's block costs: tests/c/torchalloc.c
-/// handing out and taking back a 4 KiB block (`pytorch:malloc` and
-/// `pytorch:free` USDT probes, semaphores raised while traced), untraced
-/// against attached, three interleaved rounds.
-fn usdt_cost(bins: &crate::Bins, pairs: u64) -> anyhow::Result<String> {
-    let d = tracer_e2e::simcuda_dir();
-    let mut cmd = Command::new(d.join("torchalloc"));
-    cmd.arg(d.join("libcudart.so.12"));
-    let mut target = CudaLoad::spawn(cmd);
-    let bench = |t: &mut CudaLoad| -> anyhow::Result<f64> {
-        let r = t.ok(&format!("bench {pairs} 4096"));
-        Ok(r.first().context("bench reply")?.parse()?)
-    };
-    let (mut plain, mut ours) = (Vec::new(), Vec::new());
-    let mut exact = true;
-    for _ in 0..3 {
-        plain.push(bench(&mut target)?);
-        let a = Attach::start_bin(&bins.tracer, target.pid(), &["--summary-only"]);
-        ours.push(bench(&mut target)?);
-        let report = a.stop();
-        let alloc = &report["ledger"]["allocator"];
-        exact &=
-            alloc["blocks"] == 0 && alloc["untracked_frees"] == 0 && report["events_lost"] == 0;
-    }
-    let (p, o) = (median(plain.clone()), median(ours.clone()));
-    Ok(format!(
-        "### PyTorch allocator probes (USDT): {pairs} block malloc + free pairs per loop, median of 3 interleaved rounds\n\n\
-         | untraced (semaphores at 0) | traced | added per pair | every block seen, none lost |\n|---|---|---|---|\n\
-         | {p:.0} ns/pair | {o:.0} ns/pair | {:.2} us | {} |\n\n\
-         Rounds (ns/pair): untraced {plain:.0?}, traced {ours:.0?}.\n",
-        (o - p) / 1000.0,
-        if exact { "yes" } else { "NO" }
-    ))
-}
-
-/// A paced load of 200,000 calls/s asked for 10 s: the rate reached, drops,
-/// and whether the ledger counted every call.
-fn cuda_sustained(bins: &crate::Bins) -> anyhow::Result<String> {
-    let mut target = CudaLoad::sim(&[]);
-    let a = Attach::start_bin(&bins.tracer, target.pid(), &["--summary-only"]);
-    let r = target.ok("rate 200000 10 256");
-    let calls: u64 = r.first().context("rate reply")?.parse()?;
-    let rate: f64 = r.get(1).context("rate reply")?.parse()?;
-    let report = a.stop();
-    let l = &report["ledger"];
-    let seen = l["calls"].as_u64().unwrap_or(0);
-    let lost = report["events_lost"].as_u64().unwrap_or(u64::MAX);
-    let exact = seen == calls
-        && l["by_kind"]["device"]["allocs"] == calls / 2
-        && l["by_kind"]["device"]["frees"] == calls / 2;
-    Ok(format!(
-        "### Sustained CUDA calls (200,000 calls/s asked for 10 s, one thread)\n\n\
-         | calls made | rate reached | calls in the ledger | events lost | ledger exact |\n|---|---|---|---|---|\n\
-         | {calls} | {rate:.0}/s | {seen} | {lost} | {} |\n",
-        if exact { "yes" } else { "NO" },
-    ))
 }
 
 /// CPU of a process over `secs`, percent of a core.
@@ -947,8 +539,16 @@ fn nvml_cost(bins: &crate::Bins, secs: u64) -> anyhow::Result<String> {
     let mut bytes_per_row = 0.0;
     for interval in ["1s", "100ms"] {
         let store = dir.path().join(format!("nvml-{interval}.db"));
-        let base = Recorder::on(&dir.path().join(format!("base-{interval}.db"))).bin(&bins.tracer).quiet().start();
-        let rec = Recorder::on(&store).bin(&bins.tracer).args(&["--nvml-lib", &nvml, "--gpu-interval", interval]).envs(&env).quiet().start();
+        let base = Recorder::on(&dir.path().join(format!("base-{interval}.db")))
+            .bin(&bins.tracer)
+            .quiet()
+            .start();
+        let rec = Recorder::on(&store)
+            .bin(&bins.tracer)
+            .args(&["--nvml-lib", &nvml, "--gpu-interval", interval])
+            .envs(&env)
+            .quiet()
+            .start();
         thread::sleep(Duration::from_secs(2));
         let (with, without) = std::thread::scope(|s| {
             let a = s.spawn(|| cpu_over(rec.pid(), secs));
@@ -1011,197 +611,6 @@ fn timeline_row_bytes(conn: &rusqlite::Connection, scratch: &Path) -> anyhow::Re
     Ok(((pages - empty) * size) as f64 / rows.max(1) as f64)
 }
 
-/// A tool attached to the heap workload, and how to stop it.
-enum HeapTool {
-    None,
-    Tracer(Attach),
-    Child(Child),
-}
-
-/// One allocbench run of `secs` on `threads` threads with `tool` attached
-/// first (`attach` starts it given the pid): operations per second, and
-/// what the tool said at the end.
-fn heap_run(
-    threads: u32,
-    secs: f64,
-    attach: &dyn Fn(u32) -> anyhow::Result<HeapTool>,
-) -> anyhow::Result<(f64, serde_json::Value)> {
-    let mut cmd = Command::new(tracer_e2e::allocbench());
-    cmd.args([threads.to_string(), secs.to_string()]);
-    let mut prog = CudaLoad::spawn(cmd);
-    let tool = attach(prog.pid())?;
-    let reply = prog.cmd("go");
-    let ops: f64 = reply
-        .strip_prefix("ops ")
-        .and_then(|n| n.trim().parse().ok())
-        .with_context(|| format!("allocbench said {reply:?}"))?;
-    let report = match tool {
-        HeapTool::None => serde_json::Value::Null,
-        HeapTool::Tracer(a) => a.stop(),
-        HeapTool::Child(mut c) => {
-            tracer_e2e::interrupt(&mut c, Duration::from_secs(60));
-            serde_json::Value::Null
-        }
-    };
-    prog.exit();
-    Ok((ops / secs, report))
-}
-
-/// A child whose output says it is attached when a line contains `ready`.
-fn attached_child(mut cmd: Command, ready: &'static str) -> anyhow::Result<HeapTool> {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("start the peer tool")?;
-    let out = child.stdout.take().context("stdout")?;
-    let err = child.stderr.take().context("stderr")?;
-    let said = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let sink = said.clone();
-    thread::spawn(move || {
-        for l in BufReader::new(err).lines().map_while(Result::ok) {
-            // The line that says why, when there is one; else the last.
-            if let Ok(mut s) = sink.lock()
-                && !s.contains("Unable")
-            {
-                *s = l;
-            }
-        }
-    });
-    let (tx, rx) = std::sync::mpsc::channel();
-    thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            if l.contains(ready) {
-                let _ = tx.send(());
-            }
-        }
-    });
-    if rx.recv_timeout(Duration::from_secs(60)).is_err() {
-        let _ = child.kill();
-        let _ = child.wait();
-        thread::sleep(Duration::from_millis(100));
-        let last = said.lock().map(|s| s.clone()).unwrap_or_default();
-        bail!("it never attached; it said: {last}");
-    }
-    // Probes are live once the tool has said so; give it a moment more.
-    thread::sleep(Duration::from_millis(300));
-    Ok(HeapTool::Child(child))
-}
-
-/// The heap probes' cost: an allocation-heavy workload untraced, under
-/// bpftrace counting malloc and free at their entries, under bcc's
-/// memleak and heaptrack attached at run time, and under tracer (empty
-/// programs, probes at the entries, default sampling, exact).
-fn heap_cost(bins: &crate::Bins, secs: f64) -> anyhow::Result<String> {
-    let libc = "/lib/x86_64-linux-gnu/libc.so.6";
-    let tracer = |extra: &'static [&'static str]| {
-        move |pid: u32| -> anyhow::Result<HeapTool> {
-            let mut args = vec!["--host"];
-            args.extend_from_slice(extra);
-            Ok(HeapTool::Tracer(Attach::start_bin(
-                &bins.tracer,
-                pid,
-                &args,
-            )))
-        }
-    };
-    let bpftrace = |pid: u32| {
-        let mut c = Command::new("bpftrace");
-        c.args([
-            "-p",
-            &pid.to_string(),
-            "-e",
-            &format!(
-                "uprobe:{libc}:malloc {{ @m = count(); }} uprobe:{libc}:free {{ @f = count(); }}"
-            ),
-        ]);
-        attached_child(c, "Attaching")
-    };
-    let memleak = |pid: u32| {
-        let mut c = Command::new("memleak-bpfcc");
-        c.args(["-p", &pid.to_string(), "60"]);
-        attached_child(c, "Attaching")
-    };
-    let heaptrack_dir = tempfile::tempdir()?;
-    let hdir = heaptrack_dir.path().to_path_buf();
-    let heaptrack = move |pid: u32| {
-        let mut c = Command::new("heaptrack");
-        c.args(["-p", &pid.to_string()]).current_dir(&hdir);
-        attached_child(c, "injection finished")
-    };
-    let have = |tool: &str| {
-        Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    let mut rows = Vec::new();
-    for threads in [1u32, 2] {
-        let (base, _) = heap_run(threads, secs, &|_| Ok(HeapTool::None))?;
-        let mut row = vec![format!(
-            "| {threads} | untraced | {:.2} M/s | 1.00 | | |",
-            base / 1e6
-        )];
-        let mut add = |name: &str, r: anyhow::Result<(f64, serde_json::Value)>| match r {
-            Ok((ops, report)) => {
-                let lost = report["heap"]["lost_samples"]
-                    .as_u64()
-                    .map(|l| l.to_string())
-                    .unwrap_or_default();
-                let sampled = report["probes"]["sampled"]
-                    .as_u64()
-                    .map(|n| format!("{:.0}/s", n as f64 / secs))
-                    .unwrap_or_default();
-                row.push(format!(
-                    "| {threads} | {name} | {:.2} M/s | {:.2} | {sampled} | {lost} |",
-                    ops / 1e6,
-                    base / ops
-                ));
-            }
-            Err(e) => row.push(format!("| {threads} | {name} | not run: {e:#} | | | |")),
-        };
-        add(
-            "bpftrace, count malloc + free at entries",
-            heap_run(threads, secs, &bpftrace),
-        );
-        if have("memleak-bpfcc") {
-            add("bcc memleak -p", heap_run(threads, secs, &memleak));
-        } else {
-            add(
-                "bcc memleak -p",
-                Err(anyhow::anyhow!("memleak-bpfcc is not installed")),
-            );
-        }
-        add(
-            "tracer, empty programs (floor)",
-            heap_run(threads, secs, &tracer(&["--floor", "--sample-bytes", "0"])),
-        );
-        add(
-            "tracer, default sampling, probes at the entries",
-            heap_run(threads, secs, &tracer(&["--entry-sites"])),
-        );
-        add(
-            "tracer, default sampling (512 KiB)",
-            heap_run(threads, secs, &tracer(&[])),
-        );
-        add(
-            "tracer, exact (--sample-bytes 0)",
-            heap_run(threads, secs, &tracer(&["--sample-bytes", "0"])),
-        );
-        if have("heaptrack") {
-            add("heaptrack -p", heap_run(threads, secs, &heaptrack));
-        }
-        rows.extend(row);
-    }
-    Ok(format!(
-        "### Heap probe cost (allocbench: malloc + free of mixed sizes, {secs} s per run; operations = malloc + free pairs)\n\n\
-         | threads | tool | operations | slowdown | samples | samples lost |\n\
-         |---|---|---|---|---|---|\n{}\n\n\
-         Probe hits per second = 2 x operations (one malloc, one free), plus one return per malloc for tracer.\n",
-        rows.join("\n")
-    ))
-}
-
 /// One `GET /metrics` on loopback: (ms, body bytes, series).
 fn scrape_once(port: u16) -> anyhow::Result<(f64, usize, usize)> {
     use std::io::{Read as _, Write as _};
@@ -1246,7 +655,12 @@ fn scrape_cost(bins: &crate::Bins, secs: u64, kills: usize) -> anyhow::Result<St
             args.extend(["--cgroup".to_string(), c.path.clone()]);
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Recorder::on(&dir.path().join(format!("{name}.db"))).bin(&bins.tracer).args(&args).envs(&env).quiet().start()
+        Recorder::on(&dir.path().join(format!("{name}.db")))
+            .bin(&bins.tracer)
+            .args(&args)
+            .envs(&env)
+            .quiet()
+            .start()
     };
     // Scraped every 15 s, beside the same recorder never scraped.
     let (pa, pb) = (free_port()?, free_port()?);

@@ -1,0 +1,244 @@
+//! The shapes of the report's lines, one recognizer each.
+
+use super::*;
+
+pub(super) fn word_after<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    let i = text.find(key)? + key.len();
+    text[i..].split_whitespace().next()
+}
+
+/// `usage 65536kB, limit 65536kB, failcnt 3543`
+pub(super) fn parse_counter(s: &str) -> Option<MemcgCounter> {
+    let mut c = MemcgCounter::default();
+    for part in s.split(", ") {
+        let (k, v) = part.trim().split_once(' ')?;
+        let n: u64 = v.trim_end_matches("kB").parse().ok()?;
+        match k {
+            "usage" => c.usage_kb = n,
+            "limit" => c.limit_kb = n,
+            "failcnt" => c.failcnt = n,
+            _ => {}
+        }
+    }
+    Some(c)
+}
+
+/// `constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,
+/// oom_memcg=/x,task_memcg=/x,task=python3,pid=3129,uid=0`. Parsed from
+/// both ends, since `mems_allowed` and a task name may contain commas.
+pub(crate) fn parse_summary(s: &str) -> Option<OomSummary> {
+    let (rest, uid) = match s.rsplit_once(",uid=") {
+        Some((r, u)) => (r, u.parse().ok()),
+        None => (s, None),
+    };
+    let (rest, pid) = rest.rsplit_once(",pid=")?;
+    let (rest, task) = rest.rsplit_once(",task=")?;
+    let (rest, task_memcg) = match rest.rsplit_once(",task_memcg=") {
+        Some((r, m)) => (r, Some(m.to_string())),
+        None => (rest, None),
+    };
+    let oom_memcg = rest.rsplit_once(",oom_memcg=").map(|(_, m)| m.to_string());
+    let constraint = rest
+        .strip_prefix("constraint=")?
+        .split(',')
+        .next()?
+        .to_string();
+    Some(OomSummary {
+        constraint,
+        oom_memcg,
+        task_memcg,
+        task: task.to_string(),
+        pid: pid.parse().ok()?,
+        uid,
+    })
+}
+
+/// `text` with every run of 20 or more spaces taken out.
+pub(super) fn unpad(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut run = 0;
+    for c in text.chars() {
+        if c == ' ' {
+            run += 1;
+            continue;
+        }
+        if (1..20).contains(&run) {
+            out.extend(std::iter::repeat_n(' ', run));
+        }
+        run = 0;
+        out.push(c);
+    }
+    out
+}
+
+/// The kernel's choice before 5.0: `[Memory cgroup out of memory: |Out of
+/// memory: ]Kill process 3129 (python3) score 933 or sacrifice child` (`kill
+/// process N (comm) score S or a child` before 2.6.36).
+pub(super) fn parse_chosen(text: &str) -> Option<KilledProcess> {
+    let at = text
+        .find("Kill process ")
+        .or_else(|| text.find("kill process "))?;
+    let rest = &text[at + "Kill process ".len()..];
+    let (pid, rest) = rest.split_once(' ')?;
+    let rest = rest.strip_prefix('(')?;
+    let close = rest.rfind(") score")?;
+    Some(KilledProcess {
+        pid: pid.parse().ok()?,
+        comm: rest[..close].to_string(),
+        memcg: text[..at].contains("Memory cgroup"),
+        bare: !said_out_of_memory(&text[..at]),
+        ..Default::default()
+    })
+}
+
+/// Whether the text before `Kill(ed) process` names the OOM that killed.
+pub(super) fn said_out_of_memory(before: &str) -> bool {
+    let b = before.to_ascii_lowercase();
+    b.contains("out of memory")
+}
+
+/// `[Memory cgroup out of memory: |Out of memory: ]Killed process 3129
+/// (python3) total-vm:75160kB, anon-rss:65152kB, file-rss:2648kB,
+/// shmem-rss:0kB, UID:0 pgtables:188kB oom_score_adj:0`
+pub(super) fn parse_killed(text: &str) -> Option<KilledProcess> {
+    // A terminal's copy pads a line it wrapped with a run of spaces, in the
+    // middle of a figure (`anon-rss:832856k<spaces>B`): no kill line has such
+    // a run, so it goes.
+    let unpadded;
+    let text = if text.contains("                    ") {
+        unpadded = unpad(text);
+        unpadded.as_str()
+    } else {
+        text
+    };
+    // OpenVZ kernels: `Out of memory in UB 1234: OOM killed process 21738
+    // (php-cgi) score 0 vm:281988kB, rss:17004kB, swap:0kB` (a container's
+    // limit, not a constraint mainline names).
+    let at = text
+        .find("Killed process ")
+        .or_else(|| text.find("OOM killed process ").map(|i| i + 4))?;
+    let rest = &text[at + "Killed process ".len()..];
+    let (pid, rest) = rest.split_once(' ')?;
+    // RHEL 6 and older: `Killed process 29591, UID 500, (python2.7) ...`.
+    let mut uid = None;
+    let mut rest = rest.trim_start();
+    if let Some(r) = rest.strip_prefix("UID ") {
+        let (u, r) = r.split_once([',', ' '])?;
+        uid = u.parse().ok();
+        rest = r.trim_start_matches([',', ' ']);
+    }
+    let (comm, after) = match rest.strip_prefix('(') {
+        Some(r) => {
+            let close = r.rfind(") total-vm").or_else(|| r.rfind(')'))?;
+            (&r[..close], &r[close + 1..])
+        }
+        // RHEL 5 prints the name bare: `Killed process 7919, UID 504 oracle`.
+        None if uid.is_some() => rest.split_once(' ').unwrap_or((rest, "")),
+        None => return None,
+    };
+    let mut k = KilledProcess {
+        pid: pid.trim_end_matches(',').parse().ok()?,
+        comm: comm.to_string(),
+        memcg: text[..at].contains("Memory cgroup"),
+        bare: !said_out_of_memory(&text[..at]) || text[..at].contains(" in UB "),
+        uid,
+        ..Default::default()
+    };
+    let mut words = after.split([',', ' ']).filter(|s| !s.is_empty()).peekable();
+    while let Some(kv) = words.next() {
+        // `(comm), UID 0, total-vm:...`
+        if kv == "UID" {
+            k.uid = words.next().and_then(|v| v.parse().ok());
+            continue;
+        }
+        let Some((key, v)) = kv.split_once(':') else {
+            continue;
+        };
+        // Only a whole `NkB`: a number damaged in a paste
+        // (`anon-rss:153,700,88kB`) is not read as a value.
+        let kb = || {
+            v.trim_end_matches(['*', '"', '\'', '`'])
+                .strip_suffix("kB")?
+                .parse::<u64>()
+                .ok()
+        };
+        match key {
+            "total-vm" => k.total_vm_kb = kb(),
+            "anon-rss" => k.anon_rss_kb = kb(),
+            "file-rss" => k.file_rss_kb = kb(),
+            "shmem-rss" => k.shmem_rss_kb = kb(),
+            "UID" => k.uid = v.parse().ok(),
+            "pgtables" => k.pgtables_kb = kb(),
+            "oom_score_adj" => k.oom_score_adj = v.parse().ok(),
+            _ => {}
+        }
+    }
+    Some(k)
+}
+
+/// `oom_reaper: reaped process 3129 (python3), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB`
+pub(super) fn parse_reaped(text: &str) -> Option<Reaped> {
+    let rest = text.strip_prefix("oom_reaper: reaped process ")?;
+    let (pid, rest) = rest.split_once(' ')?;
+    let rest = rest.strip_prefix('(')?;
+    let close = rest.rfind("), now").or_else(|| rest.rfind(')'))?;
+    let anon = rest[close..]
+        .split_once("anon-rss:")
+        .and_then(|(_, v)| v.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok());
+    Some(Reaped {
+        ts_us: 0,
+        pid: pid.parse().ok()?,
+        comm: rest[..close].to_string(),
+        anon_rss_kb: anon,
+    })
+}
+
+/// A `Tasks state` row, columns named by the table header of this kernel.
+pub(super) fn parse_task_row(text: &str, columns: &[String]) -> Option<TaskRow> {
+    let (pid, rest) = text.strip_prefix('[')?.split_once(']')?;
+    let mut row = TaskRow {
+        pid: pid.trim().parse().ok()?,
+        ..Default::default()
+    };
+    let default_columns;
+    let columns = if columns.is_empty() {
+        default_columns = [
+            "uid",
+            "tgid",
+            "total_vm",
+            "rss",
+            "pgtables_bytes",
+            "swapents",
+            "oom_score_adj",
+            "name",
+        ]
+        .map(String::from)
+        .to_vec();
+        &default_columns
+    } else {
+        columns
+    };
+    let mut words = rest.split_whitespace();
+    for col in columns {
+        if col == "name" {
+            row.name = words.by_ref().collect::<Vec<_>>().join(" ");
+            break;
+        }
+        let w = words.next()?;
+        let n = || w.parse::<u64>().ok();
+        match col.as_str() {
+            "uid" => row.uid = w.parse().ok()?,
+            "tgid" => row.tgid = w.parse().ok()?,
+            "total_vm" => row.total_vm_pages = n()?,
+            "rss" => row.rss_pages = n()?,
+            "rss_anon" => row.rss_anon_pages = n(),
+            "rss_file" => row.rss_file_pages = n(),
+            "rss_shmem" => row.rss_shmem_pages = n(),
+            "pgtables_bytes" => row.pgtables_bytes = n(),
+            "swapents" => row.swapents = n(),
+            "oom_score_adj" => row.oom_score_adj = w.parse().ok()?,
+            _ => {}
+        }
+    }
+    Some(row)
+}

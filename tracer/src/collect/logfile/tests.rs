@@ -1,0 +1,430 @@
+//! Saved logs of every shape, from real kernels' lines.
+
+use super::*;
+
+const T: i64 = 1_741_017_600_000_000_000; // 2025-03-03T16:00:00Z
+
+/// (line, host, monotonic us, wall ns, text).
+type Case<'a> = (&'a str, Option<&'a str>, Option<u64>, Option<i64>, &'a str);
+
+#[test]
+fn every_shape_of_a_line() {
+    let cases: &[Case] = &[
+        (
+            "6,1234,5678901,-;Out of memory",
+            None,
+            Some(5_678_901),
+            None,
+            "Out of memory",
+        ),
+        (
+            "[ 5678.901234] Out of memory",
+            None,
+            Some(5_678_901_234),
+            None,
+            "Out of memory",
+        ),
+        ("[    2.5] x", None, Some(2_500_000), None, "x"),
+        (
+            "[Mon Mar  3 16:00:00 2025] Out of memory",
+            None,
+            None,
+            Some(T),
+            "Out of memory",
+        ),
+        (
+            "Mar  3 16:00:00 node-7 kernel: [ 5678.901234] Out of memory",
+            Some("node-7"),
+            Some(5_678_901_234),
+            Some(T),
+            "Out of memory",
+        ),
+        (
+            "Mar 03 16:00:00 node-7 kernel: Out of memory",
+            Some("node-7"),
+            None,
+            Some(T),
+            "Out of memory",
+        ),
+        (
+            "2025-03-03T17:00:00+0100 node-7 kernel: Out of memory",
+            Some("node-7"),
+            None,
+            Some(T),
+            "Out of memory",
+        ),
+        (
+            "2025-03-03T16:00:00.250000+00:00 node-7 kernel: x",
+            Some("node-7"),
+            None,
+            Some(T + 250_000_000),
+            "x",
+        ),
+        (
+            "2025-03-03T16:00:00,250000+00:00 node-7 kernel: x",
+            Some("node-7"),
+            None,
+            Some(T + 250_000_000),
+            "x",
+        ),
+        (
+            "[ 5678.901234] node-7 kernel: Out of memory",
+            Some("node-7"),
+            Some(5_678_901_234),
+            None,
+            "Out of memory",
+        ),
+    ];
+    for (line, host, mono, wall, text) in cases {
+        let l = parse_line(line, 2025).unwrap_or_else(|| panic!("{line}"));
+        assert_eq!(l.host.as_deref(), *host, "{line}");
+        assert_eq!(l.mono_us, *mono, "{line}");
+        assert_eq!(l.wall_ns, *wall, "{line}");
+        assert_eq!(l.text, *text, "{line}");
+        assert!(l.kernel);
+    }
+    // A syslog line of another program, and prose, are not kernel lines.
+    assert_eq!(
+        parse_line("Mar  3 16:00:00 node-7 sshd[99]: Accepted", 2025),
+        None
+    );
+    assert_eq!(parse_line("the node died at 4 pm", 2025), None);
+    // The tasks table's `[  pid  ]` is no timestamp.
+    assert_eq!(parse_line("[   3129]     0  3129", 2025), None);
+    // A record userspace wrote to /dev/kmsg is marked as such.
+    assert!(
+        !parse_line("12,7,100,-;Killed process 1 (x)", 2025)
+            .unwrap()
+            .kernel
+    );
+}
+
+/// Lines as people paste them (each shape seen in tests/fixtures/real-logs):
+/// (line, host, monotonic us, wall ns, text, no stamp at all).
+#[test]
+fn pasted_shapes_of_a_line() {
+    let feb20 = wall((2024, 2, 20), (19, 15, 36), 0, 0);
+    type Pasted<'a> = (
+        &'a str,
+        Option<&'a str>,
+        Option<u64>,
+        Option<i64>,
+        &'a str,
+        bool,
+    );
+    let cases: &[Pasted] = &[
+        ("> > [ 1.5] x", None, Some(1_500_000), None, "x", false),
+        ("```[ 1.5] x```", None, Some(1_500_000), None, "x", false),
+        ("- `[ 1.5] x`", None, Some(1_500_000), None, "x", false),
+        ("12: [ 1.5] x", None, Some(1_500_000), None, "x", false),
+        ("  7 | [ 1.5] x", None, Some(1_500_000), None, "x", false),
+        (
+            "messages-20150510:Mar  3 16:00:00 localhost kernel: x",
+            Some("localhost"),
+            None,
+            Some(T),
+            "x",
+            false,
+        ),
+        (
+            "Mon Mar  3 16:00:00 2025 kern.warn kernel: [ 1.5] x",
+            None,
+            Some(1_500_000),
+            Some(T),
+            "x",
+            false,
+        ),
+        ("Mar 03 16:00:00 kernel: x", None, None, Some(T), "x", false),
+        (
+            "Mar 03 16:00:00.250000 node-7 kernel: x",
+            Some("node-7"),
+            None,
+            Some(T + 250_000_000),
+            "x",
+            false,
+        ),
+        (
+            "2025-03-03T17:00:00,000000+01:00 pool invoked oom-killer: gfp_mask=0xcc0",
+            None,
+            None,
+            Some(T),
+            "pool invoked oom-killer: gfp_mask=0xcc0",
+            false,
+        ),
+        (
+            "  | Jun 25, 2021 @ 12:42:12.104 | kernel | [ 1.5] x",
+            None,
+            Some(1_500_000),
+            None,
+            "x",
+            false,
+        ),
+        (
+            "2023-12-04T10:49:30.127Z In(05) vcpu-5 - Guest: <6>[ 1.5] x",
+            None,
+            Some(1_500_000),
+            wall((2023, 12, 4), (10, 49, 30), 127_000_000, 0),
+            "x",
+            false,
+        ),
+        ("[Di Feb 20 19:15:36 2024] x", None, None, feb20, "x", false),
+        (
+            "[Tue 20 Feb 19:15:36 2024] x",
+            None,
+            None,
+            feb20,
+            "x",
+            false,
+        ),
+        ("[вт фев 20 19:15:36 2024] x", None, None, feb20, "x", false),
+        (
+            "[mar. févr. 20 19:15:36 2024] x",
+            None,
+            None,
+            feb20,
+            "x",
+            false,
+        ),
+        (
+            "kernel: Killed process 7919, UID 504 oracle",
+            None,
+            None,
+            None,
+            "Killed process 7919, UID 504 oracle",
+            true,
+        ),
+        (
+            "Out of memory: Kill process 957 (app.out) score 524 or sacrifice child",
+            None,
+            None,
+            None,
+            "Out of memory: Kill process 957 (app.out) score 524 or sacrifice child",
+            true,
+        ),
+    ];
+    for (line, host, mono, wall, text, untimed) in cases {
+        let l = parse_pasted(line, 2025).unwrap_or_else(|| panic!("{line}"));
+        assert_eq!(l.host.as_deref(), *host, "{line}");
+        assert_eq!(l.mono_us, *mono, "{line}");
+        assert_eq!(l.wall_ns, *wall, "{line}");
+        assert_eq!(l.text, *text, "{line}");
+        assert_eq!(l.untimed, *untimed, "{line}");
+    }
+    // Prose, prompts, other programs' lines and fences are no kernel lines.
+    for line in [
+        "the node died at 4 pm",
+        "[root@server ~]# dmesg | grep -i oom",
+        "Mar  3 16:00:00 node-7 sshd[99]: Accepted",
+        "2025-03-03T16:00:00+0000 node-7 systemd[1]: Started x",
+        "```",
+    ] {
+        assert_eq!(parse_pasted(line, 2025), None, "{line}");
+    }
+}
+
+/// A syslog stamp has no year: one that would be days ahead of now is
+/// of the year before, and the guess is kept with the line.
+#[test]
+fn a_syslog_date_ahead_of_now_is_of_last_year() {
+    // Civil date of a day count (the inverse of days_from_civil).
+    fn civil(z: i64) -> (i64, i64, i64) {
+        let z = z + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let d = doy - (153 * mp + 2) / 5 + 1;
+        let m = if mp < 10 { mp + 3 } else { mp - 9 };
+        (yoe + era * 400 + i64::from(m <= 2), m, d)
+    }
+    let today = crate::util::time::wall_now_ns() / 86_400_000_000_000;
+    for (ahead, back) in [(10, true), (-10, false)] {
+        let (y, m, d) = civil(today + ahead);
+        let names = [
+            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+        ];
+        let log = format!(
+            "{} {d:2} 10:00:00 node-7 kernel: Out of memory: Killed process 4 (x) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB\n",
+            names[m as usize - 1]
+        );
+        let found = read_log(log.as_bytes(), y).unwrap();
+        let r = &found.reports[0];
+        let want_year = if back { y - 1 } else { y };
+        assert_eq!(r.guessed, (Some(want_year), true), "{log}");
+        let wall = r.report.ts_us as i64 * 1000 + r.mono_to_wall_ns.unwrap();
+        assert_eq!(
+            wall,
+            super::wall((want_year, m, d), (10, 0, 0), 0, 0).unwrap(),
+            "{log}"
+        );
+    }
+}
+
+/// `journalctl -o verbose`: the stamps of an entry's header line give
+/// the time of its `MESSAGE=` line (tests/fixtures/real-logs/ho-03).
+#[test]
+fn journalctl_verbose_entries() {
+    let log = "Thu 2023-02-02 11:49:13.015489 CET [s=1d8f;i=10823659;b=796d;m=1f6726955fe3;t=5f3b550c118c1;x=e534]\n    MESSAGE=Memory cgroup out of memory: Killed process 2855014 (tail) total-vm:4296kB, anon-rss:60kB, file-rss:516kB, shmem-rss:0kB, UID:0 pgtables:40kB oom_score_adj:0\n";
+    let found = read_log(log.as_bytes(), 2023).unwrap();
+    let r = &found.reports[0];
+    assert_eq!(r.report.killed.pid, 2_855_014);
+    assert_eq!(r.report.ts_us, 0x1f67_2695_5fe3);
+    let wall = r.report.ts_us as i64 * 1000 + r.mono_to_wall_ns.unwrap();
+    assert_eq!(wall, 0x0005_f3b5_50c1_18c1 * 1000);
+}
+
+/// Messages glued on one line (a paste that lost its line breaks) are
+/// read one by one; one message with a stamp inside stays whole.
+#[test]
+fn glued_messages_are_parted() {
+    let parts = |line: &str| {
+        let mut from = 0;
+        let mut out = Vec::new();
+        for at in glued_starts(line) {
+            out.push(line[from..at].trim().to_string());
+            from = at;
+        }
+        out.push(line[from..].to_string());
+        out
+    };
+    assert_eq!(
+        parts(
+            "Out of memory: Kill process 5372 (mongod) score 130 or sacrifice child Killed process 5372 (mongod), UID 0, total-vm:2539052kB"
+        ),
+        [
+            "Out of memory: Kill process 5372 (mongod) score 130 or sacrifice child",
+            "Killed process 5372 (mongod), UID 0, total-vm:2539052kB"
+        ]
+    );
+    assert_eq!(
+        parts(
+            "[root@server ~]# dmesg | grep -i oom [197352.008908] Out of memory: Kill process 12166 (mysqld) score 870 or sacrifice child [197352.030461] Killed process 12166"
+        ),
+        [
+            "[root@server ~]# dmesg | grep -i oom",
+            "[197352.008908] Out of memory: Kill process 12166 (mysqld) score 870 or sacrifice child",
+            "[197352.030461] Killed process 12166"
+        ]
+    );
+    assert_eq!(
+        parts(
+            "Jul 19 05:19:24 asl131 kernel: Out of Memory: Killed process 2368 (jserver). Jul 19 05:19:24 asl131 kernel: OOM kill occurred"
+        )
+        .len(),
+        2
+    );
+    for whole in [
+        "Mar  3 16:00:06 node-7 kernel: [  100.000006] Memory cgroup out of memory: Killed process 3129 (python3)",
+        "[Mon Mar  3 16:00:00 2025] Out of memory: Killed process 1 (x)",
+        "[ 1.5] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),task=x,pid=1,uid=0",
+    ] {
+        assert_eq!(parts(whole), [whole], "{whole}");
+    }
+}
+
+/// The kernel's lines of one memcg OOM kill (6.18, cgroup v1).
+const REPORT: &[&str] = &[
+    "python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0",
+    "memory: usage 65536kB, limit 65536kB, failcnt 3543",
+    "Tasks state (memory values in pages):",
+    "[  pid  ]   uid  tgid total_vm      rss rss_anon rss_file rss_shmem pgtables_bytes swapents oom_score_adj name",
+    "[   3129]     0  3129    18790    16950    16288      662         0   192512        0             0 python3",
+    "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/job,task_memcg=/job,task=python3,pid=3129,uid=0",
+    "Memory cgroup out of memory: Killed process 3129 (python3) total-vm:75160kB, anon-rss:65152kB, file-rss:2648kB, shmem-rss:0kB, UID:0 pgtables:188kB oom_score_adj:0",
+];
+
+#[test]
+fn a_report_from_each_shape_of_log() {
+    let shapes: [fn(usize, &str) -> String; 4] = [
+        |i, l| format!("[ 100.{i:06}] {l}"),
+        |i, l| format!("Mar  3 16:00:0{} node-7 kernel: [  100.{i:06}] {l}", i % 10),
+        |_, l| format!("2025-03-03T16:00:00+0000 node-7 kernel: {l}"),
+        |_, l| format!("[Mon Mar  3 16:00:00 2025] {l}"),
+    ];
+    for (n, shape) in shapes.iter().enumerate() {
+        let log: String = REPORT
+            .iter()
+            .enumerate()
+            .map(|(i, l)| shape(i, l) + "\n")
+            .collect();
+        let found = read_reports(log.as_bytes(), 2025).unwrap();
+        assert_eq!(found.len(), 1, "shape {n}:\n{log}");
+        let r = &found[0];
+        assert_eq!(r.report.killed.pid, 3129, "shape {n}");
+        assert_eq!(r.report.memory.as_ref().unwrap().limit_kb, 65536);
+        assert_eq!(r.report.tasks.len(), 1);
+        // Wall time only where the lines carry one.
+        assert_eq!(r.mono_to_wall_ns.is_some(), n > 0, "shape {n}");
+    }
+}
+
+/// Wraps `line` at `width` columns the way mail clients do: at a space
+/// when there is one, else hard.
+fn wrap(line: &str, width: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = line;
+    while rest.len() > width {
+        let cut = rest[..width].rfind(' ').filter(|&i| i > 0);
+        match cut {
+            Some(i) => {
+                out.push(rest[..i].to_string());
+                rest = &rest[i + 1..];
+            }
+            None => {
+                out.push(rest[..width].to_string());
+                rest = &rest[width..];
+            }
+        }
+    }
+    out.push(rest.to_string());
+    out
+}
+
+#[test]
+fn lines_rewrapped_by_a_mail_client_are_put_back() {
+    for width in [60, 72, 78] {
+        let log: String = REPORT
+            .iter()
+            .enumerate()
+            .flat_map(|(i, l)| wrap(&format!("[ 100.{i:06}] {l}"), width))
+            .map(|l| l + "\n")
+            .collect();
+        let found = read_reports(log.as_bytes(), 2025).unwrap();
+        assert_eq!(found.len(), 1, "width {width}:\n{log}");
+        let r = &found[0].report;
+        assert_eq!(r.killed.pid, 3129);
+        assert_eq!(r.killed.anon_rss_kb, Some(65152), "width {width}");
+        assert_eq!(r.killed.oom_score_adj, Some(0), "width {width}");
+        let s = r.summary.as_ref().expect("the oom-kill line");
+        assert_eq!(s.task_memcg.as_deref(), Some("/job"), "width {width}");
+        assert_eq!((s.task.as_str(), s.pid, s.uid), ("python3", 3129, Some(0)));
+        assert_eq!(r.tasks.len(), 1, "width {width}");
+    }
+}
+
+#[test]
+fn interleaved_hosts_are_assembled_apart() {
+    let mut log = String::new();
+    for l in REPORT {
+        log += &format!("2025-03-03T16:00:00+0000 node-a kernel: {l}\n");
+        log += &format!(
+            "2025-03-03T16:00:01+0000 node-b kernel: {}\n",
+            l.replace("3129", "4242")
+        );
+    }
+    let found = read_reports(log.as_bytes(), 2025).unwrap();
+    let mut got: Vec<(String, u32)> = found
+        .iter()
+        .map(|r| (r.host.clone().unwrap(), r.report.killed.pid))
+        .collect();
+    got.sort();
+    assert_eq!(got, [("node-a".into(), 3129), ("node-b".into(), 4242)]);
+}
+
+#[test]
+fn civil_dates() {
+    assert_eq!(days_from_civil(1970, 1, 1), 0);
+    assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+    assert_eq!(wall((2025, 3, 3), (16, 0, 0), 0, 0), Some(T));
+}
