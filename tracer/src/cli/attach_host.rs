@@ -10,9 +10,8 @@ use std::{io::Write as _, os::fd::OwnedFd, process::ExitCode, time::Duration};
 use anyhow::{Context as _, anyhow, bail};
 use serde_json::json;
 
-use super::attach::{
-    AttachArgs, Attached, Ends, RESCAN, comm_of, drain, first_libraries, pidfd, start_readers,
-};
+use super::attach::{AttachArgs, Attached};
+use crate::recorder::live::{Ends, RESCAN, comm_of, drain, first_libraries, pidfd, start_readers};
 use crate::{
     collect::decode::Event,
     probes::{

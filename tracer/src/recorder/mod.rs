@@ -12,6 +12,7 @@ pub mod gauges;
 pub mod growth;
 pub mod heap;
 pub mod journal;
+pub mod live;
 pub mod metrics;
 pub mod output;
 mod start;
