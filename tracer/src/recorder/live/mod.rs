@@ -2,7 +2,9 @@
 //! ring readers of a live session, what ends it, and the process it
 //! follows.
 
+pub mod attached;
 pub mod growth;
+pub mod heap;
 
 use std::{
     os::fd::{FromRawFd as _, OwnedFd},
