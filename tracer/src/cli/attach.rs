@@ -2,22 +2,20 @@
 //! live, without restarting, stopping or signalling it (uprobes only).
 //! With `--host`, its heap instead (see [`super::attach_host`]).
 
-use std::{io::Write as _, os::fd::OwnedFd, process::ExitCode, time::Duration};
+use std::{io::Write as _, process::ExitCode, time::Duration};
 
-use anyhow::{Context as _, anyhow, bail};
 use serde_json::json;
 use tracer_common::{CudaCall, cuda, usdt::UsdtEvent};
 
 use crate::recorder::live::{
-    Ends, RESCAN,
-    attached::{AllocatorProbes, Attached},
-    comm_of, drain, first_libraries, pidfd, start_readers,
+    comm_of,
+    cuda::{self as cuda_live, View},
+    pidfd,
 };
 use crate::{
-    collect::decode::Event,
-    model::ledger::{AllocKind, Change, Ledger},
-    probes::{CUDA_DATA_RING_BYTES, Probes, cuda::name, uprobe::CUDA},
-    util::time::{Clock, format_wall},
+    model::ledger::{AllocKind, AllocatorSummary, Ledger},
+    probes::cuda::name,
+    util::time::format_wall,
     util::units::bytes,
 };
 
@@ -89,64 +87,19 @@ pub fn error_name(ret: i32) -> &'static str {
     }
 }
 
-struct Session {
+/// The text or JSON view of a live CUDA session, on stdout.
+struct Printer {
     pid: u32,
     json: bool,
     summary_only: bool,
-    ledger: Ledger,
-    clock: Clock,
-    calls_this_second: u64,
-    failed_this_second: u64,
-    quiet_seconds: u32,
     out: std::io::StdoutLock<'static>,
 }
 
-/// An event of the traced process waiting to be put in order: the CUDA
-/// calls and the allocator's probes come through two rings.
-enum Pending {
-    Call(CudaCall),
-    Block(UsdtEvent),
-}
-
-impl Pending {
-    fn ts(&self) -> u64 {
-        match self {
-            Pending::Call(c) => c.header.ts_boot_ns,
-            Pending::Block(b) => b.header.ts_boot_ns,
-        }
-    }
-
-    /// The traced process's CUDA calls and allocator probes.
-    fn of(ev: Event, pid: u32) -> Option<Self> {
-        match ev {
-            Event::Cuda(c) if c.header.pid == pid => Some(Pending::Call(c)),
-            Event::Usdt(u) if u.header.pid == pid => Some(Pending::Block(u)),
-            _ => None,
-        }
-    }
-}
-
-impl Session {
-    /// Applies and shows buffered events, oldest first.
-    fn calls(&mut self, pending: &mut Vec<Pending>) {
-        pending.sort_by_key(Pending::ts);
-        for p in pending.drain(..) {
-            match p {
-                Pending::Call(c) => self.call(&c),
-                Pending::Block(b) => self.block(&b),
-            }
-        }
-        let _ = self.out.flush();
-    }
-
-    /// A caching allocator's block handed out or given back.
-    fn block(&mut self, b: &UsdtEvent) {
-        crate::correlate::cuda::apply_block(&mut self.ledger, b);
-        self.calls_this_second += 1;
+impl View for Printer {
+    fn block(&mut self, b: &UsdtEvent, ts: i64) {
         if self.summary_only {
             return;
         }
-        let ts = self.clock.boot_to_wall(b.header.ts_boot_ns);
         let probe = crate::probes::usdt::probe_name(b.probe);
         let malloc = b.probe == tracer_common::usdt::TORCH_MALLOC;
         if self.json {
@@ -180,27 +133,20 @@ impl Session {
         );
     }
 
-    fn call(&mut self, c: &CudaCall) {
-        let ts = self.clock.boot_to_wall(c.header.ts_boot_ns);
-        let change = self.ledger.apply(c, ts);
-        self.calls_this_second += 1;
-        if matches!(change, Change::Failed(..)) {
-            self.failed_this_second += 1;
+    fn gpu_oom(&mut self, c: &CudaCall, ts: i64, size: u64, a: &AllocatorSummary) {
+        // What the allocator's figures say of this process's share; other
+        // processes on the device are not seen from here.
+        let v = crate::explain::gpu::allocator_verdict(a, size);
+        if self.json {
+            let j = json!({ "type": "gpu_oom", "time": format_wall(ts), "pid": c.header.pid,
+                "function": name(c.func), "size": size, "allocator": a, "verdict": v });
+            let _ = writeln!(self.out, "{j}");
+        } else {
+            let _ = writeln!(self.out, "-- GPU out of memory in {}: {v}", name(c.func));
         }
-        if let Change::Failed(_, size, cuda::OUT_OF_MEMORY) = change
-            && let Some(a) = self.ledger.allocator()
-        {
-            // What the allocator's figures say of this process's share;
-            // other processes on the device are not seen from here.
-            let v = crate::explain::gpu::allocator_verdict(&a, size);
-            if self.json {
-                let j = json!({ "type": "gpu_oom", "time": format_wall(ts), "pid": c.header.pid,
-                    "function": name(c.func), "size": size, "allocator": a, "verdict": v });
-                let _ = writeln!(self.out, "{j}");
-            } else {
-                let _ = writeln!(self.out, "-- GPU out of memory in {}: {v}", name(c.func));
-            }
-        }
+    }
+
+    fn call(&mut self, c: &CudaCall, ts: i64) {
         if self.summary_only {
             return;
         }
@@ -253,23 +199,16 @@ impl Session {
         );
     }
 
-    /// The per-second summary: printed when there were calls, and every
-    /// 10 s of quiet as a heartbeat.
-    fn summary(&mut self) {
-        if self.calls_this_second == 0 && self.quiet_seconds < 9 {
-            self.quiet_seconds += 1;
-            return;
-        }
-        self.quiet_seconds = 0;
-        let s = self.ledger.summary();
+    fn summary(&mut self, ledger: &Ledger, calls: u64, failed: u64) {
+        let s = ledger.summary();
         if self.json {
             let v = json!({ "type": "summary", "time": format_wall(crate::util::time::wall_now_ns()), "pid": self.pid,
-                "calls_per_s": self.calls_this_second, "failed_per_s": self.failed_this_second, "ledger": s });
+                "calls_per_s": calls, "failed_per_s": failed, "ledger": s });
             let _ = writeln!(self.out, "{v}");
         } else {
             let kinds: Vec<String> = AllocKind::ALL
                 .iter()
-                .map(|k| format!("{} {}", k.name(), bytes(self.ledger.outstanding(*k))))
+                .map(|k| format!("{} {}", k.name(), bytes(ledger.outstanding(*k))))
                 .collect();
             let _ = writeln!(
                 self.out,
@@ -278,8 +217,8 @@ impl Session {
                 kinds.join(", "),
                 bytes(s.total_bytes),
                 bytes(s.peak_total_bytes),
-                self.calls_this_second,
-                self.failed_this_second
+                calls,
+                failed
             );
             if let Some(a) = &s.allocator {
                 let _ = writeln!(
@@ -290,14 +229,12 @@ impl Session {
                 );
             }
         }
-        self.calls_this_second = 0;
-        self.failed_this_second = 0;
         let _ = self.out.flush();
     }
 
-    fn report(&mut self, exited: bool, lost: u64) {
-        let s = self.ledger.summary();
-        let live = self.ledger.live();
+    fn report(&mut self, ledger: &Ledger, exited: bool, lost: u64) {
+        let s = ledger.summary();
+        let live = ledger.live();
         if self.json {
             let v = json!({ "type": if exited { "exit" } else { "detach" }, "pid": self.pid, "ledger": s,
                 "leaks": if exited { json!(live) } else { json!(null) }, "still_held": if exited { json!(null) } else { json!(live) },
@@ -347,6 +284,10 @@ impl Session {
         }
         let _ = self.out.flush();
     }
+
+    fn flush(&mut self) {
+        let _ = self.out.flush();
+    }
 }
 
 /// Runs `attach`.
@@ -357,107 +298,24 @@ pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
     let comm = comm_of(args.pid)?;
     crate::probes::caps::require_bpf()?;
     let pidfd = pidfd(args.pid)?;
-    let mut probes = Probes::load(CUDA_DATA_RING_BYTES).context("cannot attach")?;
-    probes.load_family(&CUDA, args.floor)?;
-    let libs = first_libraries(&CUDA, args.pid, &comm, &pidfd)?;
-    if libs.is_empty() && !args.wait {
-        bail!(
-            "pid {} ({comm}) has no CUDA library loaded: none of its mapped files is a libcudart or libcuda, \
-             and its executable has no cudart linked in; pass --wait to wait for one",
-            args.pid
-        );
-    }
+    let probes = cuda_live::load(args.pid, &comm, &pidfd, args.floor, args.wait)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(attach(args, comm, probes, pidfd))
-}
-
-async fn attach(
-    args: AttachArgs,
-    comm: String,
-    mut probes: Probes,
-    pidfd: OwnedFd,
-) -> anyhow::Result<ExitCode> {
-    let (mut rx, mut tasks, drops) = start_readers(&mut probes, 65536)?;
-    let mut attached = Attached::new(&CUDA, args.pid, args.floor, args.entry_sites);
-    attached.scan(&mut probes)?;
-    // The caching allocator's USDT probes (PyTorch's), where the process has them.
-    let mut allocator = if args.floor {
-        None
-    } else {
-        probes.load_usdt()?;
-        let mut a = AllocatorProbes::new(args.pid);
-        a.scan(&mut probes)?;
-        Some(a)
+    let follow = cuda_live::Follow {
+        pid: args.pid,
+        comm,
+        pidfd,
+        floor: args.floor,
+        entry_sites: args.entry_sites,
+        duration: args.duration,
     };
-    match attached.counts() {
-        (_, 0) => crate::say!(
-            "tracer: pid {} ({comm}) has no CUDA library yet; waiting for one to be loaded",
-            args.pid
-        ),
-        (functions, files) => crate::say!(
-            "tracer: tracing pid {} ({comm}): {functions} functions in {files} files",
-            args.pid
-        ),
-    }
-
-    let mut session = Session {
+    let printer = Printer {
         pid: args.pid,
         json: args.json,
         summary_only: args.summary_only,
-        ledger: Ledger::default(),
-        clock: Clock::now(),
-        calls_this_second: 0,
-        failed_this_second: 0,
-        quiet_seconds: 0,
         out: std::io::stdout().lock(),
     };
-    let mut ends = Ends::new(pidfd, args.duration)?;
-    let mut summary = tokio::time::interval(Duration::from_secs(1));
-    summary.reset();
-    let mut rescan = tokio::time::interval(RESCAN);
-    rescan.reset();
-    // The two rings are read separately; a short buffer puts calls back
-    // in the order they happened before they are shown.
-    let mut pending: Vec<Pending> = Vec::new();
-    let mut reorder = tokio::time::interval(Duration::from_millis(20));
-    let exited = loop {
-        tokio::select! {
-            ev = rx.recv() => match ev {
-                Some(ev) => pending.extend(Pending::of(ev, args.pid)),
-                None => return Err(anyhow!("the ring buffer readers stopped")),
-            },
-            _ = reorder.tick() => session.calls(&mut pending),
-            _ = summary.tick() => {
-                session.calls(&mut pending);
-                session.summary();
-            }
-            _ = rescan.tick() => {
-                attached.scan(&mut probes)?;
-                if let Some(a) = &mut allocator {
-                    a.scan(&mut probes)?;
-                }
-            }
-            end = ends.wait() => break end?,
-            Some(r) = tasks.join_next() => {
-                r??;
-                return Err(anyhow!("a ring buffer reader stopped"));
-            }
-        }
-    };
-    drain(&mut rx, &mut tasks, |ev| {
-        pending.extend(Pending::of(ev, args.pid))
-    })
-    .await;
-    session.calls(&mut pending);
-    let lost = drops.read().map(|d| d.critical + d.data).unwrap_or(0);
-    session.summary();
-    session.report(exited, lost);
-    // Report first: removing a library's worth of probes takes seconds.
-    if let Some(a) = allocator {
-        a.detach(&mut probes);
-    }
-    attached.detach(&mut probes);
+    rt.block_on(cuda_live::follow(follow, probes, printer))?;
     Ok(ExitCode::SUCCESS)
 }

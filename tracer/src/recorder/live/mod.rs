@@ -3,6 +3,7 @@
 //! follows.
 
 pub mod attached;
+pub mod cuda;
 pub mod growth;
 pub mod heap;
 

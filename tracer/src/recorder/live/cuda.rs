@@ -1,0 +1,246 @@
+//! `tracer attach --pid N`'s loop: the CUDA calls (and a caching
+//! allocator's USDT probes) of one running process, put back in the order
+//! they happened, counted in its ledger, and handed to a [`View`] as they
+//! come, each second, and at the end.
+
+use std::{os::fd::OwnedFd, time::Duration};
+
+use anyhow::{Context as _, anyhow, bail};
+use tracer_common::{CudaCall, cuda, usdt::UsdtEvent};
+
+use super::{
+    Ends, RESCAN,
+    attached::{AllocatorProbes, Attached},
+    drain, first_libraries, start_readers,
+};
+use crate::{
+    collect::decode::Event,
+    model::ledger::{AllocatorSummary, Change, Ledger},
+    probes::{CUDA_DATA_RING_BYTES, Probes, uprobe::CUDA},
+    util::time::Clock,
+};
+
+/// What a live CUDA view shows.
+pub trait View {
+    /// A call, with its wall time.
+    fn call(&mut self, c: &CudaCall, ts_ns: i64);
+    /// A caching allocator's block handed out or given back.
+    fn block(&mut self, b: &UsdtEvent, ts_ns: i64);
+    /// An allocation that failed for lack of device memory, with what the
+    /// process's caching allocator held then.
+    fn gpu_oom(&mut self, c: &CudaCall, ts_ns: i64, size: u64, allocator: &AllocatorSummary);
+    /// The second's summary: calls and failed calls in it.
+    fn summary(&mut self, ledger: &Ledger, calls: u64, failed: u64);
+    /// The end: the process exited (or the view detached), with the events
+    /// the rings lost.
+    fn report(&mut self, ledger: &Ledger, exited: bool, lost: u64);
+    /// A batch of calls was shown.
+    fn flush(&mut self);
+}
+
+/// What to follow, and how.
+pub struct Follow {
+    /// The process.
+    pub pid: u32,
+    /// Its name, as said.
+    pub comm: String,
+    /// Its pidfd: the session ends when it exits.
+    pub pidfd: OwnedFd,
+    /// Empty programs (the benchmark's floor); no allocator probes.
+    pub floor: bool,
+    /// Probes at the functions' first instructions, not the placed sites.
+    pub entry_sites: bool,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+}
+
+/// The CUDA probes, loaded for `pid` (named `comm`); a process with no
+/// CUDA library yet is refused unless `wait`.
+pub fn load(
+    pid: u32,
+    comm: &str,
+    pidfd: &OwnedFd,
+    floor: bool,
+    wait: bool,
+) -> anyhow::Result<Probes> {
+    let mut probes = Probes::load(CUDA_DATA_RING_BYTES).context("cannot attach")?;
+    probes.load_family(&CUDA, floor)?;
+    let libs = first_libraries(&CUDA, pid, comm, pidfd)?;
+    if libs.is_empty() && !wait {
+        bail!(
+            "pid {pid} ({comm}) has no CUDA library loaded: none of its mapped files is a libcudart or libcuda, \
+             and its executable has no cudart linked in; pass --wait to wait for one"
+        );
+    }
+    Ok(probes)
+}
+
+/// An event of the traced process waiting to be put in order: the CUDA
+/// calls and the allocator's probes come through two rings.
+enum Pending {
+    Call(CudaCall),
+    Block(UsdtEvent),
+}
+
+impl Pending {
+    fn ts(&self) -> u64 {
+        match self {
+            Pending::Call(c) => c.header.ts_boot_ns,
+            Pending::Block(b) => b.header.ts_boot_ns,
+        }
+    }
+
+    /// The traced process's CUDA calls and allocator probes.
+    fn of(ev: Event, pid: u32) -> Option<Self> {
+        match ev {
+            Event::Cuda(c) if c.header.pid == pid => Some(Pending::Call(c)),
+            Event::Usdt(u) if u.header.pid == pid => Some(Pending::Block(u)),
+            _ => None,
+        }
+    }
+}
+
+/// The ledger of the process and this second's counts.
+struct Session<V> {
+    ledger: Ledger,
+    clock: Clock,
+    calls_this_second: u64,
+    failed_this_second: u64,
+    quiet_seconds: u32,
+    view: V,
+}
+
+impl<V: View> Session<V> {
+    /// Applies and shows buffered events, oldest first.
+    fn calls(&mut self, pending: &mut Vec<Pending>) {
+        pending.sort_by_key(Pending::ts);
+        for p in pending.drain(..) {
+            match p {
+                Pending::Call(c) => self.call(&c),
+                Pending::Block(b) => {
+                    crate::correlate::cuda::apply_block(&mut self.ledger, &b);
+                    self.calls_this_second += 1;
+                    let ts = self.clock.boot_to_wall(b.header.ts_boot_ns);
+                    self.view.block(&b, ts);
+                }
+            }
+        }
+        self.view.flush();
+    }
+
+    fn call(&mut self, c: &CudaCall) {
+        let ts = self.clock.boot_to_wall(c.header.ts_boot_ns);
+        let change = self.ledger.apply(c, ts);
+        self.calls_this_second += 1;
+        if matches!(change, Change::Failed(..)) {
+            self.failed_this_second += 1;
+        }
+        if let Change::Failed(_, size, cuda::OUT_OF_MEMORY) = change
+            && let Some(a) = self.ledger.allocator()
+        {
+            self.view.gpu_oom(c, ts, size, &a);
+        }
+        self.view.call(c, ts);
+    }
+
+    /// The per-second summary: shown when there were calls, and every
+    /// 10 s of quiet as a heartbeat.
+    fn summary(&mut self) {
+        if self.calls_this_second == 0 && self.quiet_seconds < 9 {
+            self.quiet_seconds += 1;
+            return;
+        }
+        self.quiet_seconds = 0;
+        self.view.summary(
+            &self.ledger,
+            self.calls_this_second,
+            self.failed_this_second,
+        );
+        self.calls_this_second = 0;
+        self.failed_this_second = 0;
+    }
+}
+
+/// Follows the CUDA calls of `f.pid` until it exits, `f.duration` runs
+/// out, SIGINT or SIGTERM, showing them through `view`.
+pub async fn follow(f: Follow, mut probes: Probes, view: impl View) -> anyhow::Result<()> {
+    let (mut rx, mut tasks, drops) = start_readers(&mut probes, 65536)?;
+    let mut attached = Attached::new(&CUDA, f.pid, f.floor, f.entry_sites);
+    attached.scan(&mut probes)?;
+    // The caching allocator's USDT probes (PyTorch's), where the process has them.
+    let mut allocator = if f.floor {
+        None
+    } else {
+        probes.load_usdt()?;
+        let mut a = AllocatorProbes::new(f.pid);
+        a.scan(&mut probes)?;
+        Some(a)
+    };
+    match attached.counts() {
+        (_, 0) => crate::say!(
+            "tracer: pid {} ({}) has no CUDA library yet; waiting for one to be loaded",
+            f.pid,
+            f.comm
+        ),
+        (functions, files) => crate::say!(
+            "tracer: tracing pid {} ({}): {functions} functions in {files} files",
+            f.pid,
+            f.comm
+        ),
+    }
+    let mut session = Session {
+        ledger: Ledger::default(),
+        clock: Clock::now(),
+        calls_this_second: 0,
+        failed_this_second: 0,
+        quiet_seconds: 0,
+        view,
+    };
+    let mut ends = Ends::new(f.pidfd, f.duration)?;
+    let mut summary = tokio::time::interval(Duration::from_secs(1));
+    summary.reset();
+    let mut rescan = tokio::time::interval(RESCAN);
+    rescan.reset();
+    // The two rings are read separately; a short buffer puts calls back
+    // in the order they happened before they are shown.
+    let mut pending: Vec<Pending> = Vec::new();
+    let mut reorder = tokio::time::interval(Duration::from_millis(20));
+    let exited = loop {
+        tokio::select! {
+            ev = rx.recv() => match ev {
+                Some(ev) => pending.extend(Pending::of(ev, f.pid)),
+                None => return Err(anyhow!("the ring buffer readers stopped")),
+            },
+            _ = reorder.tick() => session.calls(&mut pending),
+            _ = summary.tick() => {
+                session.calls(&mut pending);
+                session.summary();
+            }
+            _ = rescan.tick() => {
+                attached.scan(&mut probes)?;
+                if let Some(a) = &mut allocator {
+                    a.scan(&mut probes)?;
+                }
+            }
+            end = ends.wait() => break end?,
+            Some(r) = tasks.join_next() => {
+                r??;
+                return Err(anyhow!("a ring buffer reader stopped"));
+            }
+        }
+    };
+    drain(&mut rx, &mut tasks, |ev| {
+        pending.extend(Pending::of(ev, f.pid))
+    })
+    .await;
+    session.calls(&mut pending);
+    let lost = drops.read().map(|d| d.critical + d.data).unwrap_or(0);
+    session.summary();
+    session.view.report(&session.ledger, exited, lost);
+    // Report first: removing a library's worth of probes takes seconds.
+    if let Some(a) = allocator {
+        a.detach(&mut probes);
+    }
+    attached.detach(&mut probes);
+    Ok(())
+}
