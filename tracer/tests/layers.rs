@@ -459,3 +459,28 @@ fn no_two_files_of_a_folder_import_each_other() {
         "circles fixed: take them off CIRCLES: {gone:?}"
     );
 }
+
+#[test]
+fn the_cli_parses_calls_and_prints() {
+    // The loops, the ring readers and the node's files are the recorder's
+    // (recorder/live for the live views) and the lower layers'.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cli");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    assert!(files.len() >= 8, "{files:?}");
+    let forbidden = ["select!", "read_ring", "\"/proc", "\"/sys"];
+    let mut wrong = Vec::new();
+    for f in &files {
+        let text = fs::read_to_string(f).expect("read source");
+        for (n, line) in code_lines(&text) {
+            for w in forbidden.iter().filter(|w| line.contains(*w)) {
+                wrong.push(format!("{}:{n}: {w}", f.display()));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "cli/ does more than parse, call and print:\n{}",
+        wrong.join("\n")
+    );
+}

@@ -100,7 +100,7 @@ pub fn checks(store: &Path, nvml_lib: Option<&Path>) -> Vec<Check> {
             Some("run with CAP_SYS_RESOURCE (a root service outside a restricted container has it)"),
         )
     });
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let release = crate::util::sys::kernel_release();
     out.push(check("kernel", Status::Info, release.trim(), None));
 
     match btf::KernelBtf::open(Path::new(btf::VMLINUX_BTF)) {
@@ -284,7 +284,7 @@ pub fn checks(store: &Path, nvml_lib: Option<&Path>) -> Vec<Check> {
         }
     }
 
-    let uprobe = Path::new("/sys/bus/event_source/devices/uprobe/type").exists();
+    let uprobe = crate::probes::caps::has_event_source("uprobe");
     out.push(check(
         "uprobes",
         if uprobe { Status::Ok } else { Status::Warn },
@@ -295,7 +295,7 @@ pub fn checks(store: &Path, nvml_lib: Option<&Path>) -> Vec<Check> {
         },
         (!uprobe).then_some("use a kernel with CONFIG_UPROBE_EVENTS=y"),
     ));
-    let kprobe = Path::new("/sys/bus/event_source/devices/kprobe/type").exists();
+    let kprobe = crate::probes::caps::has_event_source("kprobe");
     out.push(check(
         "kprobes (optional)",
         if kprobe { Status::Ok } else { Status::Info },
@@ -490,9 +490,7 @@ fn versions_check(pid: u32, libs: &[crate::probes::uprobe::Library]) -> Check {
         let release = library_release(&l.host_path).unwrap_or_else(|| "release not known".into());
         parts.push(format!("{layer} {release} ({base})"));
     }
-    let module = std::fs::read_to_string("/proc/driver/nvidia/version")
-        .ok()
-        .and_then(|t| crate::nvml::module_release(&t));
+    let module = crate::nvml::loaded_module_release();
     parts.push(match module {
         Some(m) => format!("kernel module {m}"),
         None => "kernel module not loaded".into(),

@@ -3,7 +3,6 @@
 use std::{process::ExitCode, time::Duration};
 
 use anyhow::{Context as _, anyhow};
-use tokio::signal::unix::{SignalKind, signal};
 
 use super::StoreArg;
 use crate::{
@@ -11,7 +10,7 @@ use crate::{
         growth::{GrowthMode, GrowthOptions},
         heap::MAX_SAMPLE_BYTES,
     },
-    recorder::{OtlpSettings, Recorder, RecorderConfig},
+    recorder::{OtlpSettings, Recorder, RecorderConfig, Stops},
 };
 
 /// Options of `tracer record`.
@@ -249,11 +248,9 @@ fn config(args: RecordArgs) -> anyhow::Result<RecorderConfig> {
 
 async fn record(cfg: RecorderConfig) -> anyhow::Result<ExitCode> {
     let store = cfg.store.clone();
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
     // A closed terminal (or `kill -HUP`) is a clean stop like SIGTERM: the
     // summary is printed and the session closed in the store.
-    let mut sighup = signal(SignalKind::hangup())?;
+    let stops = Stops::install()?;
     let mut running = Recorder::start(cfg).await?;
     crate::say!(
         "tracer: recording to {}{} (session {}); {}/{} probes attached",
@@ -263,12 +260,7 @@ async fn record(cfg: RecorderConfig) -> anyhow::Result<ExitCode> {
         running.attached.0,
         running.attached.1
     );
-    let failure = tokio::select! {
-        _ = sigint.recv() => None,
-        _ = sigterm.recv() => None,
-        _ = sighup.recv() => None,
-        e = running.failed() => Some(e),
-    };
+    let failure = running.until(stops).await;
     let stopped = running.stop(failure).await?;
     crate::say!("tracer: stopped; {}", serde_json::to_string(&stopped)?);
     Ok(ExitCode::SUCCESS)

@@ -95,6 +95,11 @@ impl NvmlUnavailable {
     }
 }
 
+/// The release of the NVIDIA kernel module loaded now, if one is.
+pub fn loaded_module_release() -> Option<String> {
+    module_release(&std::fs::read_to_string("/proc/driver/nvidia/version").ok()?)
+}
+
 /// The release of the loaded NVIDIA kernel module, from the first line of
 /// /proc/driver/nvidia/version (`NVRM version: NVIDIA UNIX x86_64 Kernel
 /// Module  535.261.03  ...`, also `... Open Kernel Module for x86_64 ...`);

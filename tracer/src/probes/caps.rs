@@ -58,6 +58,15 @@ pub fn require_bpf() -> Result<(), PrivilegeError> {
     can_trace(effective()).map_err(|missing| PrivilegeError { uid, missing })
 }
 
+/// Whether the kernel has the perf event source `name` (`uprobe`,
+/// `kprobe`): the probes of that kind can be made.
+pub fn has_event_source(name: &str) -> bool {
+    std::path::Path::new("/sys/bus/event_source/devices")
+        .join(name)
+        .join("type")
+        .exists()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,7 +21,7 @@ pub mod upkeep;
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-pub use start::{Recorder, Running, Stopped};
+pub use start::{Recorder, Running, Stopped, Stops};
 
 use crate::{
     export::otlp::{DescribeGpuOom, DescribeKill},

@@ -575,7 +575,39 @@ async fn wire(
     ))
 }
 
+/// The signals that stop a recorder cleanly: SIGINT, SIGTERM and SIGHUP
+/// (a closed terminal). Installed before the recorder starts, so that one
+/// that comes during start-up stops it once it is ready.
+pub struct Stops {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Stops {
+    /// Installs the handlers.
+    pub fn install() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+}
+
 impl Running {
+    /// Waits for one of `stops`, or for the recorder to fail on its own
+    /// (then the error, for [`Running::stop`]).
+    pub async fn until(&mut self, mut stops: Stops) -> Option<anyhow::Error> {
+        tokio::select! {
+            _ = stops.int.recv() => None,
+            _ = stops.term.recv() => None,
+            _ = stops.hup.recv() => None,
+            e = self.failed() => Some(e),
+        }
+    }
+
     /// Waits for the engine's first sample; an engine that stops first is
     /// stopped in order and its error returned.
     async fn ready(mut self, ready: oneshot::Receiver<()>) -> anyhow::Result<Self> {
