@@ -230,34 +230,7 @@ pub fn apply_block(ledger: &mut Ledger, e: &UsdtEvent) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        collect::decode::{Event, as_bytes, comm, decode},
-        model::cgroup::CgroupLayout,
-    };
-    use tracer_common::{EventHeader, kind};
-
-    /// A returned CUDA call as the uretprobe writes it, through the real decoder.
-    fn call(pid: u32, func: u32, ret: i32, size: u64, ptr: u64, device: i32) -> CudaCall {
-        let ev = CudaCall {
-            header: EventHeader {
-                kind: kind::CUDA_CALL,
-                pid,
-                tid: pid,
-                comm: comm("python3"),
-                ..Default::default()
-            },
-            func,
-            ret,
-            size,
-            ptr,
-            device,
-            ..Default::default()
-        };
-        match decode(&as_bytes(&ev)).expect("decodes") {
-            Event::Cuda(c) => c,
-            other => panic!("{other:?}"),
-        }
-    }
+    use crate::{correlate::fixtures::cuda_call as call, model::cgroup::CgroupLayout};
 
     const GIB: u64 = 1 << 30;
 

@@ -2,7 +2,7 @@
 //! probe records through the real decoder, kernel reports through the real
 //! kmsg parser, a fixed clock and a node where every process is gone.
 
-use tracer_common::{EventHeader, OomVictim, kind, victim_field};
+use tracer_common::{CudaCall, EventHeader, OomVictim, kind, victim_field};
 
 use crate::{
     collect::{
@@ -92,5 +92,28 @@ impl Default for World {
             model: ProcessTable::new(CgroupLayout::default(), 0, 16),
             sampler: Sampler::new(CgroupLayout::default(), 0, Vec::new()),
         }
+    }
+}
+
+/// A returned CUDA call as the uretprobe writes it, through the real decoder.
+pub fn cuda_call(pid: u32, func: u32, ret: i32, size: u64, ptr: u64, device: i32) -> CudaCall {
+    let ev = CudaCall {
+        header: EventHeader {
+            kind: kind::CUDA_CALL,
+            pid,
+            tid: pid,
+            comm: comm("python3"),
+            ..Default::default()
+        },
+        func,
+        ret,
+        size,
+        ptr,
+        device,
+        ..Default::default()
+    };
+    match decode(&as_bytes(&ev)).expect("decodes") {
+        Event::Cuda(c) => c,
+        other => panic!("{other:?}"),
     }
 }

@@ -160,3 +160,80 @@ impl Cuda {
         self.ledgers.ooms
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        correlate::fixtures::{World, cuda_call},
+        recorder::{features::test_env, fold::WINDOW_NS},
+    };
+
+    fn rows(out: &[Output]) -> Vec<&EventRow> {
+        out.iter()
+            .filter_map(|o| match o {
+                Output::Event(r) => Some(r),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn row_of(ev: &Event) -> EventRow {
+        let h = ev.header();
+        EventRow {
+            ts_ns: h.ts_boot_ns as i64,
+            kind: ev.kind().name().into(),
+            pid: h.pid,
+            tid: h.tid,
+            comm: String::new(),
+            data: ev.details(),
+        }
+    }
+
+    #[test]
+    fn a_retry_loop_of_failures_is_one_row_a_window_and_its_oom_waits_for_the_join() {
+        let mut w = World::default();
+        let env = test_env(&mut w);
+        let mut c = Cuda::default();
+        let mut out = Vec::new();
+        for _ in 0..1_000 {
+            let call = cuda_call(11, cuda::MALLOC, cuda::OUT_OF_MEMORY, 1 << 30, 0, 0);
+            c.on_call(&env, &call, &Event::Cuda(call), row_of, &mut out);
+        }
+        assert_eq!(rows(&out).len(), 1, "the first failure only");
+        assert!(c.has_ooms());
+        let ooms = c.take_ooms(&env);
+        assert_eq!(ooms.len(), 1);
+        assert_eq!((ooms[0].process.pid, ooms[0].size), (11, 1 << 30));
+        assert_eq!(ooms[0].function, "cudaMalloc");
+        assert!(!c.has_ooms());
+        c.close_windows(WINDOW_NS * 10, &mut out);
+        let all = rows(&out);
+        assert_eq!(all.len(), 2, "and the window's summary");
+        assert_eq!(all[1].data["repeats"], 999);
+        assert_eq!(c.folded(), 999);
+    }
+
+    #[test]
+    fn only_notable_calls_become_rows_and_every_call_counts_in_the_ledger() {
+        let mut w = World::default();
+        let env = test_env(&mut w);
+        let mut c = Cuda::default();
+        let mut out = Vec::new();
+        let small = cuda_call(7, cuda::MALLOC, 0, 1 << 20, 0xa000, 0);
+        let big = cuda_call(7, cuda::MALLOC, 0, NOTABLE_CUDA_BYTES, 0xb000, 0);
+        for call in [small, big] {
+            c.on_call(&env, &call, &Event::Cuda(call), row_of, &mut out);
+        }
+        assert_eq!(rows(&out).len(), 1, "only the 64 MiB one");
+        let held = c.ledgers.ledger(7).expect("a ledger");
+        assert_eq!(held.live_allocations, 2);
+        assert_eq!(held.total_bytes, (1 << 20) + NOTABLE_CUDA_BYTES);
+        c.on_exit(7, 1_000, &mut out);
+        assert!(
+            out.iter()
+                .any(|o| matches!(o, Output::Ledger(s) if s.at_exit && s.pid == 7)),
+            "its last ledger is stored: {out:?}"
+        );
+    }
+}

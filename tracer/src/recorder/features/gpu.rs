@@ -204,3 +204,54 @@ impl KillEnricher for Gpu {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::kmsg::parse_xid;
+
+    #[test]
+    fn an_xid_is_stored_kept_for_its_device_and_the_kept_ones_are_bounded() {
+        let mut g = Gpu::default();
+        let mut out = Vec::new();
+        // A line of tests/fixtures/real-logs/ev-03-xid45-python3-kernel-prefix.log.
+        let line = "NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149";
+        for i in 0..(XIDS_KEPT as i64 + 6) {
+            g.on_xid(parse_xid(line).expect("an Xid"), i, &mut out);
+        }
+        assert_eq!(out.len(), XIDS_KEPT + 6, "each one stored");
+        let Output::Event(row) = &out[0] else {
+            panic!("{:?}", out[0])
+        };
+        assert_eq!(row.kind, crate::record::GPU_XID);
+        assert_eq!((row.pid, row.comm.as_str()), (1818990, "python3"));
+        assert_eq!(row.data["code"], 45);
+        assert_eq!(g.xids.len(), XIDS_KEPT);
+        assert_eq!(g.xids[0].1.ts_ns, 6, "the oldest went first");
+        assert_eq!(g.xids[0].0, "0000:dc:00");
+    }
+
+    #[test]
+    fn without_nvml_a_kill_and_a_gpu_oom_say_why_once() {
+        let g = Gpu::new(Some("no NVIDIA driver".into()), None, None);
+        let mut k = KillRecord::default();
+        g.enrich(&mut k);
+        g.enrich(&mut k);
+        let notes: Vec<_> = k
+            .gaps
+            .iter()
+            .filter(|x| {
+                x.to_string()
+                    .contains("GPU data unavailable: no NVIDIA driver")
+            })
+            .collect();
+        assert_eq!(notes.len(), 1, "{:?}", k.gaps);
+        let mut oom = GpuOomRecord::default();
+        g.annotate_oom(&mut oom);
+        assert_eq!(oom.gaps, ["GPU data unavailable: no NVIDIA driver"]);
+        // No way to ask for a sample: nothing waits for one.
+        let mut g = g;
+        g.oom_stored(1, oom);
+        assert!(g.awaiting.is_empty());
+    }
+}

@@ -409,24 +409,9 @@ mod tests {
     use super::*;
     use crate::{
         collect::decode::comm,
-        correlate::fixtures::{CLOCK, Gone, START_NS, World, report, victim_event},
+        correlate::fixtures::{CLOCK, START_NS, World, report, victim_event},
+        recorder::features::test_env,
     };
-
-    trait Node {
-        fn env(&mut self) -> Env<'_>;
-    }
-
-    impl Node for World {
-        fn env(&mut self) -> Env<'_> {
-            Env {
-                clock: &CLOCK,
-                model: &mut self.model,
-                sampler: &self.sampler,
-                session_id: 1,
-                procs: &Gone,
-            }
-        }
-    }
 
     /// Commits what is queued as the journal would, with ids from `next`.
     fn commit(k: &mut Kills, next: &mut i64) -> Vec<i64> {
@@ -454,12 +439,12 @@ mod tests {
         let mut w = World::default();
         let mut k = Kills::new(START_NS);
         let t = 5_000_000_000;
-        k.on_victim(&mut w.env(), &victim_event(42, t as u64), t, t);
+        k.on_victim(&mut test_env(&mut w), &victim_event(42, t as u64), t, t);
         assert_eq!(k.queued(), 1);
         let ids = commit(&mut k, &mut 0);
         let mut out = Vec::new();
         k.on_report(
-            &w.env(),
+            &test_env(&mut w),
             report(42, "/job", 5_000_300),
             t + 1_000_000,
             &mut out,
@@ -478,17 +463,17 @@ mod tests {
         let mut k = Kills::new(START_NS);
         let mut out = Vec::new();
         k.on_report(
-            &w.env(),
+            &test_env(&mut w),
             report(7, "/a", 5_000_000),
             5_000_000_100,
             &mut out,
         );
         assert!(out.is_empty(), "no kill to join yet: {out:?}");
         let t = 5_000_000_050;
-        k.on_victim(&mut w.env(), &victim_event(7, t as u64), t, t);
+        k.on_victim(&mut test_env(&mut w), &victim_event(7, t as u64), t, t);
         let rec = k.take_queued().pop().expect("queued");
         assert_eq!(rec.victim.memcg.as_deref(), Some("/a"));
-        k.settle_unmatched(&w.env(), i64::MAX, true, |_, _, _| false);
+        k.settle_unmatched(&test_env(&mut w), i64::MAX, true, |_, _, _| false);
         assert_eq!(k.queued(), 0, "the report was claimed, not left over");
     }
 
@@ -498,19 +483,19 @@ mod tests {
         let mut k = Kills::new(START_NS);
         let mut out = Vec::new();
         k.on_report(
-            &w.env(),
+            &test_env(&mut w),
             report(77, "/x", 8_000_000),
             9_000_000_000,
             &mut out,
         );
         k.on_report(
-            &w.env(),
+            &test_env(&mut w),
             report(78, "/y", 8_100_000),
             9_000_000_000,
             &mut out,
         );
         let mut asked = Vec::new();
-        k.settle_unmatched(&w.env(), i64::MAX, true, |pid, _, _| {
+        k.settle_unmatched(&test_env(&mut w), i64::MAX, true, |pid, _, _| {
             asked.push(pid);
             pid == 78
         });
@@ -527,7 +512,7 @@ mod tests {
         let mut w = World::default();
         let mut k = Kills::new(START_NS);
         let t = 5_000_000_000;
-        k.on_victim(&mut w.env(), &victim_event(42, t as u64), t, t);
+        k.on_victim(&mut test_env(&mut w), &victim_event(42, t as u64), t, t);
         commit(&mut k, &mut 10);
         let mut out = Vec::new();
         let g = OomGroup {
@@ -537,7 +522,7 @@ mod tests {
         k.on_oom_group(g, &CLOCK, &mut out);
         assert!(out.is_empty(), "the kill has no report yet: {out:?}");
         k.on_report(
-            &w.env(),
+            &test_env(&mut w),
             report(42, "/job", 5_000_300),
             t + 1_000_000,
             &mut out,
@@ -553,7 +538,7 @@ mod tests {
         let mut w = World::default();
         let mut k = Kills::new(START_NS);
         let t = 5_000_000_000;
-        k.on_victim(&mut w.env(), &victim_event(42, t as u64), t, t);
+        k.on_victim(&mut test_env(&mut w), &victim_event(42, t as u64), t, t);
         let ids = commit(&mut k, &mut 0);
         let mut out = Vec::new();
         let reap = tracer_common::Reap {
@@ -594,7 +579,7 @@ mod tests {
                 ..Default::default()
             };
             let ts = 5_000_000_000 + i64::from(i) * 100_000;
-            match k.on_signal(&mut w.env(), &s, ts, ts) {
+            match k.on_signal(&mut test_env(&mut w), &s, ts, ts) {
                 Signal::Stored => stored += 1,
                 Signal::Folded => folded += 1,
             }

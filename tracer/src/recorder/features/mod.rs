@@ -45,3 +45,17 @@ impl Env<'_> {
         }
     }
 }
+
+/// The features' view of the empty node of the correlators' fixtures, with
+/// a fixed clock and every process gone.
+#[cfg(test)]
+pub(crate) fn test_env(w: &mut crate::correlate::fixtures::World) -> Env<'_> {
+    use crate::correlate::fixtures::{CLOCK, Gone};
+    Env {
+        clock: &CLOCK,
+        model: &mut w.model,
+        sampler: &w.sampler,
+        session_id: 1,
+        procs: &Gone,
+    }
+}

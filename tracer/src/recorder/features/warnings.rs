@@ -151,3 +151,81 @@ impl KillEnricher for Warnings {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::{
+        correlate::fixtures::{CLOCK, Gone},
+        model::{ProcessTable, cgroup::CgroupLayout, sampler::Sampler},
+        record::{MemcgAtKill, PressureEvent},
+    };
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn a_cgroup_growing_toward_its_limit_is_warned_once_and_its_kill_carries_it() {
+        // A v1 memory cgroup as the kernel shows it, in files the test
+        // writes: 300 MiB growing 80 MiB/s toward a 1 GiB limit, sampled
+        // each second (a warning needs five samples).
+        let root = tempfile::tempdir().unwrap();
+        let cg = root.path().join("job");
+        std::fs::create_dir(&cg).unwrap();
+        std::fs::write(cg.join("memory.limit_in_bytes"), (1024 * MIB).to_string()).unwrap();
+        let layout = CgroupLayout {
+            memory_v1: Some(root.path().into()),
+            ..Default::default()
+        };
+        let mut sampler = Sampler::new(layout.clone(), 60_000_000_000, Vec::new());
+        let mut model = ProcessTable::new(layout, 0, 16);
+        let mut w = Warnings::new(Some(WarnGate::new(60.0, None)), None);
+        let paths = BTreeSet::from(["/job".to_string()]);
+        let mut events: Vec<PressureEvent> = Vec::new();
+        for i in 0..8u64 {
+            let now = (i * 1_000_000_000) as i64;
+            std::fs::write(
+                cg.join("memory.usage_in_bytes"),
+                ((300 + 80 * i) * MIB).to_string(),
+            )
+            .unwrap();
+            sampler.sample(["/job"], &HashMap::new(), now);
+            let env = Env {
+                clock: &CLOCK,
+                model: &mut model,
+                sampler: &sampler,
+                session_id: 1,
+                procs: &Gone,
+            };
+            let mut out = Vec::new();
+            w.early(&env, &paths, now, &mut out);
+            events.extend(out.into_iter().filter_map(|o| match o {
+                Output::Pressure(e) => Some(e),
+                _ => None,
+            }));
+        }
+        assert_eq!(events.len(), 1, "warned once: {events:?}");
+        assert_eq!(events[0].state, WarningState::Warning);
+        assert_eq!(events[0].memcg, "/job");
+        assert!(
+            events[0].projected_s.is_some_and(|p| p < 10.0),
+            "{events:?}"
+        );
+        let mut kill = KillRecord {
+            memcg: Some(MemcgAtKill {
+                path: "/job".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        w.enrich(&mut kill);
+        assert_eq!(
+            kill.warning.as_ref().map(|w| w.memcg.as_str()),
+            Some("/job")
+        );
+        let mut elsewhere = KillRecord::default();
+        w.enrich(&mut elsewhere);
+        assert!(elsewhere.warning.is_none());
+    }
+}
