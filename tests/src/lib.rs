@@ -637,21 +637,6 @@ impl Scenario {
             Self { dir, store }
         })
     }
-
-    /// A file in its directory.
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    /// A memory cgroup of the test's, with a limit (removed at its end).
-    pub fn cgroup(&self, tag: &str, limit: u64) -> TestCgroup {
-        TestCgroup::new(tag, limit)
-    }
-
-    /// A recorder on its store, to be started.
-    pub fn recorder(&self) -> RecorderBuilder {
-        Recorder::on(&self.store)
-    }
 }
 
 /// A running `tracer record`, stopped with SIGINT on drop.

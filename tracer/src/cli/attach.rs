@@ -8,7 +8,7 @@ use serde_json::json;
 use tracer_common::{CudaCall, cuda, usdt::UsdtEvent};
 
 use crate::recorder::live::{
-    comm_of,
+    Target, comm_of,
     cuda::{self as cuda_live, View},
     pidfd,
 };
@@ -302,7 +302,7 @@ pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let follow = cuda_live::Follow {
+    let follow = Target {
         pid: args.pid,
         comm,
         pidfd,

@@ -11,7 +11,7 @@ use anyhow::{Context as _, bail};
 use serde_json::json;
 
 use super::attach::AttachArgs;
-use crate::recorder::live::{comm_of, heap, pidfd};
+use crate::recorder::live::{Target, comm_of, heap, pidfd};
 use crate::{
     probes::heap::{HeapCounts, MAX_SAMPLE_BYTES, config},
     record::HeapSnapshot,
@@ -49,18 +49,20 @@ pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     let follow = heap::Follow {
-        pid: args.pid,
-        comm: comm.clone(),
-        pidfd,
-        floor: args.floor,
-        entry_sites: args.entry_sites,
+        target: Target {
+            pid: args.pid,
+            comm: comm.clone(),
+            pidfd,
+            floor: args.floor,
+            entry_sites: args.entry_sites,
+            duration: args.duration,
+        },
         sample_bytes: args.sample_bytes,
         view: View {
             top: args.top,
             growth_window_s: args.growth_window.as_secs().max(1),
             old_after_s: args.old_after.as_secs(),
         },
-        duration: args.duration,
         folded: args.flamegraph.is_some(),
     };
     let mut out = std::io::stdout().lock();

@@ -58,11 +58,6 @@ impl Gpu {
         }
     }
 
-    /// The latest picture.
-    pub fn view(&self) -> Option<&GpuView> {
-        self.view.as_ref()
-    }
-
     /// An Xid error from the NVIDIA driver: stored as an event, and kept
     /// (an hour, 64 at most) for the pictures of its device.
     pub fn on_xid(&mut self, x: Xid, ts_ns: i64, out: &mut Outputs) {

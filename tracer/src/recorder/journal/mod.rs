@@ -109,7 +109,10 @@ impl Journal {
         if out.is_empty() {
             return Ok(());
         }
-        out.sort_by_key(|o| !matches!(o, Output::KillChanged { .. }));
+        // Changed kills first; most batches (the data ring's) have none.
+        if out.iter().any(|o| matches!(o, Output::KillChanged { .. })) {
+            out.sort_by_key(|o| !matches!(o, Output::KillChanged { .. }));
+        }
         for o in out.drain(..) {
             match o {
                 Output::Event(row) => self.buffer.push(row),

@@ -9,7 +9,7 @@ use anyhow::{Context as _, anyhow, bail};
 use tracer_common::{CudaCall, cuda, usdt::UsdtEvent};
 
 use super::{
-    Ends, RESCAN,
+    Ends, RESCAN, Target,
     attached::{AllocatorProbes, Attached},
     drain, first_libraries, start_readers,
 };
@@ -36,22 +36,6 @@ pub trait View {
     fn report(&mut self, ledger: &Ledger, exited: bool, lost: u64);
     /// A batch of calls was shown.
     fn flush(&mut self);
-}
-
-/// What to follow, and how.
-pub struct Follow {
-    /// The process.
-    pub pid: u32,
-    /// Its name, as said.
-    pub comm: String,
-    /// Its pidfd: the session ends when it exits.
-    pub pidfd: OwnedFd,
-    /// Empty programs (the benchmark's floor); no allocator probes.
-    pub floor: bool,
-    /// Probes at the functions' first instructions, not the placed sites.
-    pub entry_sites: bool,
-    /// Stop after this long.
-    pub duration: Option<Duration>,
 }
 
 /// The CUDA probes, loaded for `pid` (named `comm`); a process with no
@@ -163,7 +147,7 @@ impl<V: View> Session<V> {
 
 /// Follows the CUDA calls of `f.pid` until it exits, `f.duration` runs
 /// out, SIGINT or SIGTERM, showing them through `view`.
-pub async fn follow(f: Follow, mut probes: Probes, view: impl View) -> anyhow::Result<()> {
+pub async fn follow(f: Target, mut probes: Probes, view: impl View) -> anyhow::Result<()> {
     let (mut rx, mut tasks, drops) = start_readers(&mut probes, 65536)?;
     let mut attached = Attached::new(&CUDA, f.pid, f.floor, f.entry_sites);
     attached.scan(&mut probes)?;

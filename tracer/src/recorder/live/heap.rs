@@ -6,7 +6,7 @@ use std::{os::fd::OwnedFd, time::Duration};
 
 use anyhow::{Context as _, anyhow, bail};
 
-use super::{Ends, RESCAN, attached::Attached, drain, first_libraries, start_readers};
+use super::{Ends, RESCAN, Target, attached::Attached, drain, first_libraries, start_readers};
 use crate::{
     collect::decode::Event,
     probes::{
@@ -22,21 +22,11 @@ use crate::{
 /// What to follow, and how.
 pub struct Follow {
     /// The process.
-    pub pid: u32,
-    /// Its name, as said.
-    pub comm: String,
-    /// Its pidfd: the session ends when it exits.
-    pub pidfd: OwnedFd,
-    /// Empty programs (the benchmark's floor).
-    pub floor: bool,
-    /// Probes at the functions' first instructions, not the placed sites.
-    pub entry_sites: bool,
+    pub target: Target,
     /// One sample per this many bytes allocated.
     pub sample_bytes: u64,
     /// What each snapshot shows.
     pub view: View,
-    /// Stop after this long.
-    pub duration: Option<Duration>,
     /// The last snapshot carries the live bytes by stack, folded (for a
     /// flame graph).
     pub folded: bool,
@@ -113,7 +103,7 @@ impl Session {
     }
 }
 
-/// Follows the heap of `f.pid` until it exits, `f.duration` runs out,
+/// Follows the heap of `f.target.pid` until it exits, `f.target.duration` runs out,
 /// SIGINT or SIGTERM; `show` gets a snapshot each second (kind `heap`) and
 /// the last one (`exit` or `detach`).
 pub async fn follow(
@@ -129,21 +119,21 @@ pub async fn follow(
         crate::probes::growth::DEFAULT_SAMPLE_BYTES,
         f.view,
     )?;
-    let mut attached = Attached::new(&HEAP, f.pid, f.floor, f.entry_sites);
+    let mut attached = Attached::new(&HEAP, f.target.pid, f.target.floor, f.target.entry_sites);
     attached.scan(&mut probes)?;
     let (functions, files) = attached.counts();
     crate::say!(
         "tracer: tracing the heap of pid {} ({}): {functions} functions in {files} files",
-        f.pid,
-        f.comm
+        f.target.pid,
+        f.target.comm
     );
     let mut session = Session {
-        pid: f.pid,
+        pid: f.target.pid,
         worker,
         stats: heap_stats,
         clock: Clock::now(),
     };
-    let mut ends = Ends::new(f.pidfd, f.duration)?;
+    let mut ends = Ends::new(f.target.pidfd, f.target.duration)?;
     let mut each_second = tokio::time::interval(Duration::from_secs(1));
     each_second.reset();
     let mut rescan = tokio::time::interval(RESCAN);
@@ -158,7 +148,7 @@ pub async fn follow(
             // One snapshot asked for at a time; the loop goes on reading
             // the ring while the worker makes it.
             _ = each_second.tick(), if asked.is_none() => {
-                asked = session.worker.request(f.pid, false);
+                asked = session.worker.request(f.target.pid, false);
             }
             Ok((snap, _)) = async { asked.as_mut().expect("guarded").await }, if asked.is_some() => {
                 asked = None;
@@ -179,7 +169,7 @@ pub async fn follow(
     // full queue takes the request once the worker has made room.
     let last = tokio::time::timeout(Duration::from_secs(60), async {
         loop {
-            match session.worker.request(f.pid, f.folded) {
+            match session.worker.request(f.target.pid, f.folded) {
                 Some(rx) => break rx.await.ok(),
                 None => tokio::time::sleep(Duration::from_millis(10)).await,
             }

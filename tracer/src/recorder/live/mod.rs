@@ -29,6 +29,22 @@ use crate::{
     util::term,
 };
 
+/// The process a live view follows, and how its probes are placed.
+pub struct Target {
+    /// The process.
+    pub pid: u32,
+    /// Its name, as said.
+    pub comm: String,
+    /// Its pidfd: the session ends when it exits.
+    pub pidfd: OwnedFd,
+    /// Empty programs (the benchmark's floor; no allocator probes).
+    pub floor: bool,
+    /// Probes at the functions' first instructions, not the placed sites.
+    pub entry_sites: bool,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+}
+
 /// How often the process's memory maps are read for newly loaded libraries.
 pub const RESCAN: Duration = Duration::from_millis(500);
 
