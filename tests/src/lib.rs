@@ -1156,9 +1156,12 @@ pub fn explain_json(
     });
     got.unwrap_or_else(|| {
         let out = tracer(&all);
+        // On one line: a guest's failure shows only its last lines.
+        let last = serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .map(|v| v.to_string())
+            .unwrap_or_else(|_| String::from_utf8_lossy(&out.stdout).into_owned());
         panic!(
-            "tracer {all:?} gave no complete answer; the last: {} {}",
-            String::from_utf8_lossy(&out.stdout),
+            "tracer {all:?} gave no complete answer; the last: {last} {}",
             String::from_utf8_lossy(&out.stderr)
         )
     })

@@ -30,17 +30,41 @@ pub fn exit_memory(rec: &mut KillRecord, pid: u32, pages: [u64; 3], page_kb: u64
 /// How long a committed kill still takes later joins.
 pub const RECENT_NS: i64 = 30_000_000_000;
 
+/// How long, and how many, exits are kept for a kill that reaches the
+/// recorder after its victim's exit: the rings are read by separate tasks,
+/// so an exit can be served before the SIGKILL that caused it.
+const EXITS_KEPT_NS: i64 = 5_000_000_000;
+const EXITS_KEPT: usize = 1024;
+
+/// An exit with the memory its process held: pid, time, KiB (file, anon,
+/// shmem).
+type ExitMemory = (u32, i64, [u64; 3]);
+
 /// Queued and recently committed kills.
 #[derive(Debug, Default)]
 pub struct KillBook {
     queued: Vec<KillRecord>,
     /// By row id, which grows with each commit: oldest first.
     recent: std::collections::BTreeMap<i64, KillRecord>,
+    /// The last exits that held memory, oldest first (bounded by
+    /// [`EXITS_KEPT`] and [`EXITS_KEPT_NS`]).
+    exits: std::collections::VecDeque<ExitMemory>,
 }
 
 impl KillBook {
-    /// Queues a kill for the next commit.
-    pub fn queue(&mut self, rec: KillRecord) {
+    /// Queues a kill for the next commit. A victim whose memory is unknown
+    /// takes what its exit held, where that exit was served first: the
+    /// first exit of its pid at or after the kill (an earlier one is of an
+    /// earlier process that had the pid).
+    pub fn queue(&mut self, mut rec: KillRecord) {
+        if rec.victim.memory.source.is_none()
+            && let Some(&(pid, _, kb)) = self
+                .exits
+                .iter()
+                .find(|(pid, ts, _)| *pid == rec.victim.pid && *ts >= rec.ts_ns)
+        {
+            exit_memory(&mut rec, pid, kb, 1);
+        }
         self.queued.push(rec);
     }
 
@@ -130,10 +154,30 @@ impl KillBook {
             .any(|r| r.victim.memory.source.is_none())
     }
 
-    /// `pid` exited holding these pages (file, anon, shmem): a kill whose
-    /// victim's memory was unknown (gone before /proc could be read) gets
-    /// them. Returns the row of a committed record that changed.
-    pub fn on_exit_memory(&mut self, pid: u32, pages: [u64; 3], page_kb: u64) -> Option<i64> {
+    /// `pid` exited at `ts_ns` holding these pages (file, anon, shmem): a
+    /// kill whose victim's memory was unknown (gone before /proc could be
+    /// read) gets them, now or when it is queued. Returns the row of a
+    /// committed record that changed.
+    pub fn on_exit_memory(
+        &mut self,
+        pid: u32,
+        ts_ns: i64,
+        pages: [u64; 3],
+        page_kb: u64,
+    ) -> Option<i64> {
+        while self.exits.len() >= EXITS_KEPT
+            || self
+                .exits
+                .front()
+                .is_some_and(|(_, t, _)| ts_ns - t > EXITS_KEPT_NS)
+        {
+            self.exits.pop_front();
+        }
+        self.exits
+            .push_back((pid, ts_ns, pages.map(|p| p * page_kb)));
+        if !self.awaiting_memory() {
+            return None;
+        }
         let fill = |rec: &mut KillRecord| exit_memory(rec, pid, pages, page_kb);
         if self.queued.iter_mut().rev().any(fill) {
             return None;
@@ -244,7 +288,7 @@ mod tests {
         let x = exit(10, [1, 200, 3]);
         let pages = [x.rss_file_pages, x.rss_anon_pages, x.rss_shmem_pages];
         assert_eq!(
-            book.on_exit_memory(x.pid, pages, 4),
+            book.on_exit_memory(x.pid, 1_500, pages, 4),
             None,
             "queued: nothing to rewrite"
         );
@@ -259,14 +303,46 @@ mod tests {
 
         book.committed(7, kill(11, 2_000));
         assert_eq!(
-            book.on_exit_memory(11, [0, 5, 0], 4),
+            book.on_exit_memory(11, 2_500, [0, 5, 0], 4),
             Some(7),
             "committed: rewrite row 7"
         );
-        assert_eq!(book.on_exit_memory(11, [0, 9, 0], 4), None, "filled once");
+        assert_eq!(
+            book.on_exit_memory(11, 2_600, [0, 9, 0], 4),
+            None,
+            "filled once"
+        );
         assert_eq!(book.get(7).unwrap().victim.memory.anon_rss_kb, Some(20));
-        assert_eq!(book.on_exit_memory(99, [0, 1, 0], 4), None, "not a victim");
+        assert_eq!(
+            book.on_exit_memory(99, 2_700, [0, 1, 0], 4),
+            None,
+            "not a victim"
+        );
         assert!(!book.awaiting_memory());
+    }
+
+    #[test]
+    fn an_exit_served_before_its_kill_fills_the_kill_when_it_is_queued() {
+        let mut book = KillBook::default();
+        // An earlier process with pid 40 exited before the kill: not its.
+        let x = exit(40, [0, 7, 0]);
+        let pages = [x.rss_file_pages, x.rss_anon_pages, x.rss_shmem_pages];
+        assert_eq!(book.on_exit_memory(40, 900, pages, 4), None);
+        // The victim's own exit, read before the SIGKILL that caused it.
+        assert_eq!(book.on_exit_memory(40, 1_200, [2, 300, 0], 4), None);
+        assert_eq!(book.on_exit_memory(40, 1_900, [0, 1, 0], 4), None);
+        book.queue(kill(40, 1_000));
+        let queued = book.take_queued();
+        let m = &queued[0].victim.memory;
+        assert_eq!((m.file_rss_kb, m.anon_rss_kb), (Some(8), Some(1_200)));
+        assert_eq!(m.source, Some(MemoryFrom::Exit));
+        assert!(queued[0].gaps.is_empty());
+        // A kill with no exit after it stays unknown.
+        book.queue(kill(40, 2_000));
+        assert_eq!(book.take_queued()[0].victim.memory.source, None);
+        // Kept exits are bounded in time.
+        book.on_exit_memory(41, 2_000 + EXITS_KEPT_NS + 1, [0, 1, 0], 4);
+        assert_eq!(book.exits.len(), 1);
     }
 
     #[test]

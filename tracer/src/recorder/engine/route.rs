@@ -212,8 +212,12 @@ impl Engine {
                     cuda.on_exit(x.pid, row.ts_ns, &mut self.out);
                 }
                 if x.rss_known != 0 {
-                    self.kills
-                        .on_exit_memory(x, crate::util::sys::page_kb(), &mut self.out);
+                    self.kills.on_exit_memory(
+                        x,
+                        row.ts_ns,
+                        crate::util::sys::page_kb(),
+                        &mut self.out,
+                    );
                 }
             }
             Event::MemcgOom(m) => {

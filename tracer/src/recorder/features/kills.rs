@@ -155,18 +155,15 @@ impl Kills {
         }
     }
 
-    /// A process exited with the kernel's figures of its memory: a kill
-    /// whose victim's memory was unknown gets them.
-    pub fn on_exit_memory(&mut self, x: &ProcExit, page_kb: u64, out: &mut Outputs) {
+    /// A process exited at `ts_ns` with the kernel's figures of its memory:
+    /// a kill whose victim's memory was unknown gets them, now or when it
+    /// comes (the exit may be served before the kill).
+    pub fn on_exit_memory(&mut self, x: &ProcExit, ts_ns: i64, page_kb: u64, out: &mut Outputs) {
         let pages = [x.rss_file_pages, x.rss_anon_pages, x.rss_shmem_pages];
         if !self.self_kills.is_empty() {
             self.self_kills.on_exit_memory(x.pid, pages);
         }
-        // Most exits are of processes no kill record waits for: one check.
-        if !self.book.awaiting_memory() {
-            return;
-        }
-        if let Some(id) = self.book.on_exit_memory(x.pid, pages, page_kb) {
+        if let Some(id) = self.book.on_exit_memory(x.pid, ts_ns, pages, page_kb) {
             self.changed(id, out);
         }
     }
