@@ -8,7 +8,7 @@ use std::{fmt::Write as _, path::PathBuf, sync::Arc};
 use clap::CommandFactory;
 use tracer::{
     cli::Cli,
-    export::prometheus::{Feeds, KillCounts},
+    export::feeds::{Feeds, KillCounts},
     recorder::metrics::Metrics,
 };
 

@@ -5,8 +5,8 @@
 
 use std::path::Path;
 
-use super::prometheus::{Feeds, MemcgGauge, who};
-use crate::record::DevicePicture;
+use super::feeds::{Feeds, who};
+use crate::record::{DevicePicture, published::MemcgGauge};
 
 /// A series' labels.
 pub type Labels = Vec<(&'static str, String)>;

@@ -4,6 +4,7 @@
 //! never a late kill. JSON lines (`jsonl`) is the first exporter.
 
 pub mod families;
+pub mod feeds;
 pub mod http;
 pub mod jsonl;
 pub mod otlp;

@@ -48,7 +48,7 @@ use opentelemetry_sdk::{
 use super::{
     Exported, Exporter,
     families::{Family, Values},
-    prometheus::Feeds,
+    feeds::{Feeds, killer_name},
 };
 use crate::record::{GpuOomRecord, KillRecord};
 
@@ -480,11 +480,11 @@ impl OtlpExporter {
             "{} (pid {}) killed, killer {}: {summary}",
             v.comm,
             v.pid,
-            super::prometheus::killer_name(k)
+            killer_name(k)
         )));
         r.add_attribute("tracer.kill.id", id);
         r.add_attribute("tracer.kill.updated", updated);
-        r.add_attribute("tracer.killer", super::prometheus::killer_name(k));
+        r.add_attribute("tracer.killer", killer_name(k));
         r.add_attribute("tracer.verdict.cause", cause);
         r.add_attribute("tracer.verdict", summary);
         if let Some(c) = &k.killer.constraint {

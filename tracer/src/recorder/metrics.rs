@@ -77,7 +77,7 @@ impl Metrics {
     }
 }
 
-impl crate::export::prometheus::CounterSource for Metrics {
+impl crate::export::feeds::CounterSource for Metrics {
     fn counters(&self) -> MetricsSnapshot {
         self.snapshot()
     }

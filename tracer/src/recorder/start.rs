@@ -23,7 +23,8 @@ use crate::{
     correlate::{pressure::PressureGate, warning::WarnGate},
     export::{
         Exporters,
-        prometheus::{Feeds, KillCounter, KillCounts, MetricsServer},
+        feeds::{Feeds, KillCounter, KillCounts},
+        prometheus::MetricsServer,
     },
     model::{ProcessTable, cgroup::CgroupLayout},
     probes::{

@@ -144,7 +144,7 @@ impl Journal {
         if let Some(p) = &self.published
             && ev.state == WarningState::Warning
         {
-            let mut labels = crate::export::prometheus::owner_labels(ev.owner.as_ref());
+            let mut labels = crate::export::feeds::owner_labels(ev.owner.as_ref());
             labels.push(("cgroup", ev.memcg.clone()));
             labels.push((
                 "reason",
