@@ -190,8 +190,11 @@ impl KillBook {
         fill(rec).then_some(*id)
     }
 
-    /// A kernel report: joined into the committed kill it belongs to, or
-    /// left waiting in `reports`. Returns the row of the record it joined.
+    /// A kernel report: joined into the kill it belongs to, queued or
+    /// committed, or left waiting in `reports`. Returns the row of the
+    /// committed record it joined (a queued one is stored with it: a report
+    /// that came while its kill waited for the commit is never left to
+    /// become a second, log-only kill).
     pub fn on_report(
         &mut self,
         report: OomReport,
@@ -201,8 +204,14 @@ impl KillBook {
         sampler: Option<&Sampler>,
         model: Option<&crate::model::ProcessTable>,
     ) -> Option<i64> {
-        let (i, report) = reports.offer(report, self.recent.values(), clock, now_ns)?;
-        let (id, rec) = self.recent.iter_mut().nth(i)?;
+        let queued = self.queued.len();
+        let all = self.queued.iter().chain(self.recent.values());
+        let (i, report) = reports.offer(report, all, clock, now_ns)?;
+        if i < queued {
+            super::merge_report(&mut self.queued[i], &report, sampler, model);
+            return None;
+        }
+        let (id, rec) = self.recent.iter_mut().nth(i - queued)?;
         super::merge_report(rec, &report, sampler, model);
         Some(*id)
     }
@@ -393,5 +402,35 @@ mod tests {
         assert_eq!(book.get(4).unwrap().source.to_string(), "tracepoint+kmsg");
         book.prune(5_000_000_000 + RECENT_NS);
         assert!(book.get(4).is_none());
+    }
+
+    #[test]
+    fn a_report_that_comes_while_its_kill_waits_for_the_commit_joins_it() {
+        let clock = Clock::fixed(0, 0);
+        let mut reports = Reports::new(0);
+        let mut book = KillBook::default();
+        let mut k = kill(31, 6_000_000_000);
+        k.killer.kind = KillerKind::KernelOom;
+        k.source = Seen::TRACEPOINT;
+        book.queue(k);
+        let report = OomReport {
+            ts_us: 6_000_050,
+            killed: KilledProcess {
+                pid: 31,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(
+            book.on_report(report, &mut reports, &clock, 6_100_000_000, None, None),
+            None,
+            "queued: stored with its commit"
+        );
+        assert!(
+            reports.due(6_100_000_000, true).is_empty(),
+            "no report is left to become a log-only kill"
+        );
+        let queued = book.take_queued();
+        assert_eq!(queued[0].source.to_string(), "tracepoint+kmsg");
     }
 }

@@ -168,8 +168,8 @@ impl Kills {
         }
     }
 
-    /// A kernel OOM report: joined into the committed kill it belongs to,
-    /// or left waiting for one.
+    /// A kernel OOM report: joined into the kill it belongs to (queued or
+    /// committed), or left waiting for one.
     pub fn on_report(&mut self, env: &Env<'_>, report: OomReport, now_ns: i64, out: &mut Outputs) {
         let joined = self.book.on_report(
             report,
