@@ -369,6 +369,43 @@ impl TestCgroup {
         Ok(r as u32)
     }
 
+    /// What the cgroup and its processes are doing, for a failure's
+    /// message: its usage and limit, and each process's state, resident
+    /// memory and where it waits in the kernel.
+    pub fn describe(&self) -> String {
+        let read = |f: &str| fs::read_to_string(self.dir.join(f)).unwrap_or_default();
+        let (usage, limit) = if self.v1 {
+            (read("memory.usage_in_bytes"), read("memory.limit_in_bytes"))
+        } else {
+            (read("memory.current"), read("memory.max"))
+        };
+        let mut out = format!(
+            "{}: usage {} limit {} oom_kills {}",
+            self.path,
+            usage.trim(),
+            limit.trim(),
+            self.oom_kills()
+        );
+        for pid in read("cgroup.procs").split_whitespace() {
+            let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            let field = |k: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(k))
+                    .map(|v| v.trim().to_string())
+                    .unwrap_or_default()
+            };
+            let wchan = fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+            out.push_str(&format!(
+                "; pid {pid} {} state {} rss {} wchan {wchan}",
+                field("Name:"),
+                field("State:"),
+                field("VmRSS:")
+            ));
+        }
+        out
+    }
+
     /// OOM kills counted by the kernel for this cgroup.
     pub fn oom_kills(&self) -> u64 {
         let file = if self.v1 {
@@ -648,7 +685,7 @@ pub struct Recorder {
 }
 
 /// How to start a `tracer record`: built from [`Recorder::on`] or
-/// [`Scenario::recorder`], started with [`RecorderBuilder::start`].
+/// [`Scenario`], started with [`RecorderBuilder::start`].
 #[must_use]
 pub struct RecorderBuilder {
     bin: PathBuf,

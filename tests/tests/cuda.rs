@@ -325,12 +325,12 @@ fn statically_linked_cudart_in_the_executable() {
 
 #[test]
 fn a_process_in_another_mount_namespace() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     // The libraries exist only inside the target's private mount namespace,
     // at a path that is an empty directory on the host.
-    let dir = tempfile::tempdir().unwrap();
+    let dir = &sc.dir;
     let mnt = dir.path().join("private");
     fs::create_dir(&mnt).unwrap();
     let d = simcuda_dir();

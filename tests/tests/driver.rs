@@ -13,8 +13,8 @@ use std::{path::Path, process::Command};
 
 use serde_json::Value;
 use tracer_e2e::{
-    Attach, CudaLoad, Recorder, driver_libs, privileged, real_cudart, simcuda_dir, tracer,
-    tracer_json, without_mknod,
+    Attach, CudaLoad, Recorder, Scenario, driver_libs, privileged, real_cudart, simcuda_dir,
+    tracer, tracer_json, without_mknod,
 };
 
 fn func(c: &Value) -> &str {
@@ -170,9 +170,9 @@ fn direct_calls_through_the_driver_trampolines_carry_their_arguments_and_results
 
 #[test]
 fn a_node_with_the_driver_libraries_and_no_kernel_module_is_told_so() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     let Some(libs) = driver_libs() else { return };
     if module_loaded() {
         eprintln!("skipped: this node has the NVIDIA kernel module loaded");
@@ -200,7 +200,7 @@ fn a_node_with_the_driver_libraries_and_no_kernel_module_is_told_so() {
                 .expect("run tracer");
             String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
         };
-        let dir = tempfile::tempdir().unwrap();
+        let dir = &sc.dir;
         let store = dir.path().join("t.db");
         let store_s = store.to_str().unwrap();
         let doctor: Value =

@@ -298,9 +298,9 @@ fn explain_kmsg_finds_a_kill_without_any_store() {
 /// (the same shape of SIGKILL) stays one kernel kill, not two.
 #[test]
 fn a_sigkill_from_a_bpf_program_is_named_as_such() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     let Some(bpftrace) = ["/usr/bin/bpftrace", "/usr/sbin/bpftrace"]
         .into_iter()
         .find(|p| std::path::Path::new(p).exists())
@@ -312,8 +312,7 @@ fn a_sigkill_from_a_bpf_program_is_named_as_such() {
         eprintln!("skipped: no bpftrace (cargo xtask setup)");
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    let store = sc.store.clone();
     let rec = Recorder::on(&store).start();
     // The victim makes a system call every 100 ms; the BPF program kills
     // it from its own syscall entry.
@@ -802,10 +801,10 @@ fn history_survives_restart_and_a_crashed_recorder() {
 
 #[test]
 fn bad_input_gives_clear_errors() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    };
+    let dir = &sc.dir;
 
     // Not root: a clear message naming what is missing.
     let out = Command::new(tracer_e2e::tracer_bin())
@@ -982,15 +981,14 @@ fn explain_reads_saved_kernel_logs() {
 /// of the group is killed as one incident, and each recorded kill says so.
 #[test]
 fn v2_only_a_live_memory_oom_group_kill_is_recorded_as_one_incident() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     if tracer_e2e::memory_root().1 {
         eprintln!("not run: memory.oom.group is cgroup v2 only, and memory is on v1 here");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    let store = sc.store.clone();
     let cg = TestCgroup::new("oomgroup", 64 * MIB);
     fs::write(cg.dir().join("memory.oom.group"), "1").expect("memory.oom.group");
     let _rec = Recorder::on(&store).start();

@@ -6,8 +6,8 @@ use std::{process::Command, time::Duration};
 
 use serde_json::Value;
 use tracer_e2e::{
-    CudaLoad, Proc, Recorder, Scenario, TestCgroup, explain_json, privileged, simcuda_dir, tracer,
-    tracer_bin, wait_for,
+    CudaLoad, Proc, Recorder, Scenario, TestCgroup, explain_json, simcuda_dir, tracer, tracer_bin,
+    wait_for,
 };
 
 const MIB: u64 = 1 << 20;
@@ -90,12 +90,11 @@ fn top_json(gpu: &Gpu) -> Vec<Value> {
 
 #[test]
 fn two_containers_on_one_gpu_attribution_and_a_gpu_oom() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     let gpu = Gpu::new();
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    let store = sc.store.clone();
     let rec = Recorder::on(&store)
         .args(&[
             "--cuda",
@@ -251,12 +250,11 @@ fn without_nvml_the_recorder_runs_and_explain_says_gpu_data_is_unavailable() {
 
 #[test]
 fn a_slow_nvml_does_not_delay_the_ring_buffers() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     let gpu = Gpu::new();
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    let store = sc.store.clone();
     // 200 ms per NVML call: a sample takes seconds, and is asked for every 100 ms.
     let env = gpu.with(&[("SIMNVML_DELAY_MS", "200".into())]);
     let rec = Recorder::on(&store)

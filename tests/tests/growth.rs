@@ -33,7 +33,7 @@ fn killed_while_recording(cg: &TestCgroup, cmd: Command) -> (Value, String, Valu
     let killed = wait_for(Duration::from_secs(60), || {
         (cg.oom_kills() > 0).then_some(())
     });
-    assert!(killed.is_some(), "no OOM kill in {}", cg.path);
+    assert!(killed.is_some(), "no OOM kill in {}", cg.describe());
     let store_s = store.to_str().unwrap();
     let v = explain_json(&["--store", store_s, "--pid", &pid], |v| {
         !v["kill"]["growth"].is_null() && !v["kill"]["tipping_stack"].is_null()
@@ -114,13 +114,12 @@ fn a_memcg_oom_kill_names_the_code_that_grew_and_the_allocation_that_tipped_it()
 
 #[test]
 fn a_kill_of_another_process_names_the_allocation_that_tipped_it() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     let limit = 128 * MIB;
     let cg = TestCgroup::new("growth-tip", limit);
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    let store = sc.store.clone();
     let rec = Recorder::on(&store).start();
     // A large idle process, then a small one that grows until the cgroup
     // is full: the kernel kills the large one (the most memory), in the
@@ -141,7 +140,7 @@ fn a_kill_of_another_process_names_the_allocation_that_tipped_it() {
     let killed = wait_for(Duration::from_secs(60), || {
         (cg.oom_kills() > 0).then_some(())
     });
-    assert!(killed.is_some(), "no OOM kill in {}", cg.path);
+    assert!(killed.is_some(), "no OOM kill in {}", cg.describe());
     let small_pid = small.pid();
     let store_s = store.to_str().unwrap();
     let big_pid = big.pid().to_string();
@@ -453,7 +452,7 @@ fn heap_sampling_turns_on_under_pressure_and_the_kill_carries_its_sites() {
     let killed = wait_for(Duration::from_secs(30), || {
         (cg.oom_kills() > 0).then_some(())
     });
-    assert!(killed.is_some(), "no OOM kill in {}", cg.path);
+    assert!(killed.is_some(), "no OOM kill in {}", cg.describe());
     let pid_s = pid.to_string();
     let v = explain_json(&["--store", store_s, "--pid", &pid_s], |v| {
         !v["kill"]["victim"]["heap"].is_null()

@@ -303,10 +303,10 @@ fn sighup_is_a_clean_stop() {
 
 #[test]
 fn the_store_refuses_links_other_users_and_a_second_writer() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    };
+    let dir = &sc.dir;
     let refused = |store: &Path, extra: &[&str], needle: &str| {
         let mut args = vec!["record", "--store", store.to_str().unwrap()];
         args.extend_from_slice(extra);
@@ -416,10 +416,10 @@ impl Drop for Mount {
 
 #[test]
 fn explain_reads_a_store_on_a_read_only_mount_and_skips_a_damaged_record() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    };
+    let dir = &sc.dir;
     let mnt = Mount::tmpfs(&dir.path().join("mnt"), "64m");
     let store = mnt.0.join("t.db");
     let cg = TestCgroup::new("ro", 64 * MIB);
@@ -676,10 +676,10 @@ fn fill(dir: &Path) -> PathBuf {
 
 #[test]
 fn a_full_disk_costs_events_never_kills_or_the_recorder() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    };
+    let dir = &sc.dir;
     let mnt = Mount::tmpfs(&dir.path().join("mnt"), "12m");
     let store = mnt.0.join("t.db");
     let cg = TestCgroup::new("full", 64 * MIB);
@@ -984,12 +984,11 @@ fn a_process_that_joins_a_cgroup_execs_and_dies_at_once_is_placed_right() {
 
 #[test]
 fn a_process_whose_name_is_not_utf8_gets_its_own_cgroup() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     use std::os::unix::ffi::OsStrExt as _;
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    let (dir, store) = (&sc.dir, sc.store.clone());
     let cg = TestCgroup::new("bytes", 64 * MIB);
     let rec = Recorder::on(&store).start();
     let link = dir

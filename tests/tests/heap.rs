@@ -127,11 +127,11 @@ fn in_cgroup(cg: &TestCgroup, bin: &Path, scale: u64) -> Command {
 
 #[test]
 fn sites_of_a_running_program_are_ranked_and_exact_with_sampling_off() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     let cg = TestCgroup::new("heap-exact", 256 * MIB);
-    let dir = tempfile::tempdir().unwrap();
+    let dir = &sc.dir;
     for variant in ["nofp", "fp"] {
         let svg = dir.path().join(format!("{variant}.svg"));
         let (report, err) = traced(
@@ -213,11 +213,11 @@ fn tcmalloc_preloaded_is_traced_in_place_of_libc() {
 
 #[test]
 fn a_musl_program_is_traced_in_musl() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     // Debian's musl-tools (installed by `cargo xtask setup`).
-    let dir = tempfile::tempdir().unwrap();
+    let dir = &sc.dir;
     let bin = dir.path().join("heapsites-musl");
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/c/heapsites.c");
     let built = Command::new("musl-gcc")
@@ -249,13 +249,13 @@ fn a_musl_program_is_traced_in_musl() {
 
 #[test]
 fn a_program_in_another_mount_namespace_is_named() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     // The program runs from a tmpfs mounted over a directory in its own
     // mount namespace only: on the host the directory is empty, so names
     // can only come through /proc/PID.
-    let dir = tempfile::tempdir().unwrap();
+    let dir = &sc.dir;
     let d = dir.path().display().to_string();
     let src = heapsites("nofp").display().to_string();
     let script = format!("mount -t tmpfs none {d} && cp {src} {d}/hs && exec {d}/hs 1");
@@ -329,9 +329,9 @@ fn a_traced_process_killed_by_a_memcg_oom_keeps_its_top_sites() {
 
 #[test]
 fn bad_input_is_said_clearly() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     // A stripped static binary: its allocator is its own.
     let prog = CudaLoad::spawn({
         let mut c = Command::new(heapsites("static"));
@@ -362,7 +362,7 @@ fn bad_input_is_said_clearly() {
     );
     // A flame graph path planted as a link by another user: refused before
     // anything is attached, the link's target untouched.
-    let dir = tempfile::tempdir().unwrap();
+    let dir = &sc.dir;
     let target = dir.path().join("precious");
     std::fs::write(&target, b"keep").unwrap();
     let theirs = dir.path().join("theirs");

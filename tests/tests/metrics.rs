@@ -216,12 +216,11 @@ fn kill_line(body: &str, cgroup: &str) -> Option<String> {
 
 #[test]
 fn a_kill_is_counted_once_durable_scraped_by_prometheus_and_kept_across_a_restart() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     let Some(promtool) = promtool() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    let store = sc.store.clone();
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let rec = Recorder::on(&store).args(&["--metrics", &addr]).start();
@@ -324,12 +323,11 @@ fn oom_kill_in(cg: &TestCgroup) {
 
 #[test]
 fn a_pods_kill_is_named_and_counted_by_pod_and_container_across_a_replaced_container() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     let Some(_) = promtool() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    let store = sc.store.clone();
     let host = tempfile::tempdir().unwrap();
     let host_root = host.path().to_str().unwrap();
     let uid = format!("{:08x}-5e1f-4c6d-8e9f-0a1b2c3d4e5f", std::process::id());
@@ -639,12 +637,11 @@ fn the_shipped_alert_rules_pass_promtool_check_and_their_unit_tests() {
 
 #[test]
 fn a_containers_memory_cgroup_is_a_series_and_a_plain_cgroup_is_not() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     const ID: &str = "cccc3333cccc3333cccc3333cccc3333cccc3333cccc3333cccc3333cccc3333";
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    let store = sc.store.clone();
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let rec = Recorder::on(&store).args(&["--metrics", &addr]).start();
@@ -808,10 +805,10 @@ fn with_metrics(dir: &Path) -> (Recorder, u16) {
 
 #[test]
 fn an_endless_request_header_is_cut_off_and_grows_nothing() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    };
+    let dir = &sc.dir;
     let (rec, port) = with_metrics(dir.path());
     assert!(scrape(port).is_some());
     let rss_before = status_field(rec.pid(), "VmRSS:");
@@ -855,10 +852,10 @@ except OSError as e:
 
 #[test]
 fn two_thousand_idle_connections_take_no_thread_and_scrapes_come_back() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    };
+    let dir = &sc.dir;
     let (rec, port) = with_metrics(dir.path());
     assert!(scrape(port).is_some());
     let pid = rec.pid();
@@ -919,10 +916,10 @@ time.sleep(float(sys.argv[2]))
 
 #[test]
 fn a_client_that_never_reads_blocks_no_scrape_and_no_stop() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    };
+    let dir = &sc.dir;
     let (rec, port) = with_metrics(dir.path());
     assert!(scrape(port).is_some());
     // Thousands of pipelined requests, answers never read.
@@ -1033,11 +1030,11 @@ sys.stdin.read()
 
 #[test]
 fn a_hostile_cgroup_name_keeps_every_scrape_valid() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     let Some(promtool) = promtool() else { return };
-    let dir = tempfile::tempdir().unwrap();
+    let dir = &sc.dir;
     let (rec, port) = with_metrics(dir.path());
     let cg = TestCgroup::new("q\"b\\s} 1 x{", 48 * MIB);
     oom_kill_in(&cg);
@@ -1081,10 +1078,10 @@ fn daemonset_arg(name: &str) -> String {
 
 #[test]
 fn remote_scraping_as_the_daemonset_ships_it_needs_the_token() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    };
+    let dir = &sc.dir;
     // The shipped listen address (all addresses), on a free port, and a
     // token file like the Secret the DaemonSet mounts.
     let shipped = daemonset_arg("metrics");

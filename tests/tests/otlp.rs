@@ -16,7 +16,7 @@ use std::{
 
 use serde_json::Value;
 use tracer_e2e::{
-    KubePod, Proc, Recorder, TestCgroup, explain_json, kubelet_files, privileged, summary_of,
+    KubePod, Proc, Recorder, Scenario, TestCgroup, explain_json, kubelet_files, summary_of,
     tracer_bin, wait_for,
 };
 
@@ -109,14 +109,13 @@ fn oom_kill_in(cg: &TestCgroup) -> u32 {
 
 #[test]
 fn kills_and_metrics_reach_an_otlp_receiver_and_a_dead_one_costs_counted_drops() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     let Some(receiver) = Receiver::start() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    let store = sc.store.clone();
     let host = tempfile::tempdir().unwrap();
     let uid = format!("{:08x}-0715-4c6d-8e9f-0a1b2c3d4e5f", std::process::id());
     let id = "c7".repeat(32);
@@ -282,13 +281,13 @@ fn kill_record(receiver: &Receiver, pid: u32) -> Value {
 
 #[test]
 fn an_unprivileged_receiver_on_loopback_gets_kills_without_command_lines() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     let Some(receiver) = Receiver::start_as(Some(65534)) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
+    let dir = &sc.dir;
     let rec = Recorder::on(&dir.path().join("t.db"))
         .args(&["--otlp", &receiver.url(), "--no-redact"])
         .start();
@@ -314,14 +313,13 @@ fn an_unprivileged_receiver_on_loopback_gets_kills_without_command_lines() {
 
 #[test]
 fn command_lines_leave_redacted_and_the_store_keeps_them_whole() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     let Some(receiver) = Receiver::start() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    let (dir, store) = (&sc.dir, sc.store.clone());
     let jsonl = dir.path().join("kills.jsonl");
     let rec = Recorder::on(&store)
         .args(&[
@@ -387,9 +385,9 @@ fn command_lines_leave_redacted_and_the_store_keeps_them_whole() {
 
 #[test]
 fn a_collector_that_drips_its_answers_never_holds_up_the_stop() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     // Accepts, reads the request, then answers one byte a second.
     let drip = r#"
 import socket, sys, threading, time
@@ -421,7 +419,7 @@ while True:
         .read_line(&mut port)
         .unwrap();
     let url = format!("http://127.0.0.1:{}", port.trim());
-    let dir = tempfile::tempdir().unwrap();
+    let dir = &sc.dir;
     let rec = Recorder::on(&dir.path().join("t.db"))
         .args(&["--otlp", &url, "--otlp-interval", "1s"])
         .start();

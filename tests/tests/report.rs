@@ -7,7 +7,7 @@
 
 use std::{path::PathBuf, process::Command, time::Duration};
 
-use tracer_e2e::{Proc, Recorder, TestCgroup, explain_json, privileged, tracer};
+use tracer_e2e::{Proc, Recorder, Scenario, TestCgroup, explain_json, tracer};
 
 const MIB: u64 = 1 << 20;
 
@@ -47,12 +47,11 @@ fn num(tag: &str, name: &str) -> f64 {
 
 #[test]
 fn a_recorded_kill_renders_in_a_real_browser_with_its_plot_tasks_and_growth() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     let Some(chromium) = chromium() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    let (dir, store) = (&sc.dir, sc.store.clone());
     let rec = Recorder::on(&store).start();
     let limit = 96 * MIB;
     let cg = TestCgroup::new("report", limit);

@@ -12,8 +12,8 @@ use std::{
 
 use serde_json::Value;
 use tracer_e2e::{
-    Proc, Recorder, Scenario, TestCgroup, explain_json, oom_killed, privileged, storm_count,
-    tracer_json, wait_for,
+    Proc, Recorder, Scenario, TestCgroup, explain_json, oom_killed, storm_count, tracer_json,
+    wait_for,
 };
 
 const MIB: u64 = 1 << 20;
@@ -132,12 +132,12 @@ fn a_sigkill_storm_neither_delays_an_oom_kill_nor_floods_the_store() {
 
 #[test]
 fn a_fork_exec_flood_leaves_the_model_the_size_of_the_node() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     // Short-lived children's exits travel on the critical ring and reach
     // the model before their forks and execs: none may stay live.
-    let dir = tempfile::tempdir().unwrap();
+    let dir = &sc.dir;
     let rec = Recorder::on(&dir.path().join("t.db")).start();
     let cg = TestCgroup::new("flood", 256 * MIB);
     let mut cmd = cg.command("sh");
@@ -263,11 +263,11 @@ fn peak_rss(pid: u32) -> u64 {
 /// the line alone were 140 MiB.
 #[test]
 fn a_long_command_line_forking_short_lived_children_leaves_the_recorder_bounded() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     const GROWTH_BOUND: u64 = 100 * MIB;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = &sc.dir;
     let rec = Recorder::on(&dir.path().join("t.db")).start();
     let before = peak_rss(rec.pid());
     let cg = TestCgroup::new("long-line", 256 * MIB);

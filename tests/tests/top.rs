@@ -6,7 +6,7 @@
 
 use std::{process::Command, time::Duration};
 
-use tracer_e2e::{Proc, TestCgroup, privileged, tracer_bin, wait_for};
+use tracer_e2e::{Proc, Scenario, TestCgroup, tracer_bin, wait_for};
 
 const MIB: u64 = 1 << 20;
 
@@ -56,9 +56,9 @@ impl Drop for Tmux {
 
 #[test]
 fn top_on_a_terminal_warns_sorts_filters_and_shows_a_cgroups_sparkline() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     if Command::new("tmux").arg("-V").output().is_err() {
         assert!(
             std::env::var_os("CI").is_none(),
@@ -75,7 +75,7 @@ fn top_on_a_terminal_warns_sorts_filters_and_shows_a_cgroups_sparkline() {
     let tmux = Tmux {
         socket: format!("tracer-test-{}", std::process::id()),
     };
-    let dir = tempfile::tempdir().unwrap();
+    let dir = &sc.dir;
     let top = format!(
         "{} top --store {} --interval 1s",
         tracer_bin().display(),

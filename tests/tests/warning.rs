@@ -5,9 +5,7 @@
 
 use std::time::Duration;
 
-use tracer_e2e::{
-    Proc, Recorder, Scenario, TestCgroup, explain_json, privileged, tracer, wait_for,
-};
+use tracer_e2e::{Proc, Recorder, Scenario, TestCgroup, explain_json, tracer, wait_for};
 
 const MIB: u64 = 1 << 20;
 
@@ -80,17 +78,16 @@ fn a_steady_grower_is_warned_before_its_kill_within_a_quarter_of_the_real_time()
 /// follows carries that warning.
 #[test]
 fn v2_only_memory_high_throttling_is_warned_by_psi_before_the_kill() {
-    if !privileged() {
+    let Some(sc) = Scenario::new() else {
         return;
-    }
+    };
     if tracer_e2e::memory_root().1 {
         eprintln!(
             "not run: memory.high and cgroup PSI are cgroup v2 only, and memory is on v1 here"
         );
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("t.db");
+    let store = sc.store.clone();
     let store_s = store.to_str().unwrap();
     // PSI alone: growth warnings off.
     let _rec = Recorder::on(&store)
