@@ -18,8 +18,8 @@ use std::{
 
 use serde_json::Value;
 use tracer_e2e::{
-    Proc, Recorder, Scenario, TestCgroup, explain_json, oom_killed, privileged, tracer, tracer_bin,
-    tracer_json, wait_for,
+    Proc, Recorder, Scenario, TestCgroup, explain_json, oom_killed, privileged, summary_of, tracer,
+    tracer_bin, tracer_json, wait_for,
 };
 
 const MIB: u64 = 1 << 20;
@@ -978,8 +978,15 @@ fn a_process_that_joins_a_cgroup_execs_and_dies_at_once_is_placed_right() {
             ));
         }
     }
-    rec.stop();
+    let log = rec.stop();
     assert!(wrong.is_empty(), "placed in the wrong cgroup: {wrong:#?}");
+    // Each cgroup was known from the kernel's cgroup_mkdir as it was
+    // made, not from a walk of the hierarchy after its program came.
+    let model = &summary_of(&log).expect("the recorder's summary")["summary"]["model"];
+    assert!(
+        model["memcgs_made"].as_u64() >= Some(20),
+        "cgroups learnt as made: {model}"
+    );
 }
 
 #[test]

@@ -29,6 +29,9 @@ pub const COMM_LEN: usize = 16;
 pub const FILENAME_LEN: usize = 256;
 /// Bytes of a new program's arguments an exec event carries.
 pub const ARGS_LEN: usize = 512;
+/// Bytes of a cgroup's path a [`CgroupDir`] carries (a Kubernetes
+/// container's, the longest common ones, is about 190).
+pub const CGROUP_PATH_LEN: usize = 320;
 
 /// Names of the maps, as the ELF object spells them.
 pub mod maps {
@@ -112,6 +115,10 @@ pub mod programs {
     pub const SCHED_PROCESS_EXIT: &str = "sched_process_exit";
     /// `raw_tracepoint/signal_generate`.
     pub const SIGNAL_GENERATE: &str = "signal_generate";
+    /// `tracepoint/cgroup/cgroup_mkdir`.
+    pub const CGROUP_MKDIR: &str = "cgroup_mkdir";
+    /// `tracepoint/cgroup/cgroup_rmdir`.
+    pub const CGROUP_RMDIR: &str = "cgroup_rmdir";
     /// `uprobe` on every CUDA allocation API (the cookie says which).
     pub const CUDA_ENTRY: &str = "cuda_entry";
     /// `uretprobe` on every CUDA allocation API.
@@ -236,6 +243,10 @@ pub mod kind {
     pub const OOM_TIP: u32 = 13;
     /// A USDT probe fired ([`crate::usdt::UsdtEvent`]).
     pub const USDT: u32 = 14;
+    /// `cgroup:cgroup_mkdir`: a cgroup was made ([`super::CgroupDir`]).
+    pub const CGROUP_MKDIR: u32 = 15;
+    /// `cgroup:cgroup_rmdir`: a cgroup was removed ([`super::CgroupDir`]).
+    pub const CGROUP_RMDIR: u32 = 16;
 }
 
 /// What every event starts with. The task fields describe `current`: the
@@ -434,6 +445,33 @@ pub struct ProcExit {
     pub start_ns: u64,
 }
 const _: () = assert!(size_of::<ProcExit>() == 80);
+
+/// `cgroup:cgroup_mkdir` or `cgroup_rmdir`, in any hierarchy: what keeps
+/// the recorder's map of memory cgroup ids to paths current, so a new
+/// container's first programs are placed in it, not in its parent.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CgroupDir {
+    /// Common header (`kind` = [`kind::CGROUP_MKDIR`] or
+    /// [`kind::CGROUP_RMDIR`]); the task is the one that made or removed it.
+    pub header: EventHeader,
+    /// The hierarchy's id, as `/proc/cgroups` numbers it (0: the unified
+    /// hierarchy).
+    pub root: i32,
+    /// Depth below the hierarchy's root.
+    pub level: i32,
+    /// The cgroup's id: its kernfs node id, the inode of its directory,
+    /// as the events' `memcg_id` fields hold it.
+    pub id: u64,
+    /// Bytes of the path with its NUL, as the kernel recorded it: more
+    /// than [`CGROUP_PATH_LEN`] means `path` was cut.
+    pub path_len: u32,
+    /// Explicit padding.
+    pub _pad: u32,
+    /// The path from the hierarchy's root, NUL-terminated.
+    pub path: [u8; CGROUP_PATH_LEN],
+}
+const _: () = assert!(size_of::<CgroupDir>() == 64 + CGROUP_PATH_LEN);
 
 /// `signal_generate` of SIGKILL, read from the raw tracepoint, which
 /// hands us the target's task. The header is the sender.
@@ -792,8 +830,16 @@ pub mod field {
     pub const EXIT_GROUP_DEAD: usize = 14;
     /// `cgroup:cgroup_attach_task` `pid`.
     pub const CGROUP_ATTACH_PID: usize = 15;
+    /// `cgroup:cgroup_mkdir` / `cgroup_rmdir` `root` (the hierarchy id).
+    pub const CGDIR_ROOT: usize = 16;
+    /// `cgroup:cgroup_mkdir` / `cgroup_rmdir` `level`.
+    pub const CGDIR_LEVEL: usize = 17;
+    /// `cgroup:cgroup_mkdir` / `cgroup_rmdir` `id` (a `u64` since 5.5).
+    pub const CGDIR_ID: usize = 18;
+    /// `cgroup:cgroup_mkdir` / `cgroup_rmdir` `path` (a `__data_loc char[]`).
+    pub const CGDIR_PATH: usize = 19;
     /// Number of fields.
-    pub const COUNT: usize = 16;
+    pub const COUNT: usize = 20;
 }
 
 /// Number of memcg event items aggregated in `MEMCG_COUNTS`.
@@ -837,7 +883,7 @@ pub struct ProbeConfig {
     /// arguments of a new program; 0 = unknown.
     pub mm_arg_off: [u32; 2],
 }
-const _: () = assert!(size_of::<ProbeConfig>() == 112);
+const _: () = assert!(size_of::<ProbeConfig>() == 120);
 
 impl ProbeConfig {
     /// A configuration with every field absent; userspace fills it in.

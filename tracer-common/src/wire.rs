@@ -6,7 +6,8 @@
 use core::mem::size_of;
 
 use crate::{
-    CudaCall, EventHeader, MemcgEvent, OomVictim, ProcExec, ProcExit, ProcFork, Reap, SignalKill,
+    CgroupDir, CudaCall, EventHeader, MemcgEvent, OomVictim, ProcExec, ProcExit, ProcFork, Reap,
+    SignalKill,
     heap::{HeapAlloc, HeapFree},
     kind,
     usdt::UsdtEvent,
@@ -81,6 +82,10 @@ registry! {
     ],
     HeapFree => [(kind::HEAP_FREE, "heap_free", false)],
     UsdtEvent => [(kind::USDT, "usdt", false)],
+    CgroupDir => [
+        (kind::CGROUP_MKDIR, "cgroup_mkdir", false),
+        (kind::CGROUP_RMDIR, "cgroup_rmdir", false),
+    ],
 }
 
 /// The registry's entry of `kind`.

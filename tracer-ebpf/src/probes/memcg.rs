@@ -1,17 +1,74 @@
 //! Reclaim per memory cgroup: the pages scanned and reclaimed by each
 //! cgroup's tasks (a cgroup at its limit reclaims in the tasks that charge
-//! it), the pressure that leads up to a memcg OOM kill.
+//! it), the pressure that leads up to a memcg OOM kill. And the cgroups
+//! made and removed, which keep the recorder's map of cgroup ids current.
 
 use aya_ebpf::{
-    bindings::BPF_NOEXIST, helpers::bpf_get_current_comm, macros::raw_tracepoint,
-    programs::RawTracePointContext,
+    EbpfContext as _,
+    bindings::BPF_NOEXIST,
+    helpers::{bpf_get_current_comm, bpf_probe_read_kernel_str_bytes},
+    macros::{raw_tracepoint, tracepoint},
+    programs::{RawTracePointContext, TracePointContext},
 };
-use tracer_common::MemcgCountKey;
+use tracer_common::{CgroupDir, MemcgCountKey, field, kind};
 
 use crate::{
     maps::MEMCG_COUNTS,
-    util::{config, current_memcg_id},
+    util::{Ring, config, current_memcg_id, header, read_field},
 };
+
+/// `tracepoint/cgroup/cgroup_mkdir`, from `cgroup_mkdir()` in
+/// kernel/cgroup/cgroup.c, in every hierarchy. Format: `int root, int
+/// level, u64 id, __data_loc char[] path` (`id` a `u64` since 5.5).
+/// Sent on the data ring, which also carries the execs: a program that
+/// starts in a new cgroup comes after the cgroup. Minimum kernel: 4.13.
+#[tracepoint(category = "cgroup", name = "cgroup_mkdir")]
+pub fn cgroup_mkdir(ctx: TracePointContext) -> u32 {
+    on_cgroup_dir(&ctx, kind::CGROUP_MKDIR)
+}
+
+/// `tracepoint/cgroup/cgroup_rmdir`, from `cgroup_rmdir()`: the same
+/// event class as [`cgroup_mkdir`].
+#[tracepoint(category = "cgroup", name = "cgroup_rmdir")]
+pub fn cgroup_rmdir(ctx: TracePointContext) -> u32 {
+    on_cgroup_dir(&ctx, kind::CGROUP_RMDIR)
+}
+
+#[inline(always)]
+fn on_cgroup_dir(ctx: &TracePointContext, kind: u32) -> u32 {
+    let (Some(id), Some(loc)) = (
+        read_field::<u64>(ctx, field::CGDIR_ID),
+        read_field::<u32>(ctx, field::CGDIR_PATH),
+    ) else {
+        return 0;
+    };
+    let Some(mut slot) = Ring::Data.reserve::<CgroupDir>() else {
+        return 1;
+    };
+    let ev = slot.as_mut_ptr();
+    // SAFETY: `ev` points at a reserved ring slot of size_of::<CgroupDir>()
+    // bytes that only this program writes until submit; every field is
+    // written before submit but `path` past its NUL, which userspace does
+    // not read.
+    unsafe {
+        (*ev).header = header(kind);
+        (*ev).root = read_field::<i32>(ctx, field::CGDIR_ROOT).unwrap_or(-1);
+        (*ev).level = read_field::<i32>(ctx, field::CGDIR_LEVEL).unwrap_or(-1);
+        (*ev).id = id;
+        // A __data_loc word is (length << 16) | offset from the record start.
+        (*ev).path_len = loc >> 16;
+        (*ev)._pad = 0;
+        (*ev).path[0] = 0;
+        // The offset points into this tracepoint record, which the kernel
+        // laid out; the helper stops at the first NUL or at the end.
+        let src = ctx.as_ptr().cast::<u8>().add((loc & 0xffff) as usize);
+        if bpf_probe_read_kernel_str_bytes(src, &mut (*ev).path).is_err() {
+            (*ev).path_len = 0;
+        }
+    }
+    slot.submit();
+    0
+}
 
 /// `raw_tracepoint/mm_vmscan_lru_shrink_inactive`, from the reclaim of an
 /// inactive LRU list (`shrink_inactive_list()`, and `evict_folios()` of

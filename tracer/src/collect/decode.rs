@@ -3,8 +3,8 @@
 
 use serde_json::{Value, json};
 use tracer_common::{
-    COMM_LEN, CudaCall, EventHeader, MAX_EVENT_SIZE, MemcgEvent, OomVictim, ProcExec, ProcExit,
-    ProcFork, Reap, SignalKill, WireEvent,
+    CGROUP_PATH_LEN, COMM_LEN, CgroupDir, CudaCall, EventHeader, MAX_EVENT_SIZE, MemcgEvent,
+    OomVictim, ProcExec, ProcExit, ProcFork, Reap, SignalKill, WireEvent,
     growth::GrowthSample,
     heap::{HeapAlloc, HeapFree},
     kind,
@@ -67,6 +67,10 @@ pub enum EventKind {
     OomTip,
     /// A USDT probe fired.
     Usdt,
+    /// A cgroup was made.
+    CgroupMkdir,
+    /// A cgroup was removed.
+    CgroupRmdir,
 }
 
 impl TryFrom<u32> for EventKind {
@@ -87,6 +91,8 @@ impl TryFrom<u32> for EventKind {
             kind::GROWTH_FAULT => Self::GrowthFault,
             kind::OOM_TIP => Self::OomTip,
             kind::USDT => Self::Usdt,
+            kind::CGROUP_MKDIR => Self::CgroupMkdir,
+            kind::CGROUP_RMDIR => Self::CgroupRmdir,
             other => return Err(DecodeError::UnknownKind(other)),
         })
     }
@@ -110,6 +116,8 @@ impl EventKind {
             Self::GrowthFault => kind::GROWTH_FAULT,
             Self::OomTip => kind::OOM_TIP,
             Self::Usdt => kind::USDT,
+            Self::CgroupMkdir => kind::CGROUP_MKDIR,
+            Self::CgroupRmdir => kind::CGROUP_RMDIR,
         }
     }
 
@@ -149,6 +157,8 @@ pub enum Event {
     OomTip(Box<GrowthSample>),
     /// A USDT probe fired.
     Usdt(UsdtEvent),
+    /// `cgroup:cgroup_mkdir` / `cgroup_rmdir` (the kind says which).
+    CgroupDir(Box<CgroupDir>),
 }
 
 /// Reads a `T` from the start of `bytes`; the caller checked the length.
@@ -198,6 +208,10 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         EventKind::Exit => {
             expect(size_of::<ProcExit>())?;
             Event::Exit(read(bytes))
+        }
+        EventKind::CgroupMkdir | EventKind::CgroupRmdir => {
+            expect(size_of::<CgroupDir>())?;
+            Event::CgroupDir(Box::new(read(bytes)))
         }
         EventKind::SignalKill => {
             expect(size_of::<SignalKill>())?;
@@ -249,6 +263,13 @@ pub fn join_cmdline(raw: &[u8], cut: bool) -> String {
     s
 }
 
+/// The path a cgroup event names; `None` where the kernel's was longer
+/// than the event holds (cut) or could not be read.
+pub fn cgroup_path(e: &CgroupDir) -> Option<String> {
+    let len = e.path_len as usize;
+    (len > 1 && len <= CGROUP_PATH_LEN && e.path[0] == b'/').then(|| c_str(&e.path))
+}
+
 /// A NUL-padded C string as UTF-8 (lossy).
 pub fn c_str(bytes: &[u8]) -> String {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
@@ -271,6 +292,7 @@ impl Event {
             Event::HeapFree(e) => &e.header,
             Event::GrowthFault(e) | Event::OomTip(e) => &e.header,
             Event::Usdt(e) => &e.header,
+            Event::CgroupDir(e) => &e.header,
         }
     }
 
@@ -295,6 +317,7 @@ impl Event {
             Event::GrowthFault(e) => e.header.pid,
             Event::OomTip(e) => e.addr as u32,
             Event::Usdt(e) => e.header.pid,
+            Event::CgroupDir(e) => e.header.pid,
         }
     }
 
@@ -366,6 +389,12 @@ impl Event {
                 "kernel_mode": e.func == tracer_common::growth::FAULT_KERNEL,
             }),
             Event::OomTip(e) => json!({ "victim_pid": e.addr }),
+            Event::CgroupDir(e) => json!({
+                "root": e.root,
+                "level": e.level,
+                "id": e.id,
+                "path": cgroup_path(e),
+            }),
             Event::Usdt(e) => json!({
                 "probe": tracer_common::usdt::PROBES
                     .iter()

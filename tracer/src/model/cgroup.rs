@@ -20,6 +20,22 @@ pub struct CgroupLayout {
     pub unified: Option<PathBuf>,
     /// The unified hierarchy has the memory controller.
     pub unified_has_memory: bool,
+    /// The memory controller's hierarchy id, as `/proc/cgroups` and the
+    /// cgroup tracepoints' `root` number it (0: the unified hierarchy).
+    pub memory_hierarchy: Option<i32>,
+}
+
+/// The memory controller's hierarchy id in `/proc/cgroups` text
+/// (`#subsys_name hierarchy num_cgroups enabled`); `None` when it is not
+/// there or not enabled.
+pub fn memory_hierarchy(text: &str) -> Option<i32> {
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        match f[..] {
+            ["memory", h, _, "1"] => h.parse().ok(),
+            _ => None,
+        }
+    })
 }
 
 impl CgroupLayout {
@@ -31,6 +47,13 @@ impl CgroupLayout {
             let controllers = fs::read_to_string(u.join("cgroup.controllers")).unwrap_or_default();
             layout.unified_has_memory = controllers.split_whitespace().any(|c| c == "memory");
         }
+        // The unified hierarchy is 0; a v1 controller's id is in
+        // /proc/cgroups (which newer kernels keep for v1 only).
+        layout.memory_hierarchy = if layout.memory_v1.is_some() {
+            memory_hierarchy(&fs::read_to_string("/proc/cgroups").unwrap_or_default())
+        } else {
+            layout.unified_has_memory.then_some(0)
+        };
         layout
     }
 
@@ -451,6 +474,28 @@ mod tests {
         );
         let both = ProcCgroups::parse("4:memory,cpu:/a:b\n");
         assert_eq!(both.memory_v1.as_deref(), Some("/a:b"));
+    }
+
+    #[test]
+    fn the_memory_hierarchy_id_comes_from_proc_cgroups() {
+        // /proc/cgroups of this project's test machine (6.18, memory on v1).
+        let hybrid = "#subsys_name\thierarchy\tnum_cgroups\tenabled
+cpuset\t3\t1\t1
+cpu\t1\t1\t1
+cpuacct\t2\t1\t1
+blkio\t7\t1\t1
+memory\t4\t33\t1
+devices\t5\t1\t1
+freezer\t6\t1\t1
+net_cls\t0\t1\t1
+";
+        assert_eq!(memory_hierarchy(hybrid), Some(4));
+        assert_eq!(
+            memory_hierarchy(&hybrid.replace("memory\t4\t33\t1", "memory\t0\t33\t0")),
+            None,
+            "disabled"
+        );
+        assert_eq!(memory_hierarchy(""), None);
     }
 
     #[test]

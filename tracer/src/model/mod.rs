@@ -30,6 +30,10 @@ pub const BUDGET_BYTES: usize = 16 << 20;
 /// known yet.
 const MEMCG_WALK_GAP: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// Removed memory cgroups whose paths are kept (see
+/// [`ProcessTable::on_cgroup_dir`]).
+const MEMCGS_GONE: usize = 1024;
+
 /// A new program's /proc entries (command line, executable, uid, cgroups)
 /// are read once it has run this long, not at its exec: most programs a
 /// node starts (shell tools, probes, health checks) end sooner, and reading
@@ -156,7 +160,7 @@ impl Process {
 
 /// Whether two starts are of the same process; `None` when either is
 /// not known.
-fn same_start(a: Option<StartTime>, b: Option<StartTime>) -> Option<bool> {
+pub(crate) fn same_start(a: Option<StartTime>, b: Option<StartTime>) -> Option<bool> {
     Some(a?.order(b?) == std::cmp::Ordering::Equal)
 }
 
@@ -190,6 +194,10 @@ pub struct ModelStats {
     /// Live entries found ended by the audit (their exit was never read:
     /// a full ring, or a process that ended while the recorder started).
     pub retired: u64,
+    /// Memory cgroups learnt from the kernel as they were made.
+    pub memcgs_made: u64,
+    /// Walks of the memory hierarchy for an id not known yet.
+    pub memcg_walks: u64,
 }
 
 /// The process table.
@@ -210,6 +218,9 @@ pub struct ProcessTable {
     memcg_walked: Option<std::time::Instant>,
     /// Kernel memcg ids a walk did not find (not walked for again).
     memcg_missing: std::collections::HashSet<u64>,
+    /// Memory cgroups removed, newest last (at most [`MEMCGS_GONE`]): a
+    /// kill that reaches the engine after its cgroup went still names it.
+    memcgs_gone: VecDeque<(u64, String)>,
     keep_exited_ns: i64,
     max_entries: usize,
     /// The entries' weight and their distinct command lines' bytes, in
@@ -249,6 +260,7 @@ impl ProcessTable {
             memcg_ids: HashMap::new(),
             memcg_walked: None,
             memcg_missing: Default::default(),
+            memcgs_gone: VecDeque::new(),
             keep_exited_ns,
             max_entries,
             bytes: 0,
@@ -419,6 +431,9 @@ impl ProcessTable {
         if let Some(p) = self.memcg_ids.get(&id) {
             return Some(p.clone());
         }
+        if let Some((_, p)) = self.memcgs_gone.iter().rev().find(|(i, _)| *i == id) {
+            return Some(p.clone());
+        }
         // An id not known yet is a cgroup made since the last walk (a
         // container starting): walked for at once, once per id, at most
         // every MEMCG_WALK_GAP, so that its first program is never placed
@@ -431,6 +446,7 @@ impl ProcessTable {
         }
         self.memcg_ids = self.layout.memcg_ids();
         self.memcg_walked = Some(std::time::Instant::now());
+        self.stats.memcg_walks += 1;
         let found = self.memcg_ids.get(&id).cloned();
         if found.is_none() {
             if self.memcg_missing.len() >= EARLY_EXITS {
@@ -439,6 +455,29 @@ impl ProcessTable {
             self.memcg_missing.insert(id);
         }
         found
+    }
+
+    /// A cgroup made (`made`) or removed in hierarchy `root` (the kernel's
+    /// cgroup_mkdir and cgroup_rmdir): a memory cgroup's id maps to its
+    /// path from the moment it exists, with no walk, so the first program
+    /// of a new container is placed in it. `path`: `None` when the event's
+    /// was cut (a walk finds it instead).
+    pub fn on_cgroup_dir(&mut self, made: bool, root: i32, id: u64, path: Option<String>) {
+        if Some(root) != self.layout.memory_hierarchy || id == 0 {
+            return;
+        }
+        if made {
+            if let Some(path) = path {
+                self.memcg_missing.remove(&id);
+                self.memcg_ids.insert(id, path);
+                self.stats.memcgs_made += 1;
+            }
+        } else if let Some(path) = self.memcg_ids.remove(&id).or(path) {
+            if self.memcgs_gone.len() >= MEMCGS_GONE {
+                self.memcgs_gone.pop_front();
+            }
+            self.memcgs_gone.push_back((id, path));
+        }
     }
 
     /// A new program, in the memory cgroup with kernel id `memcg_id` at

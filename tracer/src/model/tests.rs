@@ -368,3 +368,38 @@ fn exact(t: &ProcessTable) -> usize {
         + lines.values().sum::<usize>()
         + t.procs.len() * ProcessTable::SLOT
 }
+
+#[test]
+fn a_cgroup_made_is_known_by_its_id_at_once_and_one_removed_is_kept_a_while() {
+    // An empty memory hierarchy: a walk finds nothing, so what is found
+    // came from the cgroup events.
+    let root = tempfile::tempdir().unwrap();
+    let layout = CgroupLayout {
+        memory_v1: Some(root.path().into()),
+        memory_hierarchy: Some(4),
+        ..Default::default()
+    };
+    let mut t = ProcessTable::new(layout, 1_000, 100);
+    let ctr = "/kubepods/burstable/pod1/0123abcd";
+    t.on_cgroup_dir(true, 4, 77, Some(ctr.into()));
+    // The same path in another hierarchy (systemd's unified one on a
+    // hybrid host) has another id: not a memory cgroup.
+    t.on_cgroup_dir(true, 0, 78, Some(ctr.into()));
+    // A path the event had to cut is left to a walk.
+    t.on_cgroup_dir(true, 4, 79, None);
+    assert_eq!(t.memcg_by_id(77, false).as_deref(), Some(ctr));
+    assert_eq!(t.stats.memcgs_made, 1);
+    assert_eq!(t.stats.memcg_walks, 0, "known without a walk");
+    assert_eq!(t.memcg_by_id(78, true), None);
+    assert_eq!(t.stats.memcg_walks, 1);
+    // Removed (the walk above did not see it): still named for a kill
+    // that comes after, within a bound.
+    t.on_cgroup_dir(false, 4, 77, Some(ctr.into()));
+    assert_eq!(t.memcg_by_id(77, false).as_deref(), Some(ctr));
+    for id in 1000..1000 + MEMCGS_GONE as u64 {
+        t.on_cgroup_dir(true, 4, id, Some(format!("/c{id}")));
+        t.on_cgroup_dir(false, 4, id, Some(format!("/c{id}")));
+    }
+    assert_eq!(t.memcgs_gone.len(), MEMCGS_GONE);
+    assert_eq!(t.memcg_by_id(77, true), None, "the oldest went first");
+}

@@ -115,6 +115,35 @@ const FIELDS: &[(usize, &str, &str, &str, Want)] = &[
         "pid",
         Want::Int(4),
     ),
+    // cgroup_rmdir is of the same event class: one layout for both.
+    (
+        field::CGDIR_ROOT,
+        "cgroup",
+        "cgroup_mkdir",
+        "root",
+        Want::Int(4),
+    ),
+    (
+        field::CGDIR_LEVEL,
+        "cgroup",
+        "cgroup_mkdir",
+        "level",
+        Want::Int(4),
+    ),
+    (
+        field::CGDIR_ID,
+        "cgroup",
+        "cgroup_mkdir",
+        "id",
+        Want::Int(8),
+    ),
+    (
+        field::CGDIR_PATH,
+        "cgroup",
+        "cgroup_mkdir",
+        "path",
+        Want::DataLoc,
+    ),
 ];
 
 /// `enum vm_event_item` members the reclaim counters are keyed by, in
@@ -310,6 +339,13 @@ mod tests {
 \tfield:int prio;\toffset:28;\tsize:4;\tsigned:1;
 \tfield:bool group_dead;\toffset:32;\tsize:1;\tsigned:0;
 ";
+    /// `cgroup:cgroup_mkdir` (and `cgroup_rmdir`, the same class) on 6.18.
+    const CGROUP_MKDIR_6_18: &str = "\
+\tfield:int root;\toffset:8;\tsize:4;\tsigned:1;
+\tfield:int level;\toffset:12;\tsize:4;\tsigned:1;
+\tfield:u64 id;\toffset:16;\tsize:8;\tsigned:0;
+\tfield:__data_loc char[] path;\toffset:24;\tsize:4;\tsigned:0;
+";
     const EXIT_5_15: &str = "\
 \tfield:char comm[16];\toffset:8;\tsize:16;\tsigned:0;
 \tfield:pid_t pid;\toffset:24;\tsize:4;\tsigned:1;
@@ -380,6 +416,17 @@ mod tests {
             (EXIT_6_18, "comm", Want::DataLoc, None),
             (EXIT_6_18, "comm", Want::Int(16), None),
             (MARK_VICTIM_6_18, "total_vm", Want::Int(4), None),
+            (CGROUP_MKDIR_6_18, "root", Want::Int(4), Some(8)),
+            (CGROUP_MKDIR_6_18, "id", Want::Int(8), Some(16)),
+            (CGROUP_MKDIR_6_18, "path", Want::DataLoc, Some(24)),
+            // Before 5.5 the id was an `int`: not read as a u64.
+            (
+                &CGROUP_MKDIR_6_18
+                    .replace("u64 id;\toffset:16;\tsize:8", "int id;\toffset:16;\tsize:4"),
+                "id",
+                Want::Int(8),
+                None,
+            ),
         ];
         for &(text, name, want, expect) in cases {
             let got = offset_of(&Format::parse(text), name, want);

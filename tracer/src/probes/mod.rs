@@ -218,6 +218,24 @@ pub const PROBES: &[ProbeSpec] = &[
         required: false,
         purpose: "SIGKILLs from userspace killers",
     },
+    ProbeSpec {
+        program: programs::CGROUP_MKDIR,
+        hook: Hook::TracePoint {
+            category: "cgroup",
+            name: "cgroup_mkdir",
+        },
+        required: false,
+        purpose: "cgroups made after start: a new container's first programs placed in it at once",
+    },
+    ProbeSpec {
+        program: programs::CGROUP_RMDIR,
+        hook: Hook::TracePoint {
+            category: "cgroup",
+            name: "cgroup_rmdir",
+        },
+        required: false,
+        purpose: "cgroups removed: the map of cgroup ids stays bounded",
+    },
 ];
 
 /// What happened to one probe.

@@ -116,6 +116,13 @@ impl Engine {
                 }
                 return Ok(());
             }
+            // The map of memory cgroup ids, kept current: no row.
+            Event::CgroupDir(d) => {
+                let made = d.header.kind == tracer_common::kind::CGROUP_MKDIR;
+                let path = crate::collect::decode::cgroup_path(&d);
+                self.model.on_cgroup_dir(made, d.root, d.id, path);
+                return Ok(());
+            }
             // Heap samples go to the heap worker's thread, not the store:
             // no row is made for them.
             Event::HeapAlloc(a) => {
@@ -229,7 +236,8 @@ impl Engine {
             | Event::HeapAlloc(_)
             | Event::HeapFree(_)
             | Event::GrowthFault(_)
-            | Event::OomTip(_) => unreachable!("routed above"),
+            | Event::OomTip(_)
+            | Event::CgroupDir(_) => unreachable!("routed above"),
         }
         if stored {
             self.out.push(Output::Event(row));
