@@ -3,7 +3,7 @@
 //! out-of-memory record, with who else held the device, when an
 //! allocation fails. Pure: the recorder stores the snapshots it returns.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, hash_map::Entry};
 
 use tracer_common::{
     CudaCall, cuda,
@@ -14,8 +14,9 @@ use super::proc_ref;
 use crate::{
     collect::decode::c_str,
     model::{
-        ProcessTable,
+        ProcessTable, StartTime,
         ledger::{AllocKind, Change, Ledger, LedgerSummary},
+        same_start,
     },
     record::{GpuHolder, GpuOomRecord, LedgerSnapshot},
 };
@@ -29,6 +30,9 @@ const KEEP_EXITED_NS: i64 = 300_000_000_000;
 pub struct Tracked {
     /// The ledger.
     pub ledger: Ledger,
+    /// The process's start, as the process table knew it at its first
+    /// call: a later holder of the pid is told from it.
+    start: Option<StartTime>,
     comm: String,
     dirty: bool,
     stored_ns: i64,
@@ -95,7 +99,7 @@ impl CudaLedgers {
         session: i64,
     ) -> Option<GpuOomRecord> {
         let pid = c.header.pid;
-        let t = tracked(&mut self.ledgers, &c.header, ts_ns);
+        let t = tracked(&mut self.ledgers, &c.header, ts_ns, model);
         let change = t.ledger.apply(c, ts_ns);
         t.dirty = true;
         let Change::Failed(kind, size, ret) = change else {
@@ -149,8 +153,8 @@ impl CudaLedgers {
 
     /// A caching allocator's USDT probe (PyTorch's `malloc` / `free` of a
     /// block inside its segments), counted in its process's ledger.
-    pub fn on_block(&mut self, e: &UsdtEvent, ts_ns: i64) {
-        let t = tracked(&mut self.ledgers, &e.header, ts_ns);
+    pub fn on_block(&mut self, e: &UsdtEvent, ts_ns: i64, model: &ProcessTable) {
+        let t = tracked(&mut self.ledgers, &e.header, ts_ns, model);
         apply_block(&mut t.ledger, e);
         t.dirty = true;
     }
@@ -200,19 +204,38 @@ impl super::gpuview::TracedMemory for CudaLedgers {
     }
 }
 
-/// The ledger of the process an event is from (a new one at its first).
+/// The ledger of the process an event is from: a new one at its first, or
+/// where the ledger kept for its pid is an earlier holder's. That one
+/// exited before the event (its final ledger was stored then), or, its
+/// exit lost, started at another time than the process the table knows
+/// now. An event from before that exit (read late, from another ring) is
+/// still its own.
 fn tracked<'a>(
     ledgers: &'a mut HashMap<u32, Tracked>,
     h: &tracer_common::EventHeader,
     ts_ns: i64,
+    model: &ProcessTable,
 ) -> &'a mut Tracked {
-    ledgers.entry(h.pid).or_insert_with(|| Tracked {
+    let start = model.get(h.pid).and_then(|p| p.start);
+    let fresh = || Tracked {
         ledger: Ledger::default(),
+        start,
         comm: c_str(&h.comm),
         dirty: true,
         stored_ns: ts_ns,
         exited_ns: None,
-    })
+    };
+    match ledgers.entry(h.pid) {
+        Entry::Occupied(mut e) => {
+            let t = e.get();
+            let ended = t.exited_ns.is_some_and(|x| ts_ns >= x);
+            if ended || same_start(t.start, start) == Some(false) {
+                e.insert(fresh());
+            }
+            e.into_mut()
+        }
+        Entry::Vacant(v) => v.insert(fresh()),
+    }
 }
 
 /// Applies one caching allocator probe to a ledger:
@@ -288,6 +311,52 @@ mod tests {
                 .is_none()
         );
         assert_eq!(l.ledger(11).unwrap().total_bytes, 0, "freed");
+    }
+
+    #[test]
+    fn a_reused_pid_gets_a_ledger_of_its_own() {
+        let mut model = ProcessTable::new(CgroupLayout::default(), 0, 16);
+        let mut l = CudaLedgers::default();
+        let start = |ns| StartTime::kernel(ns);
+        model.on_fork_at(1, 30, "old", 100, start(100));
+        l.on_call(
+            &call(30, cuda::MALLOC, 0, 2 * GIB, 0xa000, 0),
+            200,
+            &model,
+            1,
+        );
+        l.on_exit(30, 1_000).expect("its final ledger");
+        // A call made before the exit, read after it: still the old one's.
+        l.on_call(&call(30, cuda::MALLOC, 0, GIB, 0xb000, 0), 900, &model, 1);
+        assert_eq!(l.ledger(30).unwrap().total_bytes, 3 * GIB);
+        // The pid's next holder: a ledger of its own, counted as live.
+        model.on_fork_at(1, 30, "new", 2_000, start(2_000));
+        l.on_call(&call(30, cuda::MALLOC, 0, GIB, 0xc000, 0), 2_100, &model, 1);
+        assert_eq!(l.ledger(30).unwrap().total_bytes, GIB);
+        assert_eq!(l.pinned_by_pid(), [], "no pinned memory");
+        let oom = l
+            .on_call(
+                &call(32, cuda::MALLOC, cuda::OUT_OF_MEMORY, GIB, 0, 0),
+                2_200,
+                &model,
+                1,
+            )
+            .expect("a GPU OOM record");
+        let others: Vec<(u32, u64)> = oom
+            .others
+            .iter()
+            .map(|h| (h.process.pid, h.device_bytes))
+            .collect();
+        assert_eq!(others, [(30, GIB)], "the live holder, not the dead one");
+        // Its exit was lost: the table's next start of the pid tells.
+        model.on_fork_at(1, 30, "third", 3_000, start(3_000));
+        l.on_call(
+            &call(30, cuda::MALLOC, 0, 4 * GIB, 0xd000, 0),
+            3_100,
+            &model,
+            1,
+        );
+        assert_eq!(l.ledger(30).unwrap().total_bytes, 4 * GIB);
     }
 
     #[test]

@@ -112,7 +112,8 @@ impl Engine {
             }
             Event::Usdt(u) => {
                 if let Some(cuda) = &mut self.cuda {
-                    cuda.on_block(&u, wall(u.header.ts_boot_ns));
+                    let ts = wall(u.header.ts_boot_ns);
+                    cuda.on_block(&env!(self), &u, ts);
                 }
                 return Ok(());
             }

@@ -98,8 +98,8 @@ impl Cuda {
     }
 
     /// A caching allocator's block event (its USDT probes).
-    pub fn on_block(&mut self, u: &tracer_common::usdt::UsdtEvent, ts_ns: i64) {
-        self.ledgers.on_block(u, ts_ns);
+    pub fn on_block(&mut self, env: &Env<'_>, u: &tracer_common::usdt::UsdtEvent, ts_ns: i64) {
+        self.ledgers.on_block(u, ts_ns, env.model);
     }
 
     /// Whether GPU out-of-memory failures wait for their join.
