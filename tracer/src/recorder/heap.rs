@@ -760,6 +760,29 @@ fn work(
             }
         }
     };
+    // A sample of a pid whose exit was read, taken after that exit, is of
+    // a new holder of the pid: the earlier one's samples, stacks, maps and
+    // name go first (its kill's report brought up to date a last time), so
+    // the two are never summed nor named or unwound as one. A sample from
+    // before the exit, read after it (the rings are read apart), is still
+    // the earlier one's.
+    let earlier_holder_gone = |tracer: &mut HeapTracer,
+                               comms: &mut HashMap<u32, String>,
+                               exited: &mut Vec<(u32, u64)>,
+                               kills: &mut HashMap<u32, u64>,
+                               tips: &mut HashMap<u32, (TipStack, u64)>,
+                               pid: u32,
+                               ts: u64| {
+        let Some(i) = exited.iter().position(|&(p, x)| p == pid && ts > x) else {
+            return;
+        };
+        exited.swap_remove(i);
+        if let Some(k) = kills.remove(&pid) {
+            report_kills(tracer, comms, &mut std::iter::once((pid, k)), tips);
+        }
+        tips.remove(&pid);
+        forget_exited(tracer, comms, &out, pid);
+    };
     loop {
         if quit.load(std::sync::atomic::Ordering::Relaxed) {
             return;
@@ -781,7 +804,19 @@ fn work(
                 );
             }
         }
-        match rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
+        let msg = rx.recv_timeout(next.saturating_duration_since(Instant::now()));
+        if let Ok(Msg::Alloc(s, ts) | Msg::Fault(s, ts)) = &msg {
+            earlier_holder_gone(
+                &mut tracer,
+                &mut comms,
+                &mut exited,
+                &mut kills,
+                &mut tips,
+                s.header.pid,
+                *ts,
+            );
+        }
+        match msg {
             Ok(Msg::Alloc(a, ts)) => {
                 comms
                     .entry(a.header.pid)
@@ -887,5 +922,71 @@ fn work(
         if let Ok(mut m) = out.kills.lock() {
             m.retain(|_, k| now.saturating_sub(k.ts_ns) < KEEP_AFTER_EXIT_NS);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tracer_common::{
+        EventHeader,
+        growth::FAULT_USER,
+        heap::{FP_FRAMES, STACK_BYTES, how},
+        kind,
+    };
+
+    use super::*;
+
+    /// A page fault sample of `pid` at `ip` (no stack: one frame).
+    fn fault(pid: u32, ip: u64) -> Box<GrowthSample> {
+        Box::new(GrowthSample {
+            header: EventHeader {
+                kind: kind::GROWTH_FAULT,
+                pid,
+                tid: pid,
+                ..Default::default()
+            },
+            addr: 0,
+            size: 1 << 20,
+            func: FAULT_USER,
+            how: how::EXACT,
+            ip,
+            sp: 0,
+            bp: 0,
+            fp_len: 0,
+            stack_len: 0,
+            fp: [0; FP_FRAMES],
+            stack: [0; STACK_BYTES],
+        })
+    }
+
+    #[test]
+    fn a_reused_pid_does_not_add_to_its_earlier_holders_growth() {
+        let view = View {
+            top: 10,
+            growth_window_s: 60,
+            old_after_s: 60,
+        };
+        let w = HeapWorker::spawn(0, 1 << 20, view).expect("the worker");
+        // A pid no process here has (above the default pid_max).
+        let pid = 4_000_000;
+        let now = crate::util::time::wall_now_ns() as u64;
+        let s = 1_000_000_000;
+        w.fault(fault(pid, 0x1000), now - 5 * s);
+        w.fault(fault(pid, 0x1000), now - 4 * s);
+        w.on_exit(pid, now - 3 * s);
+        // Taken before the exit, read after it: still the first holder's.
+        w.fault(fault(pid, 0x1000), now - 3 * s - 1);
+        let growth = |w: &HeapWorker| {
+            w.request_growth(pid, 60)
+                .expect("queued")
+                .blocking_recv()
+                .expect("an answer")
+        };
+        assert_eq!(growth(&w).samples, 3);
+        // The pid's next holder grows: its own growth only.
+        w.fault(fault(pid, 0x2000), now - 2 * s);
+        let r = growth(&w);
+        assert_eq!((r.samples, r.total_bytes), (1, 1 << 20), "{r:?}");
+        w.stop();
     }
 }
