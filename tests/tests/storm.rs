@@ -12,8 +12,8 @@ use std::{
 
 use serde_json::Value;
 use tracer_e2e::{
-    Proc, Recorder, Scenario, TestCgroup, explain_json, oom_killed, storm_count, tracer_json,
-    wait_for,
+    Proc, Recorder, Scenario, TestCgroup, explain_json, oom_killed, storm_count, summary_of,
+    tracer_json, wait_for,
 };
 
 const MIB: u64 = 1 << 20;
@@ -416,6 +416,30 @@ fn an_oom_storm_keeps_every_kill_in_its_cgroup_and_durable_at_once() {
             )
             .unwrap_or_default();
         eprintln!("oom storm: one of them: {r}");
+        // The other records of its victim, if any.
+        let pid =
+            serde_json::from_str::<serde_json::Value>(&r).unwrap_or_default()["victim"]["pid"]
+                .as_u64()
+                .unwrap_or(0);
+        let mut st = c
+            .prepare("SELECT id, ts_ns, record FROM kills WHERE json_extract(record, '$.victim.pid') = ?1")
+            .unwrap();
+        for row in st
+            .query_map([pid as i64], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })
+            .unwrap()
+            .flatten()
+        {
+            eprintln!(
+                "oom storm: pid {pid}: row {} at {}: {}",
+                row.0, row.1, row.2
+            );
+        }
     }
     assert_eq!(oom_drops, 0, "OOM-ring events lost");
     // A child the kernel kills while it is already ending at the storm's
@@ -436,6 +460,11 @@ fn an_oom_storm_keeps_every_kill_in_its_cgroup_and_durable_at_once() {
     std::thread::sleep(Duration::from_secs(2));
     let gone = rec.terminate_timed();
     eprintln!("oom storm: stopped {gone:?} after SIGTERM");
+    // Children the kernel marked while they were already ending (their
+    // SIGTERM at a storm's end came first) were given reserves, not killed.
+    std::thread::sleep(Duration::from_millis(200));
+    let marks = summary_of(&rec.log()).map(|s| s["summary"]["oom_marks_without_kill"].clone());
+    eprintln!("oom storm: marks with no kill {marks:?}");
     assert!(
         gone < Duration::from_secs(2),
         "stopped {gone:?} after SIGTERM"

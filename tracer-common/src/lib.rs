@@ -285,6 +285,11 @@ pub mod victim_field {
     pub const PGTABLES: u16 = 1 << 4;
     /// `oom_score_adj`.
     pub const OOM_SCORE_ADJ: u16 = 1 << 5;
+    /// Not a field: the kernel's SIGKILL to the victim was seen just before
+    /// the mark (its start and cgroup came with it). Without it, where the
+    /// signal probe runs, the victim was already exiting and the kernel
+    /// only gave it memory reserves.
+    pub const KILL_SEEN: u16 = 1 << 6;
 }
 
 /// `oom:mark_victim`: the OOM killer marked `victim_pid` to die. The header

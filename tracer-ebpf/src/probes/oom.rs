@@ -74,12 +74,16 @@ fn try_mark_victim(ctx: &TracePointContext) -> Result<(), ()> {
     // that triggered the kill, its start and cgroup are current's; else
     // they were noted at the SIGKILL the OOM killer sent it just before.
     let trigger_memcg_id = current_memcg_id();
+    // SAFETY: a plain map lookup; the value is copied out at once.
+    let noted = unsafe { KERNEL_KILLS.get(&victim_pid) }.copied();
+    if noted.is_some() {
+        present |= victim_field::KILL_SEEN;
+    }
     let (victim_memcg_id, victim_start_ns) = if victim_pid == hdr.pid {
         (trigger_memcg_id, task_start_ns(current_task()))
     } else {
-        // SAFETY: a plain map lookup; the value is copied out at once.
-        match unsafe { KERNEL_KILLS.get(&victim_pid) } {
-            Some(&[memcg, start]) => (memcg, start),
+        match noted {
+            Some([memcg, start]) => (memcg, start),
             None => (0, 0),
         }
     };

@@ -151,6 +151,23 @@ fn protect_from_oom_killer() {
 /// The kernel stamps its log with a clock that drifts from the monotonic
 /// one (tens of ms a day here): measured, kill reports keep joining their
 /// tracepoint events however long the node has been up.
+/// Whether the kernel's own SIGKILLs reach the OOM probe (the signal
+/// probe is attached and has the task offsets it needs) and the kernel log
+/// is read, so a mark with no SIGKILL before it can wait for its "Killed
+/// process" line.
+fn sees_kernel_kills(
+    probes: &crate::probes::Probes,
+    statuses: &[crate::probes::ProbeStatus],
+) -> bool {
+    let signal = statuses
+        .iter()
+        .any(|s| s.spec.program == tracer_common::programs::SIGNAL_GENERATE && s.error.is_none());
+    signal
+        && probes.config.task_tgid_off != 0
+        && probes.config.task_comm_off != 0
+        && std::fs::File::open(crate::collect::kmsg::KMSG).is_ok()
+}
+
 fn measure_kmsg_clock() {
     match crate::collect::kmsg::measure_clock_skew() {
         Some(ns) => {
@@ -430,6 +447,7 @@ async fn wire(
             .filter(|n| n.starts_with("PGSCAN"))
             .filter_map(|n| items.get(*n).copied())
             .collect(),
+        sees_kernel_kills: sees_kernel_kills(&probes, &statuses),
     };
     // With uprobe families the library watcher owns the probes (it
     // attaches as libraries and processes appear); otherwise they stay

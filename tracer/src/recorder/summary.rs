@@ -13,6 +13,9 @@ pub struct EngineSummary {
     pub kills: u64,
     /// Kills found in the kernel log only.
     pub kmsg_only_kills: u64,
+    /// OOM victims the kernel marked while they were already exiting, with
+    /// no kill (see `features::kills`).
+    pub oom_marks_without_kill: u64,
     /// Userspace kills folded into aggregate records (a SIGKILL storm).
     pub folded_kills: u64,
     /// Failed calls counted in a window of identical ones rather than

@@ -122,6 +122,7 @@ impl Engine {
             return Err(e);
         }
         self.summary.kmsg_only_kills = self.kills.kmsg_only;
+        self.summary.oom_marks_without_kill = self.kills.marks_without_kill;
         self.commit_kills().map(drop)
     }
 

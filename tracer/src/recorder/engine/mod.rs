@@ -109,6 +109,7 @@ impl Engine {
         let now = wall_now_ns();
         let mut kills = Kills::new(now);
         kills.set_started(p.started_ns);
+        kills.set_sees_kernel_kills(p.opts.sees_kernel_kills);
         Self {
             journal: Journal::new(
                 p.store,

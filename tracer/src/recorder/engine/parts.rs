@@ -28,6 +28,9 @@ pub struct EngineOptions {
     pub cgroups: Vec<String>,
     /// `enum vm_event_item` values of the reclaim scan items.
     pub scan_items: Vec<i32>,
+    /// The kernel's own SIGKILLs are seen and its log is read: an OOM
+    /// victim marked with no SIGKILL before it is told from a kill.
+    pub sees_kernel_kills: bool,
 }
 
 /// Everything the engine is made of; what is off is `None`.

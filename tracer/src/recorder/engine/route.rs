@@ -27,7 +27,9 @@ impl Engine {
     pub(super) fn on_kmsg(&mut self, ev: KmsgEvent) {
         let now = wall_now_ns();
         match ev {
-            KmsgEvent::Report(r) => self.kills.on_report(&env!(self), *r, now, &mut self.out),
+            KmsgEvent::Report(r) => self
+                .kills
+                .on_report(&mut env!(self), *r, now, &mut self.out),
             KmsgEvent::Xid(x) => {
                 let ts = self.clock.kmsg_to_wall(x.ts_us);
                 self.gpu.on_xid(x, ts, &mut self.out);

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use tracer_common::{OomVictim, ProcExit, Reap, SignalKill};
+use tracer_common::{OomVictim, ProcExit, Reap, SignalKill, victim_field};
 
 use super::Env;
 use crate::{
@@ -50,7 +50,23 @@ pub struct Kills {
     dirty: BTreeSet<i64>,
     /// Kills found in the kernel log only.
     pub kmsg_only: u64,
+    /// Whether the kernel's SIGKILLs are seen (the signal probe runs and
+    /// the kernel log is read): only then is a mark with none before it
+    /// told from a kill.
+    sees_kernel_kills: bool,
+    /// OOM victims marked with no SIGKILL from the kernel before them,
+    /// waiting for a "Killed process" line (when seen, wall ns; the event;
+    /// its time).
+    unsignalled: Vec<(i64, OomVictim, i64)>,
+    /// Marks that no kill followed: the kernel gave a task that was
+    /// already exiting its memory reserves, and killed nothing.
+    pub marks_without_kill: u64,
 }
+
+/// How long a mark with no SIGKILL before it waits for a "Killed process"
+/// line; most unsignalled marks held at once.
+const UNSIGNALLED_WAIT_NS: i64 = 5_000_000_000;
+const UNSIGNALLED_HELD: usize = 1024;
 
 /// What became of a SIGKILL event.
 #[derive(Debug, PartialEq, Eq)]
@@ -73,7 +89,16 @@ impl Kills {
             pending_groups: Vec::new(),
             dirty: BTreeSet::new(),
             kmsg_only: 0,
+            sees_kernel_kills: false,
+            unsignalled: Vec::new(),
+            marks_without_kill: 0,
         }
+    }
+
+    /// Says whether the kernel's own SIGKILLs are seen (see
+    /// [`Kills::on_victim`]).
+    pub fn set_sees_kernel_kills(&mut self, yes: bool) {
+        self.sees_kernel_kills = yes;
     }
 
     /// Sets when the probes started to be attached (wall ns).
@@ -83,8 +108,26 @@ impl Kills {
 
     /// The OOM killer's victim: a kill queued, joined with its report when
     /// the log already told of it.
+    ///
+    /// The kernel also marks a task that is already exiting (it had a
+    /// SIGTERM, or an earlier kill) as a victim, to give it memory reserves,
+    /// and kills nothing: no SIGKILL comes before that mark and no "Killed
+    /// process" line after it. Such a mark is held until its line comes (a
+    /// thread the kernel chose for its process is killed under the
+    /// process's id, so its SIGKILL is not matched) and is no kill without
+    /// one; its event row is kept either way.
     pub fn on_victim(&mut self, env: &mut Env<'_>, v: &OomVictim, ts_ns: i64, now_ns: i64) {
         self.self_kills.oom_victim(now_ns, v.victim_pid);
+        if self.sees_kernel_kills && v.present & victim_field::KILL_SEEN == 0 {
+            if self.unsignalled.len() < UNSIGNALLED_HELD {
+                self.unsignalled.push((now_ns, *v, ts_ns));
+            }
+            return;
+        }
+        self.queue_victim(env, v, ts_ns, now_ns);
+    }
+
+    fn queue_victim(&mut self, env: &mut Env<'_>, v: &OomVictim, ts_ns: i64, now_ns: i64) {
         // The victim's cgroup from the kernel at the kill: read at the
         // SIGKILL the OOM killer sent it, or the trigger's when it was
         // killed for its own allocation.
@@ -170,7 +213,21 @@ impl Kills {
 
     /// A kernel OOM report: joined into the kill it belongs to (queued or
     /// committed), or left waiting for one.
-    pub fn on_report(&mut self, env: &Env<'_>, report: OomReport, now_ns: i64, out: &mut Outputs) {
+    pub fn on_report(
+        &mut self,
+        env: &mut Env<'_>,
+        report: OomReport,
+        now_ns: i64,
+        out: &mut Outputs,
+    ) {
+        // The line of a mark held for want of a SIGKILL: a kill after all.
+        let at = env.clock.kmsg_to_wall(report.ts_us);
+        if let Some(i) = self.unsignalled.iter().position(|(_, v, ts)| {
+            v.victim_pid == report.killed.pid && (ts - at).abs() < JOIN_WINDOW_NS
+        }) {
+            let (_, v, ts) = self.unsignalled.swap_remove(i);
+            self.queue_victim(env, &v, ts, now_ns);
+        }
         let joined = self.book.on_report(
             report,
             &mut self.reports,
@@ -266,6 +323,17 @@ impl Kills {
         all: bool,
         mut stored: impl FnMut(u32, i64, i64) -> bool,
     ) {
+        let (gone, held): (Vec<_>, Vec<_>) = std::mem::take(&mut self.unsignalled)
+            .into_iter()
+            .partition(|(seen, ..)| all || now_ns - seen >= UNSIGNALLED_WAIT_NS);
+        self.unsignalled = held;
+        for (_, v, _) in gone {
+            self.marks_without_kill += 1;
+            tracing::debug!(
+                "pid {}: marked an OOM victim while already exiting; no kill followed",
+                v.victim_pid
+            );
+        }
         for report in self.reports.due(now_ns, all) {
             let ts = env.clock.kmsg_to_wall(report.ts_us);
             if !stored(report.killed.pid, ts, JOIN_WINDOW_NS) {
@@ -441,7 +509,7 @@ mod tests {
         let ids = commit(&mut k, &mut 0);
         let mut out = Vec::new();
         k.on_report(
-            &test_env(&mut w),
+            &mut test_env(&mut w),
             report(42, "/job", 5_000_300),
             t + 1_000_000,
             &mut out,
@@ -455,12 +523,56 @@ mod tests {
     }
 
     #[test]
+    fn a_mark_with_no_sigkill_before_it_is_a_kill_only_if_its_line_comes() {
+        let mut w = World::default();
+        let mut k = Kills::new(START_NS);
+        k.set_sees_kernel_kills(true);
+        let t = 5_000_000_000;
+        // Marked while already exiting: no SIGKILL before, no line after.
+        k.on_victim(&mut test_env(&mut w), &victim_event(50, t as u64), t, t);
+        // Its SIGKILL seen: a kill at once.
+        let mut seen = victim_event(51, t as u64);
+        seen.present |= victim_field::KILL_SEEN;
+        k.on_victim(&mut test_env(&mut w), &seen, t, t);
+        assert_eq!(k.queued(), 1);
+        // No SIGKILL matched, but its "Killed process" line comes: a kill.
+        k.on_victim(&mut test_env(&mut w), &victim_event(52, t as u64), t, t);
+        let mut out = Vec::new();
+        k.on_report(
+            &mut test_env(&mut w),
+            report(52, "/a", 5_000_100),
+            t + 1_000_000,
+            &mut out,
+        );
+        let q = k.take_queued();
+        let pids: Vec<u32> = q.iter().map(|r| r.victim.pid).collect();
+        assert_eq!(pids, [51, 52]);
+        assert_eq!(q[1].source.to_string(), "tracepoint+kmsg");
+        assert_eq!(q[1].victim.memcg.as_deref(), Some("/a"));
+        // The first is no kill once its wait is over.
+        k.settle_unmatched(
+            &test_env(&mut w),
+            t + UNSIGNALLED_WAIT_NS - 1,
+            false,
+            |_, _, _| false,
+        );
+        assert_eq!((k.queued(), k.marks_without_kill), (0, 0), "still waiting");
+        k.settle_unmatched(
+            &test_env(&mut w),
+            t + UNSIGNALLED_WAIT_NS,
+            false,
+            |_, _, _| false,
+        );
+        assert_eq!((k.queued(), k.marks_without_kill), (0, 1));
+    }
+
+    #[test]
     fn a_report_before_the_victim_event_is_claimed_at_the_kill() {
         let mut w = World::default();
         let mut k = Kills::new(START_NS);
         let mut out = Vec::new();
         k.on_report(
-            &test_env(&mut w),
+            &mut test_env(&mut w),
             report(7, "/a", 5_000_000),
             5_000_000_100,
             &mut out,
@@ -480,13 +592,13 @@ mod tests {
         let mut k = Kills::new(START_NS);
         let mut out = Vec::new();
         k.on_report(
-            &test_env(&mut w),
+            &mut test_env(&mut w),
             report(77, "/x", 8_000_000),
             9_000_000_000,
             &mut out,
         );
         k.on_report(
-            &test_env(&mut w),
+            &mut test_env(&mut w),
             report(78, "/y", 8_100_000),
             9_000_000_000,
             &mut out,
@@ -519,7 +631,7 @@ mod tests {
         k.on_oom_group(g, &CLOCK, &mut out);
         assert!(out.is_empty(), "the kill has no report yet: {out:?}");
         k.on_report(
-            &test_env(&mut w),
+            &mut test_env(&mut w),
             report(42, "/job", 5_000_300),
             t + 1_000_000,
             &mut out,
