@@ -14,7 +14,8 @@ use tokio::{
 use super::{
     RecorderConfig,
     engine::{Engine, EngineOptions, EngineSummary, Inputs, Parts},
-    heap::{HeapWorker, View},
+    heap::View,
+    heap_worker::HeapWorker,
     journal::spill::Spill,
     metrics::Metrics,
 };

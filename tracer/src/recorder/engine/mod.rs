@@ -15,7 +15,7 @@ use super::{
         warnings::Warnings,
     },
     fold::CallFold,
-    heap::HeapWorker,
+    heap_worker::HeapWorker,
     journal::Journal,
     metrics::Metrics,
     output::{Output, Outputs},

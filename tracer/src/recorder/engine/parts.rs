@@ -11,7 +11,7 @@ use crate::{
     model::ProcessTable,
     probes::{DropCounters, MemcgCounters, growth::GrowthMaps, watch::LibraryWatcher},
     record::published::Published,
-    recorder::{heap::HeapWorker, journal::spill::Spill, metrics::Metrics},
+    recorder::{heap_worker::HeapWorker, journal::spill::Spill, metrics::Metrics},
     store::Store,
 };
 

@@ -14,7 +14,7 @@ use crate::{
         growth::{GrowthMaps, GrowthMode, GrowthOptions},
     },
     record::GrowthReport,
-    recorder::heap::{HeapWorker, View},
+    recorder::{heap::View, heap_worker::HeapWorker},
     util::{
         time::{Clock, wall_now_ns},
         units::bytes,

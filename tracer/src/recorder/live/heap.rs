@@ -15,7 +15,10 @@ use crate::{
         uprobe::HEAP,
     },
     record::HeapSnapshot,
-    recorder::heap::{HeapWorker, Reply, View},
+    recorder::{
+        heap::View,
+        heap_worker::{HeapWorker, Reply},
+    },
     util::time::Clock,
 };
 
