@@ -365,9 +365,6 @@ fn no_source_file_grows_past_900_lines() {
 const CIRCLES: &[&str] = &[
     "cli: top.rs <-> top_tui.rs",
     "cli: attach.rs <-> attach_host.rs",
-    "model: cgroup.rs <-> kube.rs",
-    "probes: placement.rs <-> uprobe.rs",
-    "record: gpu.rs <-> kill.rs",
     "recorder: growth.rs <-> heap.rs",
 ];
 

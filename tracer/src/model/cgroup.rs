@@ -206,9 +206,28 @@ pub struct Owner {
     /// systemd unit (service, scope or slice) that holds it, outside containers.
     pub unit: Option<String>,
     /// Kubernetes namespace, pod and container names, when the node's
-    /// files give them (see [`super::kube`]).
+    /// files give them (kube.rs looks them up).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kube: Option<super::kube::KubeNames>,
+    pub kube: Option<KubeNames>,
+}
+
+/// A pod's (and container's) names.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct KubeNames {
+    /// Namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub pod: String,
+    /// Container name (none for the pod's sandbox, or when not known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+}
+
+impl KubeNames {
+    /// The bytes of its strings.
+    pub fn weight(&self) -> usize {
+        self.namespace.len() + self.pod.len() + self.container.as_ref().map_or(0, String::len)
+    }
 }
 
 impl Owner {

@@ -18,28 +18,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde::{Deserialize, Serialize};
-
+pub use super::cgroup::KubeNames;
 use super::cgroup::Owner;
-
-/// A pod's (and container's) names.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct KubeNames {
-    /// Namespace.
-    pub namespace: String,
-    /// Pod name.
-    pub pod: String,
-    /// Container name (none for the pod's sandbox, or when not known).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub container: Option<String>,
-}
-
-impl KubeNames {
-    /// The bytes of its strings.
-    pub fn weight(&self) -> usize {
-        self.namespace.len() + self.pod.len() + self.container.as_ref().map_or(0, String::len)
-    }
-}
 
 /// The directories are listed again for a name not known at most this often.
 const RESCAN: Duration = Duration::from_secs(1);

@@ -544,4 +544,28 @@ mod tests {
         let p = placement::place(&free.code, free.addr, free.size, false);
         assert!(p.shift > 0 && p.emulated, "{p:?}");
     }
+
+    #[test]
+    fn this_machines_libc() {
+        // Whatever libc this is, free's site is its entry or an emulated
+        // instruction, and malloc's keeps its return-probe rules.
+        let Ok(data) = std::fs::read("/lib/x86_64-linux-gnu/libc.so.6") else {
+            eprintln!("skipped: no glibc at /lib/x86_64-linux-gnu");
+            return;
+        };
+        let found = exported_in(&HEAP, &data).unwrap();
+        for e in found {
+            let p = placement::place(
+                &e.code,
+                e.addr,
+                e.size,
+                tracer_common::heap::returns(e.func),
+            );
+            let n = placement::first_len(&e.code[p.shift as usize..], e.addr + p.shift).unwrap();
+            assert_eq!(
+                p.emulated,
+                placement::emulated(&e.code[p.shift as usize..][..n])
+            );
+        }
+    }
 }

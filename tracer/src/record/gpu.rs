@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::kill::ProcRef;
+use super::process::ProcRef;
 
 /// One process on one device.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
