@@ -1,6 +1,7 @@
 //! `tracer attach --pid N`: CUDA allocation calls of a running process,
 //! live, without restarting, stopping or signalling it (uprobes only).
-//! With `--host`, its heap instead (see [`super::attach_host`]).
+//! With `--host`, its heap instead: attach_host.rs, which cli/mod.rs
+//! runs in its place.
 
 use std::{io::Write as _, process::ExitCode, time::Duration};
 
@@ -290,11 +291,8 @@ impl View for Printer {
     }
 }
 
-/// Runs `attach`.
+/// Runs `attach` (without `--host`).
 pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
-    if args.host {
-        return super::attach_host::run(args);
-    }
     let comm = comm_of(args.pid)?;
     crate::probes::caps::require_bpf()?;
     let pidfd = pidfd(args.pid)?;

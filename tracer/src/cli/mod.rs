@@ -80,6 +80,7 @@ pub enum Format {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Record(a) => record::run(*a),
+        Command::Attach(a) if a.host => attach_host::run(a),
         Command::Attach(a) => attach::run(a),
         Command::Growth(a) => growth::run(a),
         Command::Explain(a) => explain::run(a),
