@@ -20,10 +20,10 @@ use ratatui::{
     widgets::{Block, Borders, Cell, Paragraph, Row as TableRow, Sparkline, Table, TableState},
 };
 
-use super::top::{Row, TopArgs};
 use crate::{
     model::sampler::CgroupSample,
     record::GpuView,
+    recorder::live::top::Row,
     util::{
         term,
         time::{format_wall, wall_now_ns},
@@ -398,7 +398,7 @@ impl App {
 
 /// Runs the full-screen `top` until `q`.
 pub fn run(
-    args: &TopArgs,
+    interval: Duration,
     mut refresh: impl FnMut() -> (Vec<Row>, GpuView),
     note: Option<String>,
 ) -> anyhow::Result<()> {
@@ -420,7 +420,7 @@ pub fn run(
             if Instant::now() >= next {
                 let (rows, view) = refresh();
                 app.take(rows, view);
-                next = Instant::now() + args.interval;
+                next = Instant::now() + interval;
             }
             terminal.draw(|f| app.draw(f))?;
             let wait = next.saturating_duration_since(Instant::now());

@@ -5,12 +5,16 @@
 
 use std::collections::HashMap;
 
-use tracer_common::heap::{self, HeapAlloc, HeapFree};
+use tracer_common::{
+    growth::{GrowthSample, RESERVE},
+    heap::{self, HeapAlloc, HeapFree},
+};
 
+use super::growth::{KEEP_S, Sites};
 use crate::{
     correlate::heap::{HeapProfile, StackId},
     probes::heap::{HeapCounts, weight},
-    record::{HeapSite, HeapSnapshot},
+    record::{GrowthReport, HeapSite, HeapSnapshot, TipStack},
     stacks::{
         symbols::{Frame, Symbols},
         unwind::{Sample, Unwinders},
@@ -34,7 +38,7 @@ pub struct HeapTracer {
     pub sample_bytes: u64,
     profile: HeapProfile,
     pub(super) unwinders: Unwinders,
-    pub(super) symbols: Symbols,
+    symbols: Symbols,
     /// Samples whose stack could not be unwound past the allocator's
     /// caller, per process.
     shallow: HashMap<u32, u64>,
@@ -42,13 +46,13 @@ pub struct HeapTracer {
     /// not be when a snapshot is taken, at its OOM kill).
     named: HashMap<StackId, Vec<Frame>>,
     /// Growth samples (page faults).
-    pub(super) growth: super::growth::Sites,
+    growth: Sites,
     /// Mean bytes faulted in between two growth samples.
-    pub(super) growth_sample_bytes: u64,
+    growth_sample_bytes: u64,
     /// Growth samples whose stack ended at its first frame, per process.
-    pub(super) growth_shallow: HashMap<u32, u64>,
+    growth_shallow: HashMap<u32, u64>,
     /// Large anonymous mappings (reservations).
-    pub(super) reserve: super::growth::Sites,
+    reserve: Sites,
 }
 
 impl HeapTracer {
@@ -249,12 +253,99 @@ impl HeapTracer {
     }
 }
 
+impl HeapTracer {
+    /// Sets the mean bytes between growth samples the programs run with.
+    pub fn set_growth_sample_bytes(&mut self, b: u64) {
+        self.growth_sample_bytes = b;
+    }
+
+    /// A sampled fault, or a reservation (wall time `ts_ns`).
+    pub fn fault(&mut self, s: &GrowthSample, ts_ns: u64) {
+        let pid = s.header.pid;
+        let mut frames = self.unwind(s);
+        // Faults in the C library's string functions and the allocators,
+        // and mmap's wrapper, belong to their caller.
+        self.trim_allocator(pid, &mut frames);
+        let (sites, weight) = if s.func == RESERVE {
+            (&mut self.reserve, s.size as f64)
+        } else {
+            if frames.len() < 2 {
+                *self.growth_shallow.entry(pid).or_default() += 1;
+            }
+            let w = weight(s.size, s.how, self.growth_sample_bytes);
+            (&mut self.growth, w)
+        };
+        if let Some((id, frames)) = sites.add(pid, frames, weight, ts_ns) {
+            let names = name_with(&self.unwinders, &mut self.symbols, pid, &frames, s.ip);
+            sites.name(id, names);
+        }
+    }
+
+    /// The stack of a task that tipped an OOM kill.
+    pub fn tip(&mut self, s: &GrowthSample) -> TipStack {
+        let pid = s.header.pid;
+        let mut frames = self.unwind(s);
+        self.trim_allocator(pid, &mut frames);
+        TipStack {
+            pid,
+            tid: s.header.tid,
+            comm: crate::collect::decode::c_str(&s.header.comm),
+            frames: self.name_from(pid, &frames, s.ip),
+            victim_is_trigger: pid == s.addr as u32,
+        }
+    }
+
+    /// Where `pid` grew in the `window_s` seconds up to `until_ns`: the
+    /// `top` sites by bytes.
+    pub fn growth_report(
+        &mut self,
+        pid: u32,
+        comm: &str,
+        until_ns: u64,
+        window_s: u64,
+        top: usize,
+    ) -> GrowthReport {
+        let window_ns = window_s * 1_000_000_000;
+        let (listed, bytes, samples, more_sites) =
+            self.growth.window(pid, until_ns, window_ns, top);
+        let (reserved, reserved_bytes, _, _) =
+            self.reserve.window(pid, until_ns, window_ns, top.min(3));
+        GrowthReport {
+            pid,
+            comm: comm.to_string(),
+            until_ns,
+            window_s,
+            sample_bytes: self.growth_sample_bytes,
+            bytes,
+            samples,
+            total_bytes: self.growth.total(pid).0.round() as u64,
+            sites: listed,
+            more_sites,
+            shallow_samples: self.growth_shallow.get(&pid).copied().unwrap_or(0),
+            lost_samples: 0,
+            reserved_bytes,
+            reserved,
+        }
+    }
+
+    /// Whether `pid` has growth samples or reservations.
+    pub fn has_growth(&self, pid: u32) -> bool {
+        self.growth.total(pid).1 > 0 || self.reserve.total(pid).1 > 0
+    }
+
+    /// Drops growth samples too old for any window.
+    pub fn prune_growth(&mut self, now_ns: u64) {
+        self.growth.prune(now_ns, KEEP_S * 1_000_000_000);
+        self.reserve.prune(now_ns, KEEP_S * 1_000_000_000);
+    }
+}
+
 /// Names frames of `pid` unwound from instruction pointer `ip`: the first,
 /// when it is `ip` itself (the faulting instruction, a system call's return
 /// point), as it is; return addresses by the call before them (so also a
 /// first frame left after the allocator's frames were trimmed). Addresses
 /// are named from the files the unwinders hold open where they can be.
-pub(super) fn name_with(
+fn name_with(
     unwinders: &Unwinders,
     symbols: &mut Symbols,
     pid: u32,

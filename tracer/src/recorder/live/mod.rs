@@ -6,6 +6,7 @@ pub mod attached;
 pub mod cuda;
 pub mod growth;
 pub mod heap;
+pub mod top;
 
 use std::{
     os::fd::{FromRawFd as _, OwnedFd},
