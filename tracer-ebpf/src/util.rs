@@ -42,17 +42,18 @@ pub fn read_field<T>(ctx: &TracePointContext, idx: usize) -> Option<T> {
 }
 
 /// Copies the `__data_loc char[]` field `idx` into `dst` (NUL-terminated).
-/// Returns false when the field is absent or unreadable.
+/// Returns the string's length in the record, its NUL included (more than
+/// `dst` holds: cut), or `None` when the field is absent or unreadable.
 #[inline(always)]
-pub fn read_data_loc_str(ctx: &TracePointContext, idx: usize, dst: &mut [u8]) -> bool {
-    let Some(loc) = read_field::<u32>(ctx, idx) else {
-        return false;
-    };
+pub fn read_data_loc_str(ctx: &TracePointContext, idx: usize, dst: &mut [u8]) -> Option<u32> {
+    let loc = read_field::<u32>(ctx, idx)?;
     // A __data_loc word is (length << 16) | offset from the record start.
     let off = (loc & 0xffff) as usize;
     // SAFETY: the offset points into this tracepoint record, which the
     // kernel laid out; the helper stops at the first NUL or at dst's end.
-    unsafe { bpf_probe_read_kernel_str_bytes(ctx.as_ptr().cast::<u8>().add(off), dst) }.is_ok()
+    unsafe { bpf_probe_read_kernel_str_bytes(ctx.as_ptr().cast::<u8>().add(off), dst) }
+        .ok()
+        .map(|_| loc >> 16)
 }
 
 /// The header for an event of `kind`, describing `current`.

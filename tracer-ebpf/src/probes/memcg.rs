@@ -4,9 +4,8 @@
 //! made and removed, which keep the recorder's map of cgroup ids current.
 
 use aya_ebpf::{
-    EbpfContext as _,
     bindings::BPF_NOEXIST,
-    helpers::{bpf_get_current_comm, bpf_probe_read_kernel_str_bytes},
+    helpers::bpf_get_current_comm,
     macros::{raw_tracepoint, tracepoint},
     programs::{RawTracePointContext, TracePointContext},
 };
@@ -14,7 +13,7 @@ use tracer_common::{CgroupDir, MemcgCountKey, field, kind};
 
 use crate::{
     maps::MEMCG_COUNTS,
-    util::{Ring, config, current_memcg_id, header, read_field},
+    util::{Ring, config, current_memcg_id, header, read_data_loc_str, read_field},
 };
 
 /// `tracepoint/cgroup/cgroup_mkdir`, from `cgroup_mkdir()` in
@@ -36,10 +35,7 @@ pub fn cgroup_rmdir(ctx: TracePointContext) -> u32 {
 
 #[inline(always)]
 fn on_cgroup_dir(ctx: &TracePointContext, kind: u32) -> u32 {
-    let (Some(id), Some(loc)) = (
-        read_field::<u64>(ctx, field::CGDIR_ID),
-        read_field::<u32>(ctx, field::CGDIR_PATH),
-    ) else {
+    let Some(id) = read_field::<u64>(ctx, field::CGDIR_ID) else {
         return 0;
     };
     let Some(mut slot) = Ring::Data.reserve::<CgroupDir>() else {
@@ -55,16 +51,11 @@ fn on_cgroup_dir(ctx: &TracePointContext, kind: u32) -> u32 {
         (*ev).root = read_field::<i32>(ctx, field::CGDIR_ROOT).unwrap_or(-1);
         (*ev).level = read_field::<i32>(ctx, field::CGDIR_LEVEL).unwrap_or(-1);
         (*ev).id = id;
-        // A __data_loc word is (length << 16) | offset from the record start.
-        (*ev).path_len = loc >> 16;
         (*ev)._pad = 0;
         (*ev).path[0] = 0;
-        // The offset points into this tracepoint record, which the kernel
-        // laid out; the helper stops at the first NUL or at the end.
-        let src = ctx.as_ptr().cast::<u8>().add((loc & 0xffff) as usize);
-        if bpf_probe_read_kernel_str_bytes(src, &mut (*ev).path).is_err() {
-            (*ev).path_len = 0;
-        }
+        // The kernel's length tells a path cut to fit; 0 (unread) sends
+        // userspace to its walk of the hierarchy.
+        (*ev).path_len = read_data_loc_str(ctx, field::CGDIR_PATH, &mut (*ev).path).unwrap_or(0);
     }
     slot.submit();
     0

@@ -65,7 +65,7 @@ fn try_mark_victim(ctx: &TracePointContext) -> Result<(), ()> {
         present |= victim_field::OOM_SCORE_ADJ;
     }
     let mut victim_comm = [0u8; COMM_LEN];
-    if read_data_loc_str(ctx, field::MV_COMM, &mut victim_comm) {
+    if read_data_loc_str(ctx, field::MV_COMM, &mut victim_comm).is_some() {
         present |= victim_field::COMM;
     }
     let victim_pid = read_field::<i32>(ctx, field::MV_PID).unwrap_or(0) as u32;
