@@ -186,46 +186,129 @@ fn jemalloc_preloaded_is_attributed_the_same() {
     names_build_index(&kill, &text, limit);
 }
 
-#[test]
-fn a_python_list_grown_until_killed_is_named_in_cpython() {
-    if !privileged() {
-        return;
+/// The CPython interpreters of this machine kind: pyenv's 3.9 to 3.13
+/// (libpython shared, with symbols) and Debian's 3.11 (linked into a
+/// stripped, non-PIE executable).
+fn interpreters() -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for v in ["3.9", "3.10", "3.11", "3.12", "3.13"] {
+        let found = std::fs::read_dir("/root/.pyenv/versions")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.strip_prefix(v).is_some_and(|r| r.starts_with('.')))
+            })
+            .map(|p| p.join("bin").join(format!("python{v}")));
+        match found.filter(|p| p.exists()) {
+            Some(p) => out.push(p),
+            None => assert!(
+                std::env::var_os("CI").is_none(),
+                "CPython {v} is missing from pyenv"
+            ),
+        }
     }
-    let limit = 128 * MIB;
-    let cg = TestCgroup::new("growth-py", limit);
-    // Debian's interpreter (python3 on PATH may be a shim script).
-    let mut cmd = cg.command("/usr/bin/python3");
-    cmd.args([
-        "-c",
-        "import sys\nprint('ready', flush=True)\nsys.stdin.readline()\nx = []\nwhile True:\n    x.append([0] * 1000)\n",
-    ]);
-    let (kill, text, _) = killed_while_recording(&cg, cmd);
-    let g = &kill["growth"];
-    let top = &g["sites"][0]["frames"];
-    // Native frames of the interpreter: named functions in python3's own
-    // code (or its libpython).
-    let frames = top.as_array().expect("frames");
-    let cpython: Vec<&str> = frames
-        .iter()
-        .filter(|f| {
-            f["module"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("python3") || m.starts_with("libpython3"))
+    out.push("/usr/bin/python3.11".into());
+    out
+}
+
+/// The line of `tests/py/grow_lists.py` marked `mark`.
+fn marked_line(script: &Path, mark: &str) -> u64 {
+    let text = std::fs::read_to_string(script).unwrap();
+    text.lines().position(|l| l.contains(mark)).expect(mark) as u64 + 1
+}
+
+/// The first frame named `function`, as (file, line).
+fn python_frame<'a>(frames: &'a Value, function: &str) -> Option<(&'a str, u64)> {
+    frames.as_array()?.iter().find_map(|f| {
+        (f["function"] == function).then(|| {
+            (
+                f["file"].as_str().unwrap_or(""),
+                f["line"].as_u64().unwrap_or(0),
+            )
         })
-        .filter_map(|f| f["function"].as_str())
-        .collect();
-    assert!(cpython.len() >= 3, "{g:#}");
-    assert!(
-        cpython.iter().any(|f| f.contains("Eval")),
-        "the interpreter loop is among the frames: {g:#}"
+    })
+}
+
+/// Each CPython grows a list in a known function until its cgroup kills
+/// it: the growth site and the tipping stack name that function, its file
+/// and line, and its caller's, in place of the interpreter's loop.
+#[test]
+fn python_lines_that_grew_until_killed_are_named_in_every_cpython() {
+    let Some(sc) = Scenario::new() else { return };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("py/grow_lists.py");
+    let (grow_line, call_line) = (
+        marked_line(&script, "# GROW-LINE"),
+        marked_line(&script, "# CALL-LINE"),
     );
-    assert!(
-        !kill["tipping_stack"]["frames"]
+    let rec = Recorder::on(&sc.store).start();
+    let store_s = sc.store.to_str().unwrap();
+    for python in interpreters() {
+        let limit = 96 * MIB;
+        let cg = TestCgroup::new("growth-py", limit);
+        let mut cmd = cg.command(&python);
+        cmd.arg(&script);
+        let mut prog = CudaLoad::spawn(cmd);
+        let pid = prog.pid().to_string();
+        // The recorder learns of the interpreter at its first sample; the
+        // walk starts after that.
+        prog.send("go");
+        let killed = wait_for(Duration::from_secs(60), || {
+            (cg.oom_kills() > 0).then_some(())
+        });
+        assert!(
+            killed.is_some(),
+            "{}: no OOM kill in {}",
+            python.display(),
+            cg.describe()
+        );
+        let v = explain_json(&["--store", store_s, "--pid", &pid], |v| {
+            !v["kill"]["growth"].is_null() && !v["kill"]["tipping_stack"].is_null()
+        });
+        let kill = &v["kill"];
+        let g = &kill["growth"];
+        let at = |frames: &Value, function: &str| {
+            python_frame(frames, function)
+                .map(|(file, line)| (file.ends_with("/grow_lists.py"), line))
+        };
+        let top = &g["sites"][0]["frames"];
+        let who = python.display();
+        assert_eq!(at(top, "grow"), Some((true, grow_line)), "{who}: {g:#}");
+        assert_eq!(at(top, "main"), Some((true, call_line)), "{who}: {g:#}");
+        assert!(python_frame(top, "<module>").is_some(), "{who}: {g:#}");
+        // Python frames take the place of the interpreter's loop; no frame
+        // says a walk failed.
+        let labels: Vec<&str> = top
             .as_array()
             .unwrap()
-            .is_empty()
-    );
-    assert!(text.contains("  growth "), "{text}");
+            .iter()
+            .filter_map(|f| f["function"].as_str())
+            .collect();
+        assert!(
+            !labels.contains(&"_PyEval_EvalFrameDefault"),
+            "{who}: {labels:?}"
+        );
+        assert!(
+            !labels.iter().any(|l| l.contains("unavailable")),
+            "{who}: {labels:?}"
+        );
+        let tip = &kill["tipping_stack"]["frames"];
+        assert_eq!(at(tip, "grow"), Some((true, grow_line)), "{who}: {tip:#}");
+        let text = tracer(&["explain", "--store", store_s, "--pid", &pid]);
+        let text = String::from_utf8_lossy(&text.stdout);
+        if std::env::var_os("SHOW").is_some() {
+            eprintln!("{text}\n{:#}", kill["tipping_stack"]);
+        }
+        assert!(
+            text.contains(&format!("grow_lists.py:{grow_line}")),
+            "{who}: {text}"
+        );
+        drop(prog);
+    }
+    rec.stop();
 }
 
 /// The first bytes of `function` in `pid`'s C library, and the same bytes

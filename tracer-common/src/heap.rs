@@ -253,12 +253,24 @@ pub struct HeapAlloc {
     pub fp_len: u32,
     /// Valid bytes of `stack` (0 when it could not be read).
     pub stack_len: u32,
+    /// Valid entries of `py`.
+    pub py_len: u16,
+    /// What the walk of Python frames found (`python::status`).
+    pub py_status: u16,
+    /// Explicit padding.
+    pub _py_pad: u32,
+    /// The thread's Python frames, innermost first (a CPython process
+    /// whose interpreter userspace has found).
+    pub py: [crate::python::PyFrame; crate::python::FRAMES],
     /// The kernel's frame-pointer walk of the user stack.
     pub fp: [u64; FP_FRAMES],
     /// The user stack from `sp` up.
     pub stack: [u8; STACK_BYTES],
 }
-const _: () = assert!(size_of::<HeapAlloc>() == 40 + 56 + 8 * FP_FRAMES + STACK_BYTES);
+const _: () = assert!(
+    size_of::<HeapAlloc>()
+        == 40 + 56 + 8 + 16 * crate::python::FRAMES + 8 * FP_FRAMES + STACK_BYTES
+);
 
 /// A sampled block was freed (or moved by `realloc`).
 #[repr(C)]

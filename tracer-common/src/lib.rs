@@ -9,6 +9,7 @@
 
 pub mod growth;
 pub mod heap;
+pub mod python;
 pub mod usdt;
 pub mod wire;
 
@@ -95,6 +96,9 @@ pub mod maps {
     pub const GROWTH_CONFIG: &str = "GROWTH_CONFIG";
     /// `Array<usdt::UsdtSpec>`: how each attached USDT probe's arguments are read.
     pub const USDT_SPECS: &str = "USDT_SPECS";
+    /// `HashMap<u32, python::PyLayout>`: where each process's CPython
+    /// interpreter is, for the stack programs' walk of Python frames.
+    pub const PY_PROCS: &str = "PY_PROCS";
 }
 
 /// Names of the eBPF programs (the function names in `tracer-ebpf`).
@@ -887,8 +891,14 @@ pub struct ProbeConfig {
     /// Offsets of `mm_struct.arg_start` and `arg_end` (from BTF), for the
     /// arguments of a new program; 0 = unknown.
     pub mm_arg_off: [u32; 2],
+    /// Offset in `task_struct` of `thread.fsbase` (from BTF): a thread's
+    /// `pthread_self()` on x86_64, which CPython before 3.11 names its
+    /// threads by; 0 = unknown.
+    pub task_fsbase_off: u32,
+    /// Explicit padding.
+    pub _pad: u32,
 }
-const _: () = assert!(size_of::<ProbeConfig>() == 120);
+const _: () = assert!(size_of::<ProbeConfig>() == 128);
 
 impl ProbeConfig {
     /// A configuration with every field absent; userspace fills it in.
@@ -905,6 +915,8 @@ impl ProbeConfig {
             memcg_chain: [0; 5],
             mm_start_stack_off: 0,
             mm_arg_off: [0; 2],
+            task_fsbase_off: 0,
+            _pad: 0,
         }
     }
 }
@@ -934,4 +946,6 @@ mod pod {
     unsafe impl aya::Pod for growth::GrowthCpu {}
     // SAFETY: as above.
     unsafe impl aya::Pod for usdt::UsdtSpec {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for python::PyLayout {}
 }

@@ -5,6 +5,7 @@
 
 mod maps;
 mod probes;
+mod python;
 mod slots;
 mod stack;
 mod util;

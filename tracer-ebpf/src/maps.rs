@@ -9,6 +9,7 @@ use tracer_common::{
     CUDA_THREAD_ENTRIES, CudaInflight, MEMCG_COUNTS_ENTRIES, MemcgCountKey, ProbeConfig,
     growth::{self, GrowthConfig, GrowthCpu, GrowthProc},
     heap::{self, HeapConfig, HeapInflight, HeapKey},
+    python::{self, PyLayout},
     ring,
     usdt::{self, UsdtSpec},
 };
@@ -150,3 +151,9 @@ pub static GROWTH_CONFIG: GrowthConfig = GrowthConfig::empty();
 /// How each attached USDT probe's arguments are read, by attach cookie.
 #[map(name = "USDT_SPECS")]
 pub static USDT_SPECS: Array<UsdtSpec> = Array::with_max_entries(usdt::MAX_SPECS, 0);
+
+/// Where each process's CPython interpreter is (tgid -> layout), written by
+/// userspace when it finds one; the stack programs walk Python frames of
+/// these processes.
+#[map(name = "PY_PROCS")]
+pub static PY_PROCS: HashMap<u32, PyLayout> = HashMap::with_max_entries(python::PROCS, 0);

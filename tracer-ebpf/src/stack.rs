@@ -154,6 +154,7 @@ pub unsafe fn fill<C: EbpfContext>(
             }
         }
         (*ev).stack_len = len;
+        crate::python::walk(ev);
         len != 0
     }
 }

@@ -88,8 +88,10 @@ pub fn run() -> anyhow::Result<()> {
 /// `systemd-analyze` for the shipped unit, systemd-journal-remote to
 /// write the journal files `explain --journal-dir` reads in its test, and
 /// Chromium, the headless browser the HTML report's test renders it in,
-/// tmux, the terminal the full-screen `top` is driven in by its test, and
-/// bpftrace, whose `signal()` is the BPF program that kills in its test.
+/// tmux, the terminal the full-screen `top` is driven in by its test,
+/// bpftrace, whose `signal()` is the BPF program that kills in its test,
+/// and gdb, which reads the CPython builds' field offsets from their DWARF
+/// for the test of the Python frame walker's table.
 fn test_packages() -> anyhow::Result<()> {
     let wanted = [
         ("libjemalloc2", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
@@ -108,6 +110,7 @@ fn test_packages() -> anyhow::Result<()> {
         ("tmux", "/usr/bin/tmux"),
         // A real BPF program's SIGKILL (bpftrace's signal()).
         ("bpftrace", "/usr/bin/bpftrace"),
+        ("gdb", "/usr/bin/gdb"),
         (
             "systemd-journal-remote",
             "/lib/systemd/systemd-journal-remote",

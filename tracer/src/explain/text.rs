@@ -56,9 +56,32 @@ pub(super) fn render_heap(o: &mut String, h: &crate::record::HeapSnapshot, kill_
 }
 
 /// `f (file:line) <- caller <- ...`: up to four frames, none past `main`
-/// (the C runtime's start-up frames say nothing).
+/// (the C runtime's start-up frames say nothing). Where the stack has
+/// Python frames: the frame that allocated, then the first Python frames,
+/// each with its file and line (the interpreter's own frames between say
+/// nothing to the person who wrote the script).
 pub fn frame_chain(frames: &[crate::stacks::symbols::Frame]) -> String {
     let mut names = Vec::new();
+    if let Some(first) = frames.iter().position(|f| f.python) {
+        let mut shown: Vec<String> = Vec::new();
+        if first > 0 {
+            shown.push(frames[0].label());
+        }
+        let room = 4 - shown.len();
+        shown.extend(
+            frames[first..]
+                .iter()
+                .filter(|f| f.python)
+                .take(room)
+                .map(|f| f.chain_label()),
+        );
+        names.extend(
+            shown
+                .iter()
+                .map(|n| crate::util::term::escape(n).into_owned()),
+        );
+        return names.join(" <- ");
+    }
     for (i, f) in frames.iter().take(4).enumerate() {
         let name = if i == 0 { f.label() } else { f.short() };
         names.push(crate::util::term::escape(&name).into_owned());

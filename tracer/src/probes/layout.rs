@@ -201,6 +201,17 @@ pub fn build(tracefs: &Path, btf: &KernelBtf) -> Result<(ProbeConfig, LayoutNote
             .missing_fields
             .push(format!("the main thread's stack top ({e})")),
     }
+    // A thread's pthread_self(), by which CPython before 3.11 names its
+    // threads: without it their Python frames are not walked.
+    match (
+        btf.member_offset("task_struct", "thread"),
+        btf.member_offset("thread_struct", "fsbase"),
+    ) {
+        (Ok(thread), Ok(fsbase)) => cfg.task_fsbase_off = thread + fsbase,
+        (Err(e), _) | (_, Err(e)) => notes
+            .missing_fields
+            .push(format!("Python frames of CPython 3.9 and 3.10 ({e})")),
+    }
     // A new program's arguments, read at exec: without them a program
     // killed before /proc is read has only its file name.
     match (

@@ -10,6 +10,7 @@ pub mod growth;
 pub mod heap;
 pub mod layout;
 pub mod placement;
+pub mod python;
 pub mod refctr;
 pub mod tracefs;
 pub mod uprobe;

@@ -16,6 +16,7 @@ use crate::{
     probes::heap::{HeapCounts, weight},
     record::{GrowthReport, HeapSite, HeapSnapshot, TipStack},
     stacks::{
+        python::{self, Interpreters},
         symbols::{Frame, Symbols},
         unwind::{Sample, Unwinders},
     },
@@ -53,6 +54,8 @@ pub struct HeapTracer {
     growth_shallow: HashMap<u32, u64>,
     /// Large anonymous mappings (reservations).
     reserve: Sites,
+    /// The processes' CPython interpreters, for their Python frames.
+    python: Interpreters,
 }
 
 impl HeapTracer {
@@ -69,7 +72,14 @@ impl HeapTracer {
             growth_sample_bytes: crate::probes::growth::DEFAULT_SAMPLE_BYTES,
             growth_shallow: HashMap::new(),
             reserve: Default::default(),
+            python: Interpreters::default(),
         }
+    }
+
+    /// Names Python frames with these interpreters (shared with the
+    /// threads that find them and read their code objects).
+    pub fn set_interpreters(&mut self, interpreters: Interpreters) {
+        self.python = interpreters;
     }
 
     /// A sampled allocation; `ts_ns` is its wall time.
@@ -85,6 +95,7 @@ impl HeapTracer {
         if frames.len() < 2 {
             *self.shallow.entry(pid).or_default() += 1;
         }
+        self.python.append(pid, a, &mut frames);
         let w = weight(a.size, a.how, self.sample_bytes);
         let id = self.profile.alloc(pid, a.addr, frames, w, ts_ns);
         if !self.named.contains_key(&id) {
@@ -137,7 +148,14 @@ impl HeapTracer {
 
     /// Names frames unwound from instruction pointer `ip` (see [`name_with`]).
     pub(super) fn name_from(&mut self, pid: u32, frames: &[u64], ip: u64) -> Vec<Frame> {
-        name_with(&self.unwinders, &mut self.symbols, pid, frames, ip)
+        name_with(
+            &self.unwinders,
+            &mut self.symbols,
+            &self.python,
+            pid,
+            frames,
+            ip,
+        )
     }
 
     /// Unwinds a sample of `pid`.
@@ -236,6 +254,7 @@ impl HeapTracer {
     pub fn exec(&mut self, pid: u32) {
         self.unwinders.forget(pid);
         self.symbols.forget(pid);
+        self.python.forget(pid);
     }
 
     /// Forgets a process.
@@ -249,6 +268,7 @@ impl HeapTracer {
         self.reserve.forget(pid);
         self.unwinders.forget(pid);
         self.symbols.forget(pid);
+        self.python.forget(pid);
         self.shallow.remove(&pid);
     }
 }
@@ -275,8 +295,16 @@ impl HeapTracer {
             let w = weight(s.size, s.how, self.growth_sample_bytes);
             (&mut self.growth, w)
         };
+        self.python.append(pid, s, &mut frames);
         if let Some((id, frames)) = sites.add(pid, frames, weight, ts_ns) {
-            let names = name_with(&self.unwinders, &mut self.symbols, pid, &frames, s.ip);
+            let names = name_with(
+                &self.unwinders,
+                &mut self.symbols,
+                &self.python,
+                pid,
+                &frames,
+                s.ip,
+            );
             sites.name(id, names);
         }
     }
@@ -286,6 +314,7 @@ impl HeapTracer {
         let pid = s.header.pid;
         let mut frames = self.unwind(s);
         self.trim_allocator(pid, &mut frames);
+        self.python.append(pid, s, &mut frames);
         TipStack {
             pid,
             tid: s.header.tid,
@@ -344,15 +373,18 @@ impl HeapTracer {
 /// when it is `ip` itself (the faulting instruction, a system call's return
 /// point), as it is; return addresses by the call before them (so also a
 /// first frame left after the allocator's frames were trimmed). Addresses
-/// are named from the files the unwinders hold open where they can be.
+/// are named from the files the unwinders hold open where they can be. A
+/// sample's Python frames take the place of the interpreter's loop.
 fn name_with(
     unwinders: &Unwinders,
     symbols: &mut Symbols,
+    interpreters: &Interpreters,
     pid: u32,
     frames: &[u64],
     ip: u64,
 ) -> Vec<Frame> {
-    let lookup: Vec<u64> = frames
+    let (native, py) = python::split(frames);
+    let lookup: Vec<u64> = native
         .iter()
         .enumerate()
         .map(|(i, &a)| {
@@ -363,5 +395,9 @@ fn name_with(
             }
         })
         .collect();
-    symbols.resolve(pid, &lookup, |a| unwinders.locate(pid, a))
+    let named = symbols.resolve(pid, &lookup, |a| unwinders.locate(pid, a));
+    match py {
+        Some((status, words)) => interpreters.interleave(pid, named, status, words),
+        None => named,
+    }
 }

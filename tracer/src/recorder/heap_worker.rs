@@ -12,6 +12,7 @@ use tracer_common::{
 
 use super::heap::{HeapTracer, View};
 use crate::{
+    probes::python::PyProcs,
     record::{GrowthReport, HeapSnapshot, TipStack},
     stacks::maps::Mapping,
 };
@@ -95,6 +96,10 @@ pub struct HeapWorker {
     /// The worker thread's id (0 until it runs), to raise its priority
     /// when the engine waits for it.
     tid: std::sync::Arc<std::sync::atomic::AtomicI32>,
+    /// Where the stack programs learn of interpreters.
+    python: Option<PyProcs>,
+    /// What is known of them, and their code objects.
+    interpreters: crate::stacks::python::Interpreters,
 }
 
 /// Tipping stacks, taken by the worker before anything queued: the task
@@ -110,6 +115,9 @@ type Urgent = std::sync::Arc<std::sync::Mutex<Vec<(Box<GrowthSample>, Option<Vec
 enum MapsJob {
     /// A process's first sample came: its maps, while it surely lives.
     First(u32),
+    /// Code objects of a process's Python frames not read yet: read while
+    /// it lives (it may be killed before the worker names the sample).
+    Codes(u32, Vec<u64>),
     /// The stack that tipped an OOM kill: with its task's maps.
     Tip(Box<GrowthSample>),
 }
@@ -137,7 +145,15 @@ fn push_tip(
 impl HeapWorker {
     /// Starts the worker, for heap samples taken every `sample_bytes` and
     /// growth samples every `growth_sample_bytes` on average.
-    pub fn spawn(sample_bytes: u64, growth_sample_bytes: u64, view: View) -> std::io::Result<Self> {
+    /// `python`: where the stack programs learn of interpreters; with it,
+    /// each sampled process's interpreter is looked for, and its samples
+    /// carry Python frames.
+    pub fn spawn(
+        sample_bytes: u64,
+        growth_sample_bytes: u64,
+        view: View,
+        python: Option<PyProcs>,
+    ) -> std::io::Result<Self> {
         use std::sync::{Arc, Mutex, atomic::AtomicU64};
         let (tx, rx) = std::sync::mpsc::sync_channel::<Msg>(4096);
         let latest: Arc<Mutex<HashMap<u32, HeapSnapshot>>> = Arc::default();
@@ -150,6 +166,8 @@ impl HeapWorker {
         let worker_quit = quit.clone();
         let tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
         let worker_tid = tid.clone();
+        let interpreters = crate::stacks::python::Interpreters::default();
+        let worker_interpreters = interpreters.clone();
         let out = Outputs {
             latest: latest.clone(),
             kills: kills.clone(),
@@ -169,23 +187,39 @@ impl HeapWorker {
                 }
                 // Made here: the symbolizer's caches stay on this thread.
                 let mut tracer = HeapTracer::new(sample_bytes);
+                tracer.set_interpreters(worker_interpreters);
                 tracer.set_growth_sample_bytes(growth_sample_bytes);
                 work(rx, tracer, view, out, worker_urgent, &worker_quit)
             })?;
         let maps = {
             let (tx, urgent, dropped) = (tx.clone(), urgent.clone(), dropped.clone());
+            let (python, interpreters) = (python.clone(), interpreters.clone());
+            let detector = crate::stacks::python::Detector::default();
             crate::util::handoff::Handoff::spawn("tracer-maps", MAPS_READERS, move |job| {
                 match job {
                     MapsJob::First(pid) => {
                         // An ended process reads as no mappings: nothing to send.
-                        if let Ok(maps) = crate::stacks::maps::exec_mappings(pid)
-                            && !maps.is_empty()
-                            && tx.try_send(Msg::Maps(pid, maps)).is_err()
-                        {
+                        let Ok(maps) = crate::stacks::maps::exec_mappings(pid) else {
+                            return;
+                        };
+                        if maps.is_empty() {
+                            return;
+                        }
+                        // The programs walk its Python frames from here on.
+                        if let Some(p) = &python {
+                            let found = detector.detect(pid, &maps);
+                            interpreters.set(pid, &found);
+                            if let Ok(Some(i)) = &found {
+                                p.set(pid, &i.layout);
+                            }
+                        }
+                        if tx.try_send(Msg::Maps(pid, maps)).is_err() {
                             dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
                     }
+                    MapsJob::Codes(pid, codes) => interpreters.read(pid, &codes),
                     MapsJob::Tip(s) => {
+                        interpreters.read(s.header.pid, &interpreters.unread(s.header.pid, &s));
                         let maps = crate::stacks::maps::exec_mappings(s.header.pid).ok();
                         push_tip(&urgent, Some(&tx), s, maps);
                     }
@@ -203,6 +237,8 @@ impl HeapWorker {
             urgent,
             maps,
             maps_skipped: Default::default(),
+            python,
+            interpreters,
             quit,
             tid,
         })
@@ -211,6 +247,7 @@ impl HeapWorker {
     /// A sampled page fault (wall time `ts_ns`).
     pub fn fault(&self, s: Box<GrowthSample>, ts_ns: u64) {
         self.first_sample(s.header.pid);
+        self.read_codes(&s);
         self.send(Msg::Fault(s, ts_ns));
     }
 
@@ -227,9 +264,25 @@ impl HeapWorker {
         }
     }
 
+    /// Has the code objects of a sample's Python frames read at once, by
+    /// an idle reader, while its process surely lives.
+    fn read_codes(&self, s: &HeapAlloc) {
+        // Both readers busy: the next sample asks again, and the worker
+        // reads what is left when it names the sample.
+        let codes = self.interpreters.unread(s.header.pid, s);
+        if !codes.is_empty() {
+            let _ = self.maps.offer(MapsJob::Codes(s.header.pid, codes));
+        }
+    }
+
     /// A process exec'd a new program: its addresses mean other code now.
     pub fn on_exec(&self, pid: u32) {
         if self.sampled.lock().is_ok_and(|mut s| s.remove(&pid)) {
+            // At once, before the new program's first sample looks again.
+            if let Some(p) = &self.python {
+                p.remove(pid);
+            }
+            self.interpreters.forget(pid);
             self.send(Msg::Exec(pid));
         }
     }
@@ -293,6 +346,7 @@ impl HeapWorker {
     /// A sampled allocation (wall time `ts_ns`).
     pub fn alloc(&self, a: Box<HeapAlloc>, ts_ns: u64) {
         self.first_sample(a.header.pid);
+        self.read_codes(&a);
         self.send(Msg::Alloc(a, ts_ns));
     }
 
@@ -357,6 +411,9 @@ impl HeapWorker {
     /// now and kept a while.
     pub fn on_exit(&self, pid: u32, ts_ns: u64) {
         if self.sampled.lock().is_ok_and(|mut s| s.remove(&pid)) {
+            if let Some(p) = &self.python {
+                p.remove(pid);
+            }
             self.send(Msg::Exit(pid, ts_ns));
         }
     }
@@ -691,6 +748,10 @@ mod tests {
             bp: 0,
             fp_len: 0,
             stack_len: 0,
+            py_len: 0,
+            py_status: 0,
+            _py_pad: 0,
+            py: [Default::default(); tracer_common::python::FRAMES],
             fp: [0; FP_FRAMES],
             stack: [0; STACK_BYTES],
         })
@@ -703,7 +764,7 @@ mod tests {
             growth_window_s: 60,
             old_after_s: 60,
         };
-        let w = HeapWorker::spawn(0, 1 << 20, view).expect("the worker");
+        let w = HeapWorker::spawn(0, 1 << 20, view, None).expect("the worker");
         // A pid no process here has (above the default pid_max).
         let pid = 4_000_000;
         let now = crate::util::time::wall_now_ns() as u64;

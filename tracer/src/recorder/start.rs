@@ -410,6 +410,9 @@ async fn wire(
     } else {
         None
     };
+    // Python frames in heap and growth stacks: a kernel that cannot load
+    // the map records without them.
+    let python = probes.take_python_map().ok();
     let attach_ns = wall_now_ns();
     let mut statuses = probes.attach()?;
     let growth_maps = match growth_maps.map(|m| (m, probes.attach_growth())) {
@@ -506,7 +509,7 @@ async fn wire(
             old_after_s: 60,
         };
         Some(
-            HeapWorker::spawn(cfg.sample_bytes, cfg.growth.sample_bytes, view)
+            HeapWorker::spawn(cfg.sample_bytes, cfg.growth.sample_bytes, view, python)
                 .context("starting the heap worker")?,
         )
     } else {

@@ -5,5 +5,6 @@
 //! processes in other mount namespaces and deleted files work.
 
 pub mod maps;
+pub mod python;
 pub mod symbols;
 pub mod unwind;

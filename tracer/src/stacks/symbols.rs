@@ -30,6 +30,10 @@ pub struct Frame {
     /// The file the code is in (base name).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub module: Option<String>,
+    /// A Python frame: `function` is its qualified name, `file` the
+    /// script's path as its code object gives it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub python: bool,
 }
 
 impl Frame {
@@ -40,6 +44,19 @@ impl Frame {
             (Some(file), Some(line), _) => format!("{f} ({file}:{line})"),
             (_, _, Some(m)) if self.function.is_none() => format!("?? ({m})"),
             _ => f.to_string(),
+        }
+    }
+
+    /// `function (file.py:line)` with the file's base name, for a Python
+    /// frame in a chain; [`Frame::short`] for others.
+    pub fn chain_label(&self) -> String {
+        match (&self.file, self.line) {
+            (Some(file), Some(line)) if self.python => format!(
+                "{} ({}:{line})",
+                self.function.as_deref().unwrap_or("??"),
+                file.rsplit('/').next().unwrap_or(file)
+            ),
+            _ => self.short(),
         }
     }
 
@@ -66,6 +83,7 @@ fn frame_of(s: Symbolized<'_>) -> Frame {
             file: sym.code_info.as_ref().map(|c| base(Path::new(&c.file))),
             line: sym.code_info.as_ref().and_then(|c| c.line),
             module: sym.module.as_ref().map(|m| base(Path::new(m))),
+            python: false,
         },
         Symbolized::Unknown(_) => Frame::default(),
     }

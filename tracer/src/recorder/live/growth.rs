@@ -129,6 +129,7 @@ pub async fn follow(
     // Renewed once selected: the decision of a selected process is taken
     // again at its next fault.
     maps.new_generation()?;
+    let python = probes.take_python_map().ok();
     let worker = HeapWorker::spawn(
         crate::probes::heap::DEFAULT_SAMPLE_BYTES,
         f.sample_bytes,
@@ -137,6 +138,7 @@ pub async fn follow(
             growth_window_s: 60,
             old_after_s: 60,
         },
+        python,
     )?;
     crate::say!(
         "tracer: following the growth of {} (one sample per {} faulted in)",

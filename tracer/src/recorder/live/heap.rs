@@ -117,10 +117,12 @@ pub async fn follow(
     // Samples are large (they carry 8 KiB of stack): a short queue.
     let (mut rx, mut tasks, drops) = start_readers(&mut probes, 4096)?;
     let heap_stats = probes.take_heap_stats()?;
+    let python = probes.take_python_map().ok();
     let worker = HeapWorker::spawn(
         f.sample_bytes,
         crate::probes::growth::DEFAULT_SAMPLE_BYTES,
         f.view,
+        python,
     )?;
     let mut attached = Attached::new(&HEAP, f.target.pid, f.target.floor, f.target.entry_sites);
     attached.scan(&mut probes)?;
