@@ -402,3 +402,74 @@ fn bad_input_is_said_clearly() {
     );
     prog.exit();
 }
+
+/// The first Python frame of a site named `function`, as (file, line).
+fn python_at(site: &Value, function: &str) -> Option<(String, u64)> {
+    site["frames"].as_array()?.iter().find_map(|f| {
+        (f["python"] == true && f["function"] == function).then(|| {
+            (
+                f["file"].as_str().unwrap_or("").to_string(),
+                f["line"].as_u64().unwrap_or(0),
+            )
+        })
+    })
+}
+
+/// `attach --host` to a CPython script started before it: its sites are
+/// ranked by live bytes and named by the Python function and line that
+/// allocated (Debian's stripped 3.11, and pyenv's 3.13 with libpython
+/// shared).
+#[test]
+fn a_python_script_started_before_attach_is_named_by_its_lines() {
+    let Some(_sc) = Scenario::new() else {
+        return;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("py/heap_sites.py");
+    let text = std::fs::read_to_string(&script).unwrap();
+    let line = |mark: &str| text.lines().position(|l| l.contains(mark)).unwrap() as u64 + 1;
+    let (big, small) = (line("# BIG-LINE"), line("# SMALL-LINE"));
+    let cg = TestCgroup::new("heap-py", 256 * MIB);
+    let mut pythons = vec![std::path::PathBuf::from("/usr/bin/python3.11")];
+    let pyenv = std::fs::read_dir("/root/.pyenv/versions")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin/python3.13"))
+        .find(|p| p.exists());
+    match pyenv {
+        Some(p) => pythons.push(p),
+        None => assert!(
+            std::env::var_os("CI").is_none(),
+            "pyenv's CPython 3.13 is missing"
+        ),
+    }
+    for python in pythons {
+        let mut cmd = cg.command(&python);
+        cmd.arg(&script);
+        let (report, err) = traced(cmd, &["--sample-bytes", "0"]);
+        let heap = &report["heap"];
+        let sites = heap["sites"].as_array().expect("sites");
+        let who = python.display();
+        let file_of = |s: &Value, f: &str| {
+            python_at(s, f).map(|(file, l)| (file.ends_with("/heap_sites.py"), l))
+        };
+        assert_eq!(
+            file_of(&sites[0], "big"),
+            Some((true, big)),
+            "{who}: {heap:#}\n{err}"
+        );
+        assert!(
+            sites[0]["live_bytes"].as_u64().unwrap() >= 40 * 256 * KIB,
+            "{who}: {heap:#}"
+        );
+        assert_eq!(
+            file_of(&sites[1], "small"),
+            Some((true, small)),
+            "{who}: {heap:#}"
+        );
+        assert!(
+            sites[1]["live_bytes"].as_u64().unwrap() >= 40 * 64 * KIB,
+            "{who}: {heap:#}"
+        );
+    }
+}

@@ -100,6 +100,8 @@ pub struct HeapWorker {
     python: Option<PyProcs>,
     /// What is known of them, and their code objects.
     interpreters: crate::stacks::python::Interpreters,
+    /// What files hold interpreters.
+    detector: crate::stacks::python::Detector,
 }
 
 /// Tipping stacks, taken by the worker before anything queued: the task
@@ -124,6 +126,33 @@ enum MapsJob {
 
 /// How many threads read tasks' maps.
 const MAPS_READERS: usize = 2;
+
+/// Reads a process's maps at its first sample and sends them to the worker;
+/// with `python`, finds its interpreter and tells the programs, which walk
+/// its Python frames from then on. False when the worker's queue was full.
+fn first_maps(
+    pid: u32,
+    tx: &std::sync::mpsc::SyncSender<Msg>,
+    python: Option<&PyProcs>,
+    interpreters: &crate::stacks::python::Interpreters,
+    detector: &crate::stacks::python::Detector,
+) -> bool {
+    // An ended process reads as no mappings: nothing to send.
+    let Ok(maps) = crate::stacks::maps::exec_mappings(pid) else {
+        return true;
+    };
+    if maps.is_empty() {
+        return true;
+    }
+    if let Some(p) = python {
+        let found = detector.detect(pid, &maps);
+        interpreters.set(pid, &found);
+        if let Ok(Some(i)) = &found {
+            p.set(pid, &i.layout);
+        }
+    }
+    tx.try_send(Msg::Maps(pid, maps)).is_ok()
+}
 
 /// Hands a tipping stack to the worker, ahead of its queue.
 fn push_tip(
@@ -167,6 +196,7 @@ impl HeapWorker {
         let tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
         let worker_tid = tid.clone();
         let interpreters = crate::stacks::python::Interpreters::default();
+        let detector = crate::stacks::python::Detector::default();
         let worker_interpreters = interpreters.clone();
         let out = Outputs {
             latest: latest.clone(),
@@ -191,41 +221,27 @@ impl HeapWorker {
                 tracer.set_growth_sample_bytes(growth_sample_bytes);
                 work(rx, tracer, view, out, worker_urgent, &worker_quit)
             })?;
-        let maps = {
-            let (tx, urgent, dropped) = (tx.clone(), urgent.clone(), dropped.clone());
-            let (python, interpreters) = (python.clone(), interpreters.clone());
-            let detector = crate::stacks::python::Detector::default();
-            crate::util::handoff::Handoff::spawn("tracer-maps", MAPS_READERS, move |job| {
-                match job {
-                    MapsJob::First(pid) => {
-                        // An ended process reads as no mappings: nothing to send.
-                        let Ok(maps) = crate::stacks::maps::exec_mappings(pid) else {
-                            return;
-                        };
-                        if maps.is_empty() {
-                            return;
-                        }
-                        // The programs walk its Python frames from here on.
-                        if let Some(p) = &python {
-                            let found = detector.detect(pid, &maps);
-                            interpreters.set(pid, &found);
-                            if let Ok(Some(i)) = &found {
-                                p.set(pid, &i.layout);
+        let maps =
+            {
+                let (tx, urgent, dropped) = (tx.clone(), urgent.clone(), dropped.clone());
+                let (python, interpreters) = (python.clone(), interpreters.clone());
+                let detector = detector.clone();
+                crate::util::handoff::Handoff::spawn("tracer-maps", MAPS_READERS, move |job| {
+                    match job {
+                        MapsJob::First(pid) => {
+                            if !first_maps(pid, &tx, python.as_ref(), &interpreters, &detector) {
+                                dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             }
                         }
-                        if tx.try_send(Msg::Maps(pid, maps)).is_err() {
-                            dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        MapsJob::Codes(pid, codes) => interpreters.read(pid, &codes),
+                        MapsJob::Tip(s) => {
+                            interpreters.read(s.header.pid, &interpreters.unread(s.header.pid, &s));
+                            let maps = crate::stacks::maps::exec_mappings(s.header.pid).ok();
+                            push_tip(&urgent, Some(&tx), s, maps);
                         }
                     }
-                    MapsJob::Codes(pid, codes) => interpreters.read(pid, &codes),
-                    MapsJob::Tip(s) => {
-                        interpreters.read(s.header.pid, &interpreters.unread(s.header.pid, &s));
-                        let maps = crate::stacks::maps::exec_mappings(s.header.pid).ok();
-                        push_tip(&urgent, Some(&tx), s, maps);
-                    }
-                }
-            })?
-        };
+                })?
+            };
         Ok(Self {
             tx: Some(tx),
             sampled: std::sync::Mutex::default(),
@@ -239,6 +255,7 @@ impl HeapWorker {
             maps_skipped: Default::default(),
             python,
             interpreters,
+            detector,
             quit,
             tid,
         })
@@ -260,6 +277,25 @@ impl HeapWorker {
         let first = self.sampled.lock().is_ok_and(|mut p| p.insert(pid));
         if first && self.maps.offer(MapsJob::First(pid)).is_err() {
             self.maps_skipped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// A process followed from the start (`attach --host`, `growth
+    /// --pid`): its maps and its interpreter are read now, so that its
+    /// first samples carry Python frames too.
+    pub fn follow(&self, pid: u32) {
+        if self.sampled.lock().is_ok_and(|mut p| p.insert(pid))
+            && let Some(tx) = &self.tx
+            && !first_maps(
+                pid,
+                tx,
+                self.python.as_ref(),
+                &self.interpreters,
+                &self.detector,
+            )
+        {
+            self.dropped
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }

@@ -140,6 +140,9 @@ pub async fn follow(
         },
         python,
     )?;
+    if let Some(pid) = f.pid {
+        worker.follow(pid);
+    }
     crate::say!(
         "tracer: following the growth of {} (one sample per {} faulted in)",
         f.what,

@@ -124,6 +124,7 @@ pub async fn follow(
         f.view,
         python,
     )?;
+    worker.follow(f.target.pid);
     let mut attached = Attached::new(&HEAP, f.target.pid, f.target.floor, f.target.entry_sites);
     attached.scan(&mut probes)?;
     let (functions, files) = attached.counts();

@@ -214,21 +214,35 @@ fn version_from_name(path: &str) -> Option<Result<u8, String>> {
     .then_some(Ok(minor))
 }
 
-/// Reads what `bytes` (an ELF file mapped from `path`) says of an
-/// interpreter in it.
-fn in_file(path: &str, bytes: &[u8]) -> Result<Option<InFile>, String> {
+/// Reads what `data` (an ELF file mapped from `path`) says of an
+/// interpreter in it. Only the parts read are read: the headers and the
+/// dynamic symbols, where CPython exports what is looked for (the full
+/// symbol table, tens of MiB in a build with debug info, only when they
+/// are not there).
+fn in_file<'a, R: object::ReadRef<'a>>(path: &str, data: R) -> Result<Option<InFile>, String> {
     use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
     let named = version_from_name(path);
-    let file = object::File::parse(bytes).map_err(|e| format!("{path}: {e}"))?;
+    let file = object::File::parse(data).map_err(|e| format!("{path}: {e}"))?;
     let mut runtime = None;
     let mut code_type = None;
     let mut py_version = None;
-    for s in file.dynamic_symbols().chain(file.symbols()) {
-        match s.name() {
-            Ok("_PyRuntime") => runtime = Some(s.address()),
-            Ok("PyCode_Type") => code_type = Some(s.address()),
-            Ok("Py_Version") => py_version = Some(s.address()),
-            _ => {}
+    for pass in 0..2 {
+        // The full symbol table only where the dynamic one lacks them.
+        if pass == 1 && runtime.is_some() && code_type.is_some() {
+            break;
+        }
+        let symbols = if pass == 0 {
+            file.dynamic_symbols()
+        } else {
+            file.symbols()
+        };
+        for s in symbols {
+            match s.name() {
+                Ok("_PyRuntime") => runtime = Some(s.address()),
+                Ok("PyCode_Type") => code_type = Some(s.address()),
+                Ok("Py_Version") => py_version = Some(s.address()),
+                _ => {}
+            }
         }
     }
     let (Some(runtime), Some(code_type)) = (runtime, code_type) else {
@@ -246,7 +260,7 @@ fn in_file(path: &str, bytes: &[u8]) -> Result<Option<InFile>, String> {
         let off = segments.iter().find_map(|&(addr, off, size)| {
             (a >= addr && a < addr + size).then(|| off + (a - addr))
         })? as usize;
-        let v = u32::from_le_bytes(bytes.get(off..off + 4)?.try_into().ok()?);
+        let v = u32::from_le_bytes(data.read_bytes_at(off as u64, 4).ok()?.try_into().ok()?);
         ((v >> 24) == 3).then_some(((v >> 16) & 0xff) as u8)
     });
     let minor = match (named, from_symbol) {
@@ -290,10 +304,10 @@ impl Detector {
             let found = match known {
                 Some(f) => f,
                 None => {
-                    let Ok(bytes) = std::fs::read(m.host_path(pid)) else {
+                    let Ok(file) = std::fs::File::open(m.host_path(pid)) else {
                         continue;
                     };
-                    let f = in_file(&m.path, &bytes);
+                    let f = in_file(&m.path, &object::ReadCache::new(file));
                     if let Ok(mut files) = self.files.lock() {
                         if files.len() >= FILES_KEPT {
                             files.clear();
@@ -434,8 +448,8 @@ mod tests {
         let mut files = pyenv_libs();
         files.push((11, "/usr/bin/python3.11".into()));
         for (minor, path) in files {
-            let bytes = std::fs::read(&path).unwrap();
-            let found = in_file(path.to_str().unwrap(), &bytes)
+            let file = object::ReadCache::new(std::fs::File::open(&path).unwrap());
+            let found = in_file(path.to_str().unwrap(), &file)
                 .unwrap()
                 .unwrap_or_else(|| panic!("{}: no interpreter", path.display()));
             assert_eq!(found.minor, minor, "{}", path.display());
@@ -443,7 +457,7 @@ mod tests {
         }
         // A file of another program holds none.
         let bytes = std::fs::read("/bin/true").unwrap();
-        assert_eq!(in_file("/bin/true", &bytes), Ok(None));
+        assert_eq!(in_file("/bin/true", &bytes[..]), Ok(None));
     }
 
     /// The table is what gdb reads from each real build's DWARF.
