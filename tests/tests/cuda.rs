@@ -11,8 +11,7 @@ use std::{
 
 use serde_json::Value;
 use tracer_e2e::{
-    Attach, CudaLoad, Scenario, explain_json, privileged, real_cudart, simcuda_dir, tracer,
-    wait_for,
+    Attach, CudaLoad, Scenario, explain_json, real_cudart, simcuda_dir, tracer, wait_for,
 };
 
 const MIB: u64 = 1 << 20;
@@ -32,9 +31,9 @@ fn start_time(pid: u32) -> String {
 
 #[test]
 fn real_libcudart_calls_are_seen_with_their_return_code() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let lib = real_cudart();
     if !lib.exists() {
         assert!(
@@ -75,9 +74,9 @@ fn real_libcudart_calls_are_seen_with_their_return_code() {
 
 #[test]
 fn simulated_driver_ledger_by_kind_leaks_and_gpu_oom() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let mut target = CudaLoad::sim(&[("SIMCUDA_DEVICE_MEM", &(256 * MIB).to_string())]);
     let attach = Attach::start(target.pid(), &[]);
     target.ok("setdevice 0");
@@ -132,9 +131,9 @@ fn simulated_driver_ledger_by_kind_leaks_and_gpu_oom() {
 
 #[test]
 fn runtime_over_driver_counts_once_and_vmm_maps() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let mut target = CudaLoad::sim(&[]);
     let attach = Attach::start(target.pid(), &[]);
     target.ok("setdevice 0");
@@ -195,9 +194,9 @@ fn runtime_over_driver_counts_once_and_vmm_maps() {
 /// back gets its device from the per-thread device map).
 #[test]
 fn threads_sharing_a_slot_keep_their_own_calls_and_devices() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let mut target = CudaLoad::sim(&[("SIMCUDA_DEVICES", "3"), ("SIMCUDA_ALLOC_DELAY_MS", "400")]);
     let attach = Attach::start(target.pid(), &[]);
     let out = target.ok(&format!(
@@ -243,9 +242,9 @@ fn threads_sharing_a_slot_keep_their_own_calls_and_devices() {
 /// second old: a renamed thread's calls carry the new name within that.
 #[test]
 fn a_renamed_thread_shows_its_new_name() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let mut target = CudaLoad::sim(&[]);
     let attach = Attach::start(target.pid(), &[]);
     target.ok("malloc 4096");
@@ -265,9 +264,9 @@ fn a_renamed_thread_shows_its_new_name() {
 
 #[test]
 fn a_library_loaded_after_attach_is_picked_up() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let d = simcuda_dir();
     let mut cmd = Command::new(d.join("cudaload"));
     cmd.arg("-");
@@ -293,9 +292,9 @@ fn a_library_loaded_after_attach_is_picked_up() {
 
 #[test]
 fn statically_linked_cudart_in_the_executable() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let mut target = CudaLoad::spawn(Command::new(simcuda_dir().join("cudaload-static")));
     // doctor --pid says what it found, and which probed functions are missing.
     let out = tracer(&[
@@ -354,9 +353,9 @@ fn a_process_in_another_mount_namespace() {
 
 #[test]
 fn detach_leaves_no_probe_behind() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let mut target = CudaLoad::sim(&[]);
     let pid = target.pid();
     let addr =
@@ -381,9 +380,9 @@ fn detach_leaves_no_probe_behind() {
 
 #[test]
 fn bad_input() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let err = |args: &[&str]| {
         let out = tracer(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -556,9 +555,9 @@ fn a_host_oom_kill_shows_the_victims_pinned_host_memory() {
 
 #[test]
 fn a_process_already_busy_in_cuda_calls_is_traced_from_its_first_second() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let mut target = CudaLoad::sim(&[]);
     // 10,000 cudaMalloc+cudaFree pairs a second for 20 s: a thread is
     // inside a probed call at almost any moment the probes arrive.
@@ -578,9 +577,9 @@ fn a_process_already_busy_in_cuda_calls_is_traced_from_its_first_second() {
 
 #[test]
 fn a_process_that_exits_during_attach_gets_a_clear_message() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     for delay_ms in [0u64, 20, 60, 150, 400] {
         let target = CudaLoad::sim(&[]);
         let pid = target.pid();

@@ -13,8 +13,8 @@ use std::{path::Path, process::Command};
 
 use serde_json::Value;
 use tracer_e2e::{
-    Attach, CudaLoad, Recorder, Scenario, driver_libs, privileged, real_cudart, simcuda_dir,
-    tracer, tracer_json, without_mknod,
+    Attach, CudaLoad, Recorder, Scenario, driver_libs, real_cudart, simcuda_dir, tracer,
+    tracer_json, without_mknod,
 };
 
 fn func(c: &Value) -> &str {
@@ -49,9 +49,9 @@ fn cudaload(runtime: &Path, driver: &Path, libs: &Path) -> CudaLoad {
 
 #[test]
 fn the_real_runtime_over_the_real_driver_shows_the_runtime_error_once() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let Some(libs) = driver_libs() else { return };
     let cudart = real_cudart();
     assert!(cudart.exists(), "{}: cargo xtask setup", cudart.display());
@@ -87,9 +87,9 @@ fn the_real_runtime_over_the_real_driver_shows_the_runtime_error_once() {
 
 #[test]
 fn direct_calls_through_the_driver_trampolines_carry_their_arguments_and_results() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let Some(libs) = driver_libs() else { return };
     leaves_dev_alone(|| {
         let mut target = cudaload(Path::new("-"), &libs.join("libcuda.so.1"), &libs);
@@ -242,9 +242,9 @@ fn a_node_with_the_driver_libraries_and_no_kernel_module_is_told_so() {
 
 #[test]
 fn doctor_pid_lists_the_driver_and_runtime_releases_a_process_loaded() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let Some(libs) = driver_libs() else { return };
     leaves_dev_alone(|| {
         let target = cudaload(&real_cudart(), &libs.join("libcuda.so.1"), &libs);

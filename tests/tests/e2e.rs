@@ -12,7 +12,7 @@ use std::os::unix::process::CommandExt as _;
 
 use serde_json::Value;
 use tracer_e2e::{
-    Proc, Recorder, Scenario, TestCgroup, explain_json, privileged, tracer, tracer_json, wait_for,
+    Proc, Recorder, Scenario, TestCgroup, explain_json, tracer, tracer_json, wait_for,
 };
 
 const MIB: u64 = 1 << 20;
@@ -255,9 +255,9 @@ fn noisy_neighbour_lists_both_and_blames_the_grower() {
 
 #[test]
 fn explain_kmsg_finds_a_kill_without_any_store() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let cg = TestCgroup::new("kmsg", 48 * MIB);
     let mut hog = memhog(&cg, 8, 20, None);
     assert_eq!(
@@ -913,9 +913,9 @@ fn bad_input_gives_clear_errors() {
 /// kern.log and `journalctl -k` write (made from the kernel's own lines).
 #[test]
 fn explain_reads_saved_kernel_logs() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let cg = TestCgroup::new("savedlog", 48 * 1024 * 1024);
     let hog = tracer_e2e::oom_killed(
         &cg,

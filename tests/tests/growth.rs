@@ -8,8 +8,8 @@ use std::{path::Path, process::Command, time::Duration};
 
 use serde_json::Value;
 use tracer_e2e::{
-    Attach, CudaLoad, Recorder, Scenario, TestCgroup, explain_json, grower, heapsites, privileged,
-    summary_of, tracer, wait_for,
+    Attach, CudaLoad, Recorder, Scenario, TestCgroup, explain_json, grower, heapsites, summary_of,
+    tracer, wait_for,
 };
 
 const MIB: u64 = 1 << 20;
@@ -92,9 +92,9 @@ fn names_build_index(kill: &Value, text: &str, limit: u64) {
 
 #[test]
 fn a_memcg_oom_kill_names_the_code_that_grew_and_the_allocation_that_tipped_it() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let limit = 128 * MIB;
     let cg = TestCgroup::new("growth", limit);
     let mut cmd = cg.command(grower());
@@ -171,9 +171,9 @@ fn a_kill_of_another_process_names_the_allocation_that_tipped_it() {
 
 #[test]
 fn jemalloc_preloaded_is_attributed_the_same() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     assert!(
         Path::new(JEMALLOC).exists(),
         "{JEMALLOC} missing: run cargo xtask setup"
@@ -423,9 +423,9 @@ fn top_of(report: &Value, pid: u32) -> (u64, String) {
 
 #[test]
 fn growth_follows_a_live_process_and_a_cgroup() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let cg = TestCgroup::new("growth-live", 1024 * MIB);
     let mut prog = {
         let mut cmd = cg.command(grower());
@@ -469,9 +469,9 @@ fn growth_follows_a_live_process_and_a_cgroup() {
 
 #[test]
 fn growth_refuses_bad_input_clearly() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     for (args, want) in [
         (
             &["growth", "--pid", "999999999"][..],

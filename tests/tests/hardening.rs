@@ -18,8 +18,8 @@ use std::{
 
 use serde_json::Value;
 use tracer_e2e::{
-    Proc, Recorder, Scenario, TestCgroup, explain_json, oom_killed, privileged, summary_of, tracer,
-    tracer_bin, tracer_json, wait_for,
+    Proc, Recorder, Scenario, TestCgroup, explain_json, oom_killed, summary_of, tracer, tracer_bin,
+    tracer_json, wait_for,
 };
 
 const MIB: u64 = 1 << 20;
@@ -629,9 +629,9 @@ fn kills_from_before_the_recorder_are_stored_at_once() {
 
 #[test]
 fn doctor_as_another_user_says_tracefs_is_unreadable_not_missing() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     // As root first: doctor mounts tracefs where a new machine lacks it.
     let _ = tracer(&["doctor"]);
     let out = Command::new(tracer_bin())
@@ -807,9 +807,9 @@ fn sigkilled_sleeper(cg: &TestCgroup) -> u32 {
 
 #[test]
 fn a_recorder_started_on_a_full_disk_keeps_its_kills_in_a_spill_store_and_brings_them_home() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let disk = FullDisk::new();
     let store = &disk.store;
     let cg = TestCgroup::new("spill", 64 * MIB);
@@ -879,9 +879,9 @@ fn a_recorder_started_on_a_full_disk_keeps_its_kills_in_a_spill_store_and_brings
 
 #[test]
 fn kills_held_on_a_full_disk_outlive_the_recorder_in_the_spill_store() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let disk = FullDisk::new();
     let cg = TestCgroup::new("held", 64 * MIB);
     let rec = disk.record();

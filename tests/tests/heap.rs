@@ -7,8 +7,7 @@ use std::{path::Path, process::Command};
 
 use serde_json::Value;
 use tracer_e2e::{
-    Attach, CudaLoad, Recorder, Scenario, TestCgroup, explain_json, heapsites, privileged, tracer,
-    wait_for,
+    Attach, CudaLoad, Recorder, Scenario, TestCgroup, explain_json, heapsites, tracer, wait_for,
 };
 
 const KIB: u64 = 1 << 10;
@@ -164,9 +163,9 @@ fn sites_of_a_running_program_are_ranked_and_exact_with_sampling_off() {
 
 #[test]
 fn default_sampling_estimates_within_ten_percent() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     // About 760 MiB live at scale 384, in a cgroup that holds it.
     let cg = TestCgroup::new("heap-sampled", 2048 * MIB);
     for variant in ["nofp", "fp"] {
@@ -177,9 +176,9 @@ fn default_sampling_estimates_within_ten_percent() {
 
 #[test]
 fn jemalloc_preloaded_is_traced_in_place_of_libc() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     assert!(
         Path::new(JEMALLOC).exists(),
         "{JEMALLOC} is missing: run `cargo xtask setup` (Debian's libjemalloc2)"
@@ -194,9 +193,9 @@ fn jemalloc_preloaded_is_traced_in_place_of_libc() {
 
 #[test]
 fn tcmalloc_preloaded_is_traced_in_place_of_libc() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     assert!(
         Path::new(TCMALLOC).exists(),
         "{TCMALLOC} is missing: run `cargo xtask setup` (Debian's libtcmalloc-minimal4)"

@@ -2,7 +2,7 @@
 //! `cargo xtask vm-test`, on every kernel of the matrix (5.10 to 7.x).
 
 use serde_json::Value;
-use tracer_e2e::{privileged, tracer};
+use tracer_e2e::{Scenario, tracer};
 
 /// The running kernel's (major, minor).
 fn kernel() -> (u32, u32) {
@@ -21,9 +21,9 @@ fn kernel() -> (u32, u32) {
 /// and growth attribution are unavailable; from 5.15 everything loads.
 #[test]
 fn doctor_names_what_this_kernel_lacks_in_one_line_each() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let out = tracer(&["doctor", "--format", "json"]);
     let rows: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("doctor --format json: {e}: {out:?}"));

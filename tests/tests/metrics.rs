@@ -12,8 +12,8 @@ use std::{
 };
 
 use tracer_e2e::{
-    KubePod, Proc, Recorder, Scenario, TestCgroup, kubelet_files, privileged, tracer, tracer_bin,
-    tracer_json, wait_for,
+    KubePod, Proc, Recorder, Scenario, TestCgroup, kubelet_files, tracer, tracer_bin, tracer_json,
+    wait_for,
 };
 
 const MIB: u64 = 1 << 20;
@@ -494,9 +494,9 @@ fn record_fails(extra: &[&str]) -> String {
 
 #[test]
 fn bad_metrics_addresses_are_refused_clearly() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let err = record_fails(&["--metrics", "0.0.0.0:9464"]);
     assert!(err.contains("--metrics-token-file"), "{err}");
     let err = record_fails(&[
@@ -685,9 +685,9 @@ fn a_containers_memory_cgroup_is_a_series_and_a_plain_cgroup_is_not() {
 
 #[test]
 fn every_dashboard_query_is_valid_promql_to_a_real_prometheus() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     if promtool().is_none() {
         return;
     }

@@ -8,7 +8,7 @@ use std::{process::Command, time::Duration};
 
 use serde_json::Value;
 use tracer_e2e::{
-    Attach, CudaLoad, Recorder, Scenario, explain_json, privileged, simcuda_dir, tracer, wait_for,
+    Attach, CudaLoad, Recorder, Scenario, explain_json, simcuda_dir, tracer, wait_for,
 };
 
 const MIB: u64 = 1 << 20;
@@ -40,9 +40,9 @@ fn semaphores(t: &mut CudaLoad) -> Vec<String> {
 
 #[test]
 fn a_caching_allocator_attached_live_matches_its_own_figures() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let mut t = torchalloc(&[("SIMCUDA_DEVICES", "2".into())]);
     assert_eq!(semaphores(&mut t), ["0", "0"], "no tracer yet");
     let doctor = |pid: u32| {
@@ -148,9 +148,9 @@ fn a_caching_allocator_attached_live_matches_its_own_figures() {
 /// the other.
 #[test]
 fn the_kernel_lowers_the_semaphores_however_attach_ends() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     let mut t = torchalloc(&[]);
     let settle = |t: &mut CudaLoad, want: [&str; 2], what: &str| {
         let t0 = std::time::Instant::now();
@@ -187,9 +187,9 @@ fn the_kernel_lowers_the_semaphores_however_attach_ends() {
 
 #[test]
 fn a_gpu_oom_with_plenty_reserved_but_free_in_the_cache_is_fragmentation() {
-    if !privileged() {
+    let Some(_scenario) = Scenario::new() else {
         return;
-    }
+    };
     // A 64 MiB device: three 20 MiB segments fit, a fourth does not.
     let mut t = torchalloc(&[("SIMCUDA_DEVICE_MEM", (64 * MIB).to_string())]);
     let attach = Attach::start(t.pid(), &["--summary-only"]);
