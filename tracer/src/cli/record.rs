@@ -124,6 +124,11 @@ pub struct RecordArgs {
     /// average (0: every fault; for tests).
     #[arg(long, value_parser = super::parse_size, default_value = "1MiB", value_name = "SIZE")]
     pub growth_sample_bytes: u64,
+    /// Python frames in heap and growth stacks: the stack programs walk
+    /// the sampled thread's CPython frames (3.9 to 3.13); `false` leaves
+    /// CPython processes with their native frames only.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub python_frames: bool,
 }
 
 /// `90%` or `90`: a share of a limit, above 0 and at most 100.
@@ -230,6 +235,7 @@ fn config(args: RecordArgs) -> anyhow::Result<RecorderConfig> {
             reserve_bytes: args.growth_reserve_bytes,
         },
         heap_on_pressure: args.heap_on_pressure,
+        python_frames: args.python_frames,
     };
     if cfg.traces_heap() && (cfg.sample_bytes == 0 || cfg.sample_bytes > MAX_SAMPLE_BYTES) {
         return Err(anyhow!(

@@ -76,6 +76,8 @@ pub struct RecorderConfig {
     pub growth: GrowthOptions,
     /// Heap sampling for memory cgroups at this share of their limit.
     pub heap_on_pressure: Option<f64>,
+    /// Python frames in heap and growth stacks.
+    pub python_frames: bool,
 }
 
 impl RecorderConfig {

@@ -412,7 +412,10 @@ async fn wire(
     };
     // Python frames in heap and growth stacks: a kernel that cannot load
     // the map records without them.
-    let python = probes.take_python_map().ok();
+    let python = cfg
+        .python_frames
+        .then(|| probes.take_python_map().ok())
+        .flatten();
     let attach_ns = wall_now_ns();
     let mut statuses = probes.attach()?;
     let growth_maps = match growth_maps.map(|m| (m, probes.attach_growth())) {

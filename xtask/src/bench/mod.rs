@@ -21,10 +21,12 @@ mod busy;
 mod cuda;
 mod growth;
 mod heap;
+mod python;
 
 use cuda::*;
 use growth::*;
 use heap::*;
+use python::*;
 
 const MIB: u64 = 1 << 20;
 
@@ -44,7 +46,7 @@ pub struct Options {
     #[arg(long, default_value_t = 1000)]
     pub churn_rate: u64,
     /// Run only one benchmark.
-    #[arg(long, value_parser = ["latency", "load", "busy", "cuda-scan", "idle", "churn", "nvml", "cuda", "cuda-real", "usdt", "heap", "growth", "scrape"])]
+    #[arg(long, value_parser = ["latency", "load", "busy", "cuda-scan", "idle", "churn", "nvml", "cuda", "cuda-real", "usdt", "heap", "growth", "python", "scrape"])]
     pub only: Option<String>,
     /// cudaMalloc/cudaFree pairs per measured loop of the CUDA benchmark.
     #[arg(long, default_value_t = 100_000)]
@@ -105,6 +107,9 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
     }
     if want("scrape") {
         println!("{}", scrape_cost(&bins, opts.idle_secs, opts.kills)?);
+    }
+    if want("python") {
+        println!("{}", python_cost(&bins, 512)?);
     }
     if want("growth") {
         println!(
