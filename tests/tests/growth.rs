@@ -246,15 +246,26 @@ fn python_lines_that_grew_until_killed_are_named_in_every_cpython() {
     );
     let rec = Recorder::on(&sc.store).start();
     let store_s = sc.store.to_str().unwrap();
-    for python in interpreters() {
+    // Each interpreter grows in its main thread, and again in a thread of
+    // its own: the walk finds the sampled thread's state among the
+    // interpreter's (by pthread_self() before 3.11, by the kernel's tid
+    // from 3.11).
+    let runs = interpreters()
+        .into_iter()
+        .flat_map(|p| [(p.clone(), false), (p, true)]);
+    for (python, threaded) in runs {
         let limit = 96 * MIB;
         let cg = TestCgroup::new("growth-py", limit);
         let mut cmd = cg.command(&python);
         cmd.arg(&script);
+        if threaded {
+            cmd.arg("thread");
+        }
         let mut prog = CudaLoad::spawn(cmd);
         let pid = prog.pid().to_string();
-        // The recorder learns of the interpreter at its first sample; the
-        // walk starts after that.
+        // The recorder learns of the interpreter at its first samples (the
+        // script's warm-up); the walk starts after that.
+        std::thread::sleep(Duration::from_millis(300));
         prog.send("go");
         let killed = wait_for(Duration::from_secs(60), || {
             (cg.oom_kills() > 0).then_some(())
@@ -275,10 +286,23 @@ fn python_lines_that_grew_until_killed_are_named_in_every_cpython() {
                 .map(|(file, line)| (file.ends_with("/grow_lists.py"), line))
         };
         let top = &g["sites"][0]["frames"];
-        let who = python.display();
+        let who = format!(
+            "{}{}",
+            python.display(),
+            if threaded { " (thread)" } else { "" }
+        );
         assert_eq!(at(top, "grow"), Some((true, grow_line)), "{who}: {g:#}");
-        assert_eq!(at(top, "main"), Some((true, call_line)), "{who}: {g:#}");
-        assert!(python_frame(top, "<module>").is_some(), "{who}: {g:#}");
+        if threaded {
+            // The thread's own frames: threading's, not main's.
+            let outer = python_frame(top, "Thread.run")
+                .or_else(|| python_frame(top, "run"))
+                .map(|(file, _)| file.ends_with("/threading.py"));
+            assert_eq!(outer, Some(true), "{who}: {g:#}");
+            assert!(python_frame(top, "main").is_none(), "{who}: {g:#}");
+        } else {
+            assert_eq!(at(top, "main"), Some((true, call_line)), "{who}: {g:#}");
+            assert!(python_frame(top, "<module>").is_some(), "{who}: {g:#}");
+        }
         // Python frames take the place of the interpreter's loop; no frame
         // says a walk failed.
         let labels: Vec<&str> = top

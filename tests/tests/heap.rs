@@ -442,12 +442,34 @@ fn a_python_script_started_before_attach_is_named_by_its_lines() {
             "pyenv's CPython 3.13 is missing"
         ),
     }
+    // And Debian's interpreter copied with the script into a tmpfs mounted
+    // in the program's own mount namespace only (a container's view):
+    // neither file is at its path on the host.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    let in_namespace = format!(
+        "mount -t tmpfs none {d} && cp /usr/bin/python3.11 {script} {d}/ && exec {d}/python3.11 {d}/heap_sites.py",
+        script = script.display()
+    );
+    pythons.push(in_namespace.into());
     for python in pythons {
-        let mut cmd = cg.command(&python);
-        cmd.arg(&script);
+        let cmd = if python.starts_with("/") {
+            let mut cmd = cg.command(&python);
+            cmd.arg(&script);
+            cmd
+        } else {
+            let mut cmd = cg.command("unshare");
+            cmd.args(["--mount", "--propagation", "private", "sh", "-c"]);
+            cmd.arg(&python);
+            cmd
+        };
         let (report, err) = traced(cmd, &["--sample-bytes", "0"]);
         let heap = &report["heap"];
         let sites = heap["sites"].as_array().expect("sites");
+        assert!(
+            !dir.path().join("heap_sites.py").exists(),
+            "the tmpfs leaked to the host"
+        );
         let who = python.display();
         let file_of = |s: &Value, f: &str| {
             python_at(s, f).map(|(file, l)| (file.ends_with("/heap_sites.py"), l))
