@@ -5,6 +5,7 @@
 use std::{
     fs,
     io::{Read as _, Seek as _, SeekFrom},
+    path::Path,
     process::Command,
     time::{Duration, Instant},
 };
@@ -662,4 +663,130 @@ fn a_process_retrying_a_failing_cuda_malloc_costs_a_row_a_second() {
         Some(repeats),
         "{summary}"
     );
+}
+
+/// The Python frame of a stack named `function`: (file ends right, line).
+fn py_frame(frames: &Value, function: &str) -> Option<(bool, u64)> {
+    frames.as_array()?.iter().find_map(|f| {
+        (f["python"] == true && f["function"] == function).then(|| {
+            (
+                f["file"].as_str().unwrap_or("").ends_with("/cuda_alloc.py"),
+                f["line"].as_u64().unwrap_or(0),
+            )
+        })
+    })
+}
+
+/// A Python program calls the CUDA runtime through ctypes from known
+/// lines: `attach --by stack` groups its device memory by the stack that
+/// allocated it, each stack naming its Python line, and follows a free.
+#[test]
+fn device_memory_by_stack_names_the_python_lines_that_allocated_it() {
+    let Some(_scenario) = Scenario::new() else {
+        return;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("py/cuda_alloc.py");
+    let text = std::fs::read_to_string(&script).unwrap();
+    let line = |m: &str| text.lines().position(|l| l.contains(m)).unwrap() as u64 + 1;
+    let (weights, workspace) = (line("# WEIGHTS-LINE"), line("# WORKSPACE-LINE"));
+    let mut cmd = Command::new("/usr/bin/python3.11");
+    cmd.arg(&script)
+        .arg(simcuda_dir().join("libcudart.so.12"))
+        .env("SIMCUDA_DEVICE_MEM", (1u64 << 30).to_string());
+    let mut prog = CudaLoad::spawn(cmd);
+    let attach = Attach::start(prog.pid(), &["--by", "stack", "--summary-only"]);
+    assert_eq!(prog.cmd("go"), "done");
+    // The per-second picture with all three allocations of 1 MiB or more.
+    let held = |want: u64| {
+        wait_for(Duration::from_secs(20), || {
+            attach
+                .of_type("stacks")
+                .into_iter()
+                .rev()
+                .find(|v| v["live_bytes"] == want)
+        })
+    };
+    let v = held(160 * MIB).unwrap_or_else(|| panic!("{}", attach.stderr()));
+    let sites = v["sites"].as_array().expect("sites");
+    assert_eq!(sites.len(), 2, "{v:#}");
+    assert_eq!(sites[0]["live_bytes"], 128 * MIB, "{v:#}");
+    assert_eq!(
+        py_frame(&sites[0]["frames"], "weights"),
+        Some((true, weights)),
+        "{v:#}"
+    );
+    assert_eq!(sites[1]["live_bytes"], 32 * MIB, "{v:#}");
+    assert_eq!(
+        py_frame(&sites[1]["frames"], "workspace"),
+        Some((true, workspace)),
+        "{v:#}"
+    );
+    // Freed: its stack holds nothing any more.
+    assert_eq!(prog.cmd("free"), "done");
+    let v = held(128 * MIB).unwrap_or_else(|| panic!("{}", attach.stderr()));
+    assert_eq!(v["sites"].as_array().map(Vec::len), Some(1), "{v:#}");
+    let end = attach.stop();
+    assert_eq!(
+        end["ledger"]["total_bytes"],
+        128 * MIB + 64 * 1024,
+        "{end:#}"
+    );
+    prog.exit();
+}
+
+/// `record --cuda`: a GPU out-of-memory failure of a Python program says
+/// which of its lines hold the device memory.
+#[test]
+fn a_gpu_oom_names_the_python_lines_that_hold_the_device_memory() {
+    let Some(sc) = Scenario::new() else {
+        return;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("py/cuda_alloc.py");
+    let text = std::fs::read_to_string(&script).unwrap();
+    let weights = text
+        .lines()
+        .position(|l| l.contains("# WEIGHTS-LINE"))
+        .unwrap() as u64
+        + 1;
+    let rec = tracer_e2e::Recorder::on(&sc.store)
+        .args(&["--cuda"])
+        .start();
+    let mut cmd = Command::new("/usr/bin/python3.11");
+    cmd.arg(&script)
+        .arg(simcuda_dir().join("libcudart.so.12"))
+        .env("SIMCUDA_DEVICE_MEM", (1u64 << 30).to_string());
+    let mut prog = CudaLoad::spawn(cmd);
+    wait_attached(&rec);
+    // A program's first CUDA call has the recorder look for its
+    // interpreter; its allocations come later.
+    assert_eq!(prog.cmd("init"), "done");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(prog.cmd("go"), "done");
+    // The worker publishes each process's device memory by stack each second.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(prog.cmd("oom"), "err 2");
+    let store_s = sc.store.to_str().unwrap();
+    let v = explain_json(&["--gpu-oom", "--store", store_s], |v| {
+        !v["gpu_oom"]["stacks"].is_null()
+    });
+    let r = &v["gpu_oom"];
+    assert_eq!(r["process"]["pid"], prog.pid(), "{r:#}");
+    let stacks = r["stacks"].as_array().expect("stacks");
+    assert_eq!(stacks[0]["live_bytes"], 128 * MIB, "{r:#}");
+    assert_eq!(
+        py_frame(&stacks[0]["frames"], "weights"),
+        Some((true, weights)),
+        "{r:#}"
+    );
+    let verdict = v["verdict"].as_str().unwrap();
+    if std::env::var_os("SHOW").is_some() {
+        eprintln!("{verdict}");
+    }
+    assert!(
+        verdict.contains("128.0 MiB from ")
+            && verdict.contains(&format!("weights (cuda_alloc.py:{weights})")),
+        "{verdict}"
+    );
+    prog.exit();
+    rec.stop();
 }

@@ -272,6 +272,38 @@ const _: () = assert!(
         == 40 + 56 + 8 + 16 * crate::python::FRAMES + 8 * FP_FRAMES + STACK_BYTES
 );
 
+impl HeapAlloc {
+    /// A sample of `kind` for `pid` with every other field zero (tests,
+    /// and userspace that builds one).
+    pub const fn empty(kind: u32, pid: u32) -> Self {
+        Self {
+            header: crate::EventHeader {
+                kind,
+                cpu: 0,
+                ts_boot_ns: 0,
+                pid,
+                tid: pid,
+                comm: [0; crate::COMM_LEN],
+            },
+            addr: 0,
+            size: 0,
+            func: 0,
+            how: 0,
+            ip: 0,
+            sp: 0,
+            bp: 0,
+            fp_len: 0,
+            stack_len: 0,
+            py_len: 0,
+            py_status: 0,
+            _py_pad: 0,
+            py: [crate::python::PyFrame { code: 0, instr: 0 }; crate::python::FRAMES],
+            fp: [0; FP_FRAMES],
+            stack: [0; STACK_BYTES],
+        }
+    }
+}
+
 /// A sampled block was freed (or moved by `realloc`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -99,6 +99,9 @@ pub mod maps {
     /// `HashMap<u32, python::PyLayout>`: where each process's CPython
     /// interpreter is, for the stack programs' walk of Python frames.
     pub const PY_PROCS: &str = "PY_PROCS";
+    /// `Array<u32>` of one entry: non-zero when CUDA allocations of at
+    /// least `cuda::STACK_MIN_BYTES` send their stacks.
+    pub const CUDA_STACKS: &str = "CUDA_STACKS";
 }
 
 /// Names of the eBPF programs (the function names in `tracer-ebpf`).
@@ -251,6 +254,11 @@ pub mod kind {
     pub const CGROUP_MKDIR: u32 = 15;
     /// `cgroup:cgroup_rmdir`: a cgroup was removed ([`super::CgroupDir`]).
     pub const CGROUP_RMDIR: u32 = 16;
+    /// The user stack of a CUDA allocation of at least
+    /// [`super::cuda::STACK_MIN_BYTES`] that succeeded
+    /// ([`crate::heap::HeapAlloc`]: `addr` the device pointer, `size` its
+    /// bytes, `func` the CUDA function).
+    pub const CUDA_STACK: u32 = 17;
 }
 
 /// What every event starts with. The task fields describe `current`: the
@@ -594,6 +602,16 @@ pub mod cuda {
 
     /// `cudaErrorMemoryAllocation` and `CUDA_ERROR_OUT_OF_MEMORY`.
     pub const OUT_OF_MEMORY: i32 = 2;
+
+    /// A successful allocation of at least this many bytes sends its user
+    /// stack ([`super::kind::CUDA_STACK`]): the allocations that make up a
+    /// device's memory, at one stack copy each.
+    pub const STACK_MIN_BYTES: u64 = 1 << 20;
+
+    /// Whether a successful call of `func` releases what its `ptr` names.
+    pub const fn frees(func: u32) -> bool {
+        matches!(shape(func), Some(Shape::Free))
+    }
 
     /// Offset of `location.id` in `CUmemAllocationProp` (`type`,
     /// `requestedHandleTypes`, then `CUmemLocation { type, id }`): a stable

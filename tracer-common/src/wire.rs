@@ -79,6 +79,7 @@ registry! {
         (kind::HEAP_ALLOC, "heap_alloc", false),
         (kind::GROWTH_FAULT, "growth_fault", false),
         (kind::OOM_TIP, "oom_tip", false),
+        (kind::CUDA_STACK, "cuda_stack", false),
     ],
     HeapFree => [(kind::HEAP_FREE, "heap_free", false)],
     UsdtEvent => [(kind::USDT, "usdt", false)],

@@ -152,6 +152,12 @@ pub static GROWTH_CONFIG: GrowthConfig = GrowthConfig::empty();
 #[map(name = "USDT_SPECS")]
 pub static USDT_SPECS: Array<UsdtSpec> = Array::with_max_entries(usdt::MAX_SPECS, 0);
 
+/// Whether CUDA allocations of at least `cuda::STACK_MIN_BYTES` send
+/// their stacks (entry 0 non-zero), set by userspace when something
+/// reads them.
+#[map(name = "CUDA_STACKS")]
+pub static CUDA_STACKS: Array<u32> = Array::with_max_entries(1, 0);
+
 /// Where each process's CPython interpreter is (tgid -> layout), written by
 /// userspace when it finds one; the stack programs walk Python frames of
 /// these processes.

@@ -16,12 +16,14 @@ use aya_ebpf::{
 use tracer_common::{
     CudaCall, CudaInflight, CudaThread,
     cuda::{self, Shape},
+    heap::{HeapAlloc, how},
     kind,
 };
 
 use crate::{
-    maps::{CUDA_CTX_DEVICE, CUDA_INFLIGHT, CUDA_SLOTS, CUDA_THREAD_DEVICE},
+    maps::{CUDA_CTX_DEVICE, CUDA_INFLIGHT, CUDA_SLOTS, CUDA_STACKS, CUDA_THREAD_DEVICE},
     slots::{Frame, PerThread, frame_fields},
+    stack,
     util::{Ring, header_with},
 };
 
@@ -227,7 +229,43 @@ fn try_return(ctx: &RetProbeContext) -> Option<()> {
         Ring::Data
     };
     ring.output(&out);
+    if ok
+        && cuda::allocates(f.func)
+        && out.size >= cuda::STACK_MIN_BYTES
+        && out.ptr != 0
+        && CUDA_STACKS.get(0).is_some_and(|on| *on != 0)
+    {
+        send_stack(ctx, &out);
+    }
     Some(())
+}
+
+/// The user stack (native and Python) of a successful allocation, after
+/// its call: the code that holds the device memory.
+#[inline(always)]
+fn send_stack(ctx: &RetProbeContext, c: &CudaCall) {
+    let regs = ctx.regs;
+    // SAFETY: the probe's own registers (the user's at the return), which
+    // the kernel passes and the verifier lets the program read.
+    let (ip, sp, bp) = unsafe { ((*regs).rip, (*regs).rsp, (*regs).rbp) };
+    let Some(mut slot) = Ring::Data.reserve::<HeapAlloc>() else {
+        return;
+    };
+    let ev = slot.as_mut_ptr();
+    // SAFETY: `ev` points at a reserved ring slot of size_of::<HeapAlloc>();
+    // every field is written through raw pointers (the event is far larger
+    // than the BPF stack).
+    unsafe {
+        let mut header = c.header;
+        header.kind = kind::CUDA_STACK;
+        (&raw mut (*ev).header).write(header);
+        (*ev).addr = c.ptr;
+        (*ev).size = c.size;
+        (*ev).func = c.func;
+        (*ev).how = how::EXACT;
+        stack::fill(ctx, ev, (ip, sp, bp));
+    }
+    slot.submit();
 }
 
 /// An empty `uprobe`, attached by `tracer attach --floor` at the same sites

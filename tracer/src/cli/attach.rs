@@ -16,6 +16,7 @@ use crate::recorder::live::{
 use crate::{
     model::ledger::{AllocKind, AllocatorSummary, Ledger},
     probes::cuda::name,
+    record::HeapSnapshot,
     util::time::format_wall,
     util::units::bytes,
 };
@@ -68,6 +69,18 @@ pub struct AttachArgs {
     /// With --host: at the end, write a flame graph (SVG) of the live bytes by stack.
     #[arg(long, value_name = "PATH")]
     pub flamegraph: Option<std::path::PathBuf>,
+    /// `stack`: the device memory the traced allocations of at least
+    /// 1 MiB hold, grouped by the stack (native and Python frames) that
+    /// allocated it, each second and at the end (--top of them).
+    #[arg(long, value_enum, value_name = "WHAT")]
+    pub by: Option<By>,
+}
+
+/// What `attach --by` groups device memory by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum By {
+    /// The stack that allocated it.
+    Stack,
 }
 
 /// `cudaErrorMemoryAllocation` and friends, by value.
@@ -93,6 +106,9 @@ struct Printer {
     pid: u32,
     json: bool,
     summary_only: bool,
+    /// The last device memory by stack shown as text (shown again only
+    /// when it changed, or at the end).
+    last_stacks: String,
     out: std::io::StdoutLock<'static>,
 }
 
@@ -289,6 +305,39 @@ impl View for Printer {
     fn flush(&mut self) {
         let _ = self.out.flush();
     }
+
+    fn stacks(&mut self, snap: &HeapSnapshot, end: bool) {
+        if self.json {
+            let v = json!({ "type": "stacks", "pid": self.pid, "end": end,
+                "live_bytes": snap.live_bytes, "sites": snap.sites, "more_sites": snap.more_sites });
+            let _ = writeln!(self.out, "{v}");
+        } else {
+            use std::fmt::Write as _;
+            let mut t = String::new();
+            for site in &snap.sites {
+                let _ = writeln!(
+                    t,
+                    "   {:>10}  {}",
+                    bytes(site.live_bytes),
+                    crate::explain::frame_chain(&site.frames)
+                );
+            }
+            if snap.more_sites > 0 {
+                let _ = writeln!(t, "   ({} more stacks)", snap.more_sites);
+            }
+            if end || t != self.last_stacks {
+                let _ = write!(
+                    self.out,
+                    "-- pid {}: {} of device memory by stack{}\n{t}",
+                    self.pid,
+                    bytes(snap.live_bytes),
+                    if end { " (at the end)" } else { "" }
+                );
+                self.last_stacks = t;
+            }
+        }
+        let _ = self.out.flush();
+    }
 }
 
 /// Runs `attach` (without `--host`).
@@ -312,8 +361,10 @@ pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
         pid: args.pid,
         json: args.json,
         summary_only: args.summary_only,
+        last_stacks: String::new(),
         out: std::io::stdout().lock(),
     };
-    rt.block_on(cuda_live::follow(follow, probes, printer))?;
+    let by_stack = (args.by == Some(By::Stack)).then_some(args.top);
+    rt.block_on(cuda_live::follow(follow, probes, printer, by_stack))?;
     Ok(ExitCode::SUCCESS)
 }

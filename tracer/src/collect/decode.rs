@@ -65,6 +65,8 @@ pub enum EventKind {
     GrowthFault,
     /// The stack of the allocation that tipped an OOM kill.
     OomTip,
+    /// The stack of a CUDA allocation.
+    CudaStack,
     /// A USDT probe fired.
     Usdt,
     /// A cgroup was made.
@@ -90,6 +92,7 @@ impl TryFrom<u32> for EventKind {
             kind::HEAP_FREE => Self::HeapFree,
             kind::GROWTH_FAULT => Self::GrowthFault,
             kind::OOM_TIP => Self::OomTip,
+            kind::CUDA_STACK => Self::CudaStack,
             kind::USDT => Self::Usdt,
             kind::CGROUP_MKDIR => Self::CgroupMkdir,
             kind::CGROUP_RMDIR => Self::CgroupRmdir,
@@ -115,6 +118,7 @@ impl EventKind {
             Self::HeapFree => kind::HEAP_FREE,
             Self::GrowthFault => kind::GROWTH_FAULT,
             Self::OomTip => kind::OOM_TIP,
+            Self::CudaStack => kind::CUDA_STACK,
             Self::Usdt => kind::USDT,
             Self::CgroupMkdir => kind::CGROUP_MKDIR,
             Self::CgroupRmdir => kind::CGROUP_RMDIR,
@@ -155,6 +159,8 @@ pub enum Event {
     GrowthFault(Box<GrowthSample>),
     /// The stack of the task whose allocation tipped an OOM kill.
     OomTip(Box<GrowthSample>),
+    /// The stack of a CUDA allocation (`addr`: the device pointer).
+    CudaStack(Box<HeapAlloc>),
     /// A USDT probe fired.
     Usdt(UsdtEvent),
     /// `cgroup:cgroup_mkdir` / `cgroup_rmdir` (the kind says which).
@@ -237,6 +243,10 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             expect(size_of::<GrowthSample>())?;
             Event::OomTip(Box::new(read(bytes)))
         }
+        EventKind::CudaStack => {
+            expect(size_of::<HeapAlloc>())?;
+            Event::CudaStack(Box::new(read(bytes)))
+        }
         EventKind::Usdt => {
             expect(size_of::<UsdtEvent>())?;
             Event::Usdt(read(bytes))
@@ -290,7 +300,7 @@ impl Event {
             Event::Cuda(e) => &e.header,
             Event::HeapAlloc(e) => &e.header,
             Event::HeapFree(e) => &e.header,
-            Event::GrowthFault(e) | Event::OomTip(e) => &e.header,
+            Event::GrowthFault(e) | Event::OomTip(e) | Event::CudaStack(e) => &e.header,
             Event::Usdt(e) => &e.header,
             Event::CgroupDir(e) => &e.header,
         }
@@ -316,6 +326,7 @@ impl Event {
             Event::HeapFree(e) => e.header.pid,
             Event::GrowthFault(e) => e.header.pid,
             Event::OomTip(e) => e.addr as u32,
+            Event::CudaStack(e) => e.header.pid,
             Event::Usdt(e) => e.header.pid,
             Event::CgroupDir(e) => e.header.pid,
         }
@@ -389,6 +400,11 @@ impl Event {
                 "kernel_mode": e.func == tracer_common::growth::FAULT_KERNEL,
             }),
             Event::OomTip(e) => json!({ "victim_pid": e.addr }),
+            Event::CudaStack(e) => json!({
+                "function": tracer_common::cuda::name(e.func),
+                "ptr": format!("{:#x}", e.addr),
+                "size": e.size,
+            }),
             Event::CgroupDir(e) => json!({
                 "root": e.root,
                 "level": e.level,

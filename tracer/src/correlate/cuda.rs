@@ -148,6 +148,7 @@ impl CudaLedgers {
             session_id: Some(session),
             gaps,
             nvml: None,
+            stacks: Vec::new(),
         })
     }
 

@@ -45,6 +45,32 @@ pub fn held_by_kind(l: &LedgerSummary) -> String {
 /// or not), else from the traced ledgers; live tensors against reserved
 /// memory from the allocator's probes.
 pub fn verdict(r: &GpuOomRecord) -> String {
+    let mut v = held_verdict(r);
+    // The code that holds the process's device memory, where its
+    // allocations carried their stacks.
+    let by_stack: Vec<String> = r
+        .stacks
+        .iter()
+        .take(2)
+        .map(|s| {
+            format!(
+                "{} from {}",
+                bytes(s.live_bytes),
+                super::frame_chain(&s.frames)
+            )
+        })
+        .collect();
+    if !by_stack.is_empty() {
+        v.push_str(&format!(
+            "; its device memory by stack: {}",
+            by_stack.join(", ")
+        ));
+    }
+    v
+}
+
+/// The verdict of who held the device.
+fn held_verdict(r: &GpuOomRecord) -> String {
     if let Some(n) = &r.nvml
         && let Some(top) = n.processes.first()
     {

@@ -44,3 +44,19 @@ impl Probes {
         Ok(PyProcs(Arc::new(Mutex::new(map))))
     }
 }
+
+impl Probes {
+    /// Has CUDA allocations of at least `tracer_common::cuda::STACK_MIN_BYTES`
+    /// send their stacks (off until something reads them).
+    pub fn cuda_stacks(&mut self, on: bool) -> Result<(), ProbeError> {
+        let name = maps::CUDA_STACKS;
+        let map = self
+            .ebpf
+            .map_mut(name)
+            .ok_or(ProbeError::Missing { what: "map", name })?;
+        let mut a: aya::maps::Array<&mut MapData, u32> =
+            aya::maps::Array::try_from(map).map_err(|source| ProbeError::Map { name, source })?;
+        a.set(0, u32::from(on), 0)
+            .map_err(|source| ProbeError::Map { name, source })
+    }
+}

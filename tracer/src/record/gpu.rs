@@ -163,4 +163,9 @@ pub struct GpuOomRecord {
     /// NVML's picture of the device at the last sample before the failure.
     #[serde(default)]
     pub nvml: Option<DevicePicture>,
+    /// The device memory the process's traced allocations of at least
+    /// 1 MiB held a moment before (at most a second), by the stack that
+    /// allocated it (native and Python frames), most first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stacks: Vec<crate::record::HeapSite>,
 }

@@ -33,6 +33,13 @@ pub struct View {
     pub old_after_s: u64,
 }
 
+/// Which profile: sampled heap blocks, or CUDA device allocations.
+#[derive(Clone, Copy)]
+enum Of {
+    Heap,
+    Cuda,
+}
+
 /// Sampled heaps of the traced processes.
 pub struct HeapTracer {
     /// Mean bytes between samples (0 = every allocation).
@@ -56,6 +63,11 @@ pub struct HeapTracer {
     reserve: Sites,
     /// The processes' CPython interpreters, for their Python frames.
     python: Interpreters,
+    /// Device memory that traced CUDA allocations hold, per stack (every
+    /// allocation the programs sent a stack for; see
+    /// `tracer_common::cuda::STACK_MIN_BYTES`), and the stacks' names.
+    cuda: HeapProfile,
+    cuda_named: HashMap<StackId, Vec<Frame>>,
 }
 
 impl HeapTracer {
@@ -73,7 +85,33 @@ impl HeapTracer {
             growth_shallow: HashMap::new(),
             reserve: Default::default(),
             python: Interpreters::default(),
+            cuda: HeapProfile::default(),
+            cuda_named: HashMap::new(),
         }
+    }
+
+    /// A CUDA allocation's stack (`addr`: the device pointer); its bytes
+    /// count for its stack until it is freed.
+    pub fn cuda_alloc(&mut self, a: &HeapAlloc, ts_ns: u64) {
+        let pid = a.header.pid;
+        let mut frames = self.unwind(a);
+        self.python.append(pid, a, &mut frames);
+        let id = self.cuda.alloc(pid, a.addr, frames, a.size as f64, ts_ns);
+        if !self.cuda_named.contains_key(&id) {
+            let frames = self.cuda.frames(id).to_vec();
+            let names = self.name(pid, &frames);
+            self.cuda_named.insert(id, names);
+        }
+    }
+
+    /// The processes whose CUDA allocations have stacks.
+    pub fn cuda_pids(&self) -> Vec<u32> {
+        self.cuda.pids()
+    }
+
+    /// A traced CUDA free of `ptr`.
+    pub fn cuda_free(&mut self, pid: u32, ptr: u64) {
+        self.cuda.free(pid, ptr);
     }
 
     /// Names Python frames with these interpreters (shared with the
@@ -174,11 +212,15 @@ impl HeapTracer {
         )
     }
 
-    fn named_frames(&mut self, pid: u32, id: StackId) -> Vec<Frame> {
-        if let Some(f) = self.named.get(&id) {
+    fn named_frames(&mut self, pid: u32, id: StackId, of: Of) -> Vec<Frame> {
+        let (named, profile) = match of {
+            Of::Heap => (&self.named, &self.profile),
+            Of::Cuda => (&self.cuda_named, &self.cuda),
+        };
+        if let Some(f) = named.get(&id) {
             return f.clone();
         }
-        let frames = self.profile.frames(id).to_vec();
+        let frames = profile.frames(id).to_vec();
         self.name(pid, &frames)
     }
 
@@ -191,16 +233,45 @@ impl HeapTracer {
         view: &View,
         counts: Option<HeapCounts>,
     ) -> HeapSnapshot {
+        self.snapshot_of(Of::Heap, pid, comm, now_ns, view, counts)
+    }
+
+    /// The device memory `pid`'s traced CUDA allocations hold now, by
+    /// stack (exact: no sampling).
+    pub fn cuda_snapshot(
+        &mut self,
+        pid: u32,
+        comm: &str,
+        now_ns: u64,
+        view: &View,
+    ) -> HeapSnapshot {
+        let mut snap = self.snapshot_of(Of::Cuda, pid, comm, now_ns, view, None);
+        (snap.sample_bytes, snap.rss_bytes, snap.shallow_samples) = (0, None, 0);
+        snap
+    }
+
+    fn snapshot_of(
+        &mut self,
+        of: Of,
+        pid: u32,
+        comm: &str,
+        now_ns: u64,
+        view: &View,
+        counts: Option<HeapCounts>,
+    ) -> HeapSnapshot {
         let s = 1_000_000_000;
-        let sites = self
-            .profile
-            .sites(pid, now_ns, view.growth_window_s * s, view.old_after_s * s);
+        let profile = match of {
+            Of::Heap => &self.profile,
+            Of::Cuda => &self.cuda,
+        };
+        let live_bytes = profile.live_bytes(pid).round() as u64;
+        let sites = profile.sites(pid, now_ns, view.growth_window_s * s, view.old_after_s * s);
         let more_sites = sites.len().saturating_sub(view.top);
         let listed: Vec<_> = sites.into_iter().take(view.top).collect();
         let sites = listed
             .iter()
             .map(|v| {
-                let frames = self.named_frames(pid, v.stack);
+                let frames = self.named_frames(pid, v.stack, of);
                 HeapSite {
                     frames,
                     live_bytes: v.totals.live_bytes.round() as u64,
@@ -217,7 +288,7 @@ impl HeapTracer {
             comm: comm.to_string(),
             ts_ns: now_ns,
             sample_bytes: self.sample_bytes,
-            live_bytes: self.profile.live_bytes(pid).round() as u64,
+            live_bytes,
             rss_bytes: crate::model::proc::read_status_mem(pid).map(|m| m.rss_kb * 1024),
             growth_window_s: view.growth_window_s,
             old_after_s: view.old_after_s,
@@ -239,7 +310,7 @@ impl HeapTracer {
                 continue;
             }
             let names: Vec<String> = self
-                .named_frames(pid, v.stack)
+                .named_frames(pid, v.stack, Of::Heap)
                 .iter()
                 .rev()
                 .map(|f| f.short().replace(';', ":"))
@@ -263,6 +334,10 @@ impl HeapTracer {
             self.named.remove(&id);
         }
         self.profile.forget(pid);
+        for id in self.cuda.stacks_of(pid) {
+            self.cuda_named.remove(&id);
+        }
+        self.cuda.forget(pid);
         self.growth.forget(pid);
         self.growth_shallow.remove(&pid);
         self.reserve.forget(pid);

@@ -27,6 +27,12 @@ enum Msg {
     Exit(u32, u64),
     Snapshot(u32, bool, tokio::sync::oneshot::Sender<Reply>),
     Fault(Box<GrowthSample>, u64),
+    /// A CUDA allocation's stack, and its wall time.
+    CudaAlloc(Box<HeapAlloc>, u64),
+    /// A traced CUDA free: (pid, pointer).
+    CudaFree(u32, u64),
+    /// The device memory of a process by stack, asked for.
+    CudaSnapshot(u32, tokio::sync::oneshot::Sender<HeapSnapshot>),
     /// A tip is waiting in `Urgent` (see [`HeapWorker::tip`]).
     Wake,
     /// A process's maps, read when its first sample came.
@@ -82,6 +88,7 @@ pub struct HeapWorker {
     /// business (a storm of other exits must not crowd out samples).
     sampled: std::sync::Mutex<HashSet<u32>>,
     latest: std::sync::Arc<std::sync::Mutex<HashMap<u32, HeapSnapshot>>>,
+    latest_cuda: std::sync::Arc<std::sync::Mutex<HashMap<u32, HeapSnapshot>>>,
     kills: std::sync::Arc<std::sync::Mutex<HashMap<u32, KillGrowth>>>,
     thread: Option<std::thread::JoinHandle<()>>,
     dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
@@ -198,8 +205,11 @@ impl HeapWorker {
         let interpreters = crate::stacks::python::Interpreters::default();
         let detector = crate::stacks::python::Detector::default();
         let worker_interpreters = interpreters.clone();
+        let latest_cuda: std::sync::Arc<std::sync::Mutex<HashMap<u32, HeapSnapshot>>> =
+            Default::default();
         let out = Outputs {
             latest: latest.clone(),
+            latest_cuda: latest_cuda.clone(),
             kills: kills.clone(),
             dropped: dropped.clone(),
             forgotten: forgotten.clone(),
@@ -246,6 +256,7 @@ impl HeapWorker {
             tx: Some(tx),
             sampled: std::sync::Mutex::default(),
             latest,
+            latest_cuda,
             kills,
             thread: Some(thread),
             dropped,
@@ -279,6 +290,14 @@ impl HeapWorker {
             self.maps_skipped
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
+    }
+
+    /// A process that calls the CUDA API: its maps and interpreter are
+    /// read now, off the caller's thread (as at a first sample), so that
+    /// the stacks of its allocations carry Python frames from the first
+    /// (a program's first calls pick its device long before it fills it).
+    pub fn notice(&self, pid: u32) {
+        self.first_sample(pid);
     }
 
     /// A process followed from the start (`attach --host`, `growth
@@ -386,6 +405,31 @@ impl HeapWorker {
         self.send(Msg::Alloc(a, ts_ns));
     }
 
+    /// A CUDA allocation's stack (wall time `ts_ns`).
+    pub fn cuda_alloc(&self, a: Box<HeapAlloc>, ts_ns: u64) {
+        self.first_sample(a.header.pid);
+        self.read_codes(&a);
+        self.send(Msg::CudaAlloc(a, ts_ns));
+    }
+
+    /// A traced CUDA free; only processes with CUDA stacks are the worker's.
+    pub fn cuda_free(&self, pid: u32, ptr: u64) {
+        if self.sampled.lock().is_ok_and(|s| s.contains(&pid)) {
+            self.send(Msg::CudaFree(pid, ptr));
+        }
+    }
+
+    /// The device memory `pid`'s traced allocations hold, by stack; `None`
+    /// when the worker is gone or its queue is full.
+    pub fn request_cuda(&self, pid: u32) -> Option<tokio::sync::oneshot::Receiver<HeapSnapshot>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.tx
+            .as_ref()?
+            .try_send(Msg::CudaSnapshot(pid, tx))
+            .ok()
+            .map(|_| rx)
+    }
+
     /// A sampled block freed.
     pub fn free(&self, f: &HeapFree) {
         self.send(Msg::Free(*f));
@@ -460,6 +504,12 @@ impl HeapWorker {
         self.latest.try_lock().ok()?.get(&pid).cloned()
     }
 
+    /// The device memory `pid`'s traced CUDA allocations held at the last
+    /// second, by stack. Never waits.
+    pub fn latest_cuda(&self, pid: u32) -> Option<HeapSnapshot> {
+        self.latest_cuda.try_lock().ok()?.get(&pid).cloned()
+    }
+
     /// Stops the worker; what is still queued is not taken in. It is
     /// waited for briefly: a worker starved of CPU on a busy node (it runs
     /// niced) may be in the middle of one long step, and ends with the
@@ -505,6 +555,8 @@ impl crate::correlate::KillEnricher for HeapWorker {
 /// What the worker publishes.
 struct Outputs {
     latest: std::sync::Arc<std::sync::Mutex<HashMap<u32, HeapSnapshot>>>,
+    /// Each process's device memory by stack, each second.
+    latest_cuda: std::sync::Arc<std::sync::Mutex<HashMap<u32, HeapSnapshot>>>,
     kills: std::sync::Arc<std::sync::Mutex<HashMap<u32, KillGrowth>>>,
     dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
     forgotten: std::sync::Arc<std::sync::atomic::AtomicU64>,
@@ -635,7 +687,7 @@ fn work(
             }
         }
         let msg = rx.recv_timeout(next.saturating_duration_since(Instant::now()));
-        if let Ok(Msg::Alloc(s, ts) | Msg::Fault(s, ts)) = &msg {
+        if let Ok(Msg::Alloc(s, ts) | Msg::Fault(s, ts) | Msg::CudaAlloc(s, ts)) = &msg {
             earlier_holder_gone(
                 &mut tracer,
                 &mut comms,
@@ -657,6 +709,18 @@ fn work(
             Ok(Msg::Fault(s, ts)) => {
                 comms.insert(s.header.pid, crate::collect::decode::c_str(&s.header.comm));
                 tracer.fault(&s, ts);
+            }
+            Ok(Msg::CudaAlloc(a, ts)) => {
+                comms
+                    .entry(a.header.pid)
+                    .or_insert_with(|| crate::collect::decode::c_str(&a.header.comm));
+                tracer.cuda_alloc(&a, ts);
+            }
+            Ok(Msg::CudaFree(pid, ptr)) => tracer.cuda_free(pid, ptr),
+            Ok(Msg::CudaSnapshot(pid, reply)) => {
+                let comm = comms.get(&pid).cloned().unwrap_or_else(|| comm_of(pid));
+                let now = crate::util::time::wall_now_ns().max(0) as u64;
+                let _ = reply.send(tracer.cuda_snapshot(pid, &comm, now, &view));
             }
             Ok(Msg::Exec(pid)) => tracer.exec(pid),
             Ok(Msg::Wake) => {}
@@ -742,6 +806,17 @@ fn work(
                 publish(&mut tracer, &comms, pid, now);
             }
         }
+        let cuda: HashMap<u32, HeapSnapshot> = tracer
+            .cuda_pids()
+            .into_iter()
+            .map(|pid| {
+                let comm = comms.get(&pid).cloned().unwrap_or_default();
+                (pid, tracer.cuda_snapshot(pid, &comm, now, &view))
+            })
+            .collect();
+        if let Ok(mut m) = out.latest_cuda.lock() {
+            *m = cuda;
+        }
         exited.retain(|&(pid, ts)| {
             let keep = now.saturating_sub(ts) < KEEP_AFTER_EXIT_NS;
             if !keep {
@@ -757,40 +832,15 @@ fn work(
 
 #[cfg(test)]
 mod tests {
-    use tracer_common::{
-        EventHeader,
-        growth::FAULT_USER,
-        heap::{FP_FRAMES, STACK_BYTES, how},
-        kind,
-    };
+    use tracer_common::{growth::FAULT_USER, heap::how, kind};
 
     use super::*;
 
     /// A page fault sample of `pid` at `ip` (no stack: one frame).
     fn fault(pid: u32, ip: u64) -> Box<GrowthSample> {
-        Box::new(GrowthSample {
-            header: EventHeader {
-                kind: kind::GROWTH_FAULT,
-                pid,
-                tid: pid,
-                ..Default::default()
-            },
-            addr: 0,
-            size: 1 << 20,
-            func: FAULT_USER,
-            how: how::EXACT,
-            ip,
-            sp: 0,
-            bp: 0,
-            fp_len: 0,
-            stack_len: 0,
-            py_len: 0,
-            py_status: 0,
-            _py_pad: 0,
-            py: [Default::default(); tracer_common::python::FRAMES],
-            fp: [0; FP_FRAMES],
-            stack: [0; STACK_BYTES],
-        })
+        let mut s = GrowthSample::empty(kind::GROWTH_FAULT, pid);
+        (s.size, s.func, s.how, s.ip) = (1 << 20, FAULT_USER, how::EXACT, ip);
+        Box::new(s)
     }
 
     #[test]

@@ -416,6 +416,11 @@ async fn wire(
         .python_frames
         .then(|| probes.take_python_map().ok())
         .flatten();
+    // The stacks of large CUDA allocations, for a GPU OOM's "held by":
+    // read by the heap worker, which runs with heap or growth tracing.
+    if cfg.cuda && (cfg.traces_heap() || growth_maps.is_some()) {
+        probes.cuda_stacks(true)?;
+    }
     let attach_ns = wall_now_ns();
     let mut statuses = probes.attach()?;
     let growth_maps = match growth_maps.map(|m| (m, probes.attach_growth())) {

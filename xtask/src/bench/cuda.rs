@@ -5,8 +5,47 @@ use super::*;
 
 /// ns per cudaMalloc/cudaFree pair of a `loop` in the workload.
 pub(super) fn loop_ns(target: &mut CudaLoad, pairs: u64) -> anyhow::Result<f64> {
-    let r = target.ok(&format!("loop {pairs} 256"));
+    loop_ns_of(target, pairs, 256)
+}
+
+/// ns per pair of a `loop` of `size`-byte allocations.
+fn loop_ns_of(target: &mut CudaLoad, pairs: u64, size: u64) -> anyhow::Result<f64> {
+    let r = target.ok(&format!("loop {pairs} {size}"));
     Ok(r.first().context("loop reply")?.parse()?)
+}
+
+/// The cost of a stack on each allocation of 1 MiB or more (`attach --by
+/// stack` unwinds and names them): 1 MiB pairs untraced, with empty
+/// programs, traced, and traced with stacks; interleaved rounds.
+fn stack_cost(bins: &crate::Bins, pairs: u64) -> anyhow::Result<String> {
+    let mut target = CudaLoad::sim(&[]);
+    let pid = target.pid();
+    let size = 1 << 20;
+    let mut runs: [Vec<f64>; 4] = Default::default();
+    let configs: [Option<&[&str]>; 4] = [
+        None,
+        Some(&["--summary-only", "--floor"]),
+        Some(&["--summary-only"]),
+        Some(&["--summary-only", "--by", "stack"]),
+    ];
+    for _ in 0..3 {
+        for (args, into) in configs.iter().zip(runs.iter_mut()) {
+            let a = args.map(|args| Attach::start_bin(&bins.tracer, pid, args));
+            into.push(loop_ns_of(&mut target, pairs, size)?);
+            if let Some(a) = a {
+                a.stop();
+            }
+        }
+    }
+    let [p, f, o, s] = runs.clone().map(median);
+    Ok(format!(
+        "### CUDA call cost with stacks ({pairs} pairs of 1 MiB per loop: each allocation sends its stack)\n\n\
+         | untraced | floor | tracer | tracer, --by stack | stacks / floor | a stack's cost |\n|---|---|---|---|---|---|\n\
+         | {p:.0} ns/pair | {f:.0} ns/pair | {o:.0} ns/pair | {s:.0} ns/pair | {:.2} | {:.1} us |\n\n\
+         Target: within 1.5x of the floor. Rounds (ns/pair): {runs:.0?}.\n",
+        s / f,
+        (s - o) / 1000.0,
+    ))
 }
 
 /// Cost per traced cudaMalloc/cudaFree pair on the simulated runtime (whose
@@ -44,16 +83,19 @@ pub(super) fn cuda_cost(bins: &crate::Bins, pairs: u64) -> anyhow::Result<String
         median(ours.clone()),
     );
     let e = median(entry_floor.clone());
-    Ok(format!(
-        "### CUDA call cost ({pairs} cudaMalloc + cudaFree pairs per loop, median of 3 interleaved rounds)\n\n\
+    let stacks = stack_cost(bins, pairs / 10)?;
+    Ok(stacks
+        + "\n"
+        + &format!(
+            "### CUDA call cost ({pairs} cudaMalloc + cudaFree pairs per loop, median of 3 interleaved rounds)\n\n\
          | untraced | floor, probes at the entries | floor, placed probes | tracer | tracer / floor | added by tracer over untraced | ledger exact |\n\
          |---|---|---|---|---|---|---|\n\
          | {p:.0} ns/pair | {e:.0} ns/pair | {f:.0} ns/pair | {o:.0} ns/pair | {:.2} | {:.1} us/pair | {} |\n\n\
          Targets: within 1.3x of the floor; under 4 us per pair. Rounds (ns/pair): untraced {plain:.0?}, floor at the entries {entry_floor:.0?}, floor {floor:.0?}, tracer {ours:.0?}.\n",
-        o / f,
-        (o - p) / 1000.0,
-        if exact { "yes" } else { "NO" },
-    ))
+            o / f,
+            (o - p) / 1000.0,
+            if exact { "yes" } else { "NO" },
+        ))
 }
 
 /// One loop of `pairs` call pairs, whatever they return: ns per pair.

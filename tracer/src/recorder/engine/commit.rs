@@ -57,6 +57,13 @@ impl Engine {
         let env = env!(self);
         for mut rec in cuda.take_ooms(&env) {
             self.gpu.annotate_oom(&mut rec);
+            if let Some(snap) = self
+                .heap
+                .as_ref()
+                .and_then(|h| h.latest_cuda(rec.process.pid))
+            {
+                rec.stacks = snap.sites;
+            }
             let id = self.journal.gpu_oom(&rec)?;
             self.gpu.oom_stored(id, rec);
         }

@@ -105,6 +105,12 @@ impl Engine {
         let wall = |ts_boot: u64| clock.boot_to_wall(ts_boot);
         match ev {
             Event::Cuda(c) => {
+                if let Some(h) = &self.heap {
+                    h.notice(c.header.pid);
+                    if c.ret == 0 && tracer_common::cuda::frees(c.func) {
+                        h.cuda_free(c.header.pid, c.ptr);
+                    }
+                }
                 if let Some(cuda) = &mut self.cuda {
                     let env = env!(self);
                     let ev = Event::Cuda(c);
@@ -145,6 +151,13 @@ impl Engine {
                 if let Some(h) = &self.heap {
                     let ts = wall(s.header.ts_boot_ns).max(0) as u64;
                     h.fault(s, ts);
+                }
+                return Ok(());
+            }
+            Event::CudaStack(s) => {
+                if let Some(h) = &self.heap {
+                    let ts = wall(s.header.ts_boot_ns).max(0) as u64;
+                    h.cuda_alloc(s, ts);
                 }
                 return Ok(());
             }
@@ -240,6 +253,7 @@ impl Engine {
             | Event::HeapFree(_)
             | Event::GrowthFault(_)
             | Event::OomTip(_)
+            | Event::CudaStack(_)
             | Event::CgroupDir(_) => unreachable!("routed above"),
         }
         if stored {

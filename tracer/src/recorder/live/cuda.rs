@@ -17,6 +17,8 @@ use crate::{
     collect::decode::Event,
     model::ledger::{AllocatorSummary, Change, Ledger},
     probes::{CUDA_DATA_RING_BYTES, Probes, uprobe::CUDA},
+    record::HeapSnapshot,
+    recorder::{heap::View as HeapView, heap_worker::HeapWorker},
     util::time::Clock,
 };
 
@@ -36,6 +38,10 @@ pub trait View {
     fn report(&mut self, ledger: &Ledger, exited: bool, lost: u64);
     /// A batch of calls was shown.
     fn flush(&mut self);
+    /// The device memory the process's traced allocations hold, by the
+    /// stack that allocated it (with `--by stack`): each second, and at
+    /// the `end`.
+    fn stacks(&mut self, snap: &HeapSnapshot, end: bool);
 }
 
 /// The CUDA probes, loaded for `pid` (named `comm`); a process with no
@@ -87,6 +93,9 @@ impl Pending {
 /// The ledger of the process and this second's counts.
 struct Session<V> {
     ledger: Ledger,
+    /// With `--by stack`: the stacks of its allocations, unwound and named
+    /// off this thread.
+    stacks: Option<HeapWorker>,
     clock: Clock,
     calls_this_second: u64,
     failed_this_second: u64,
@@ -113,6 +122,12 @@ impl<V: View> Session<V> {
     }
 
     fn call(&mut self, c: &CudaCall) {
+        if c.ret == 0
+            && cuda::frees(c.func)
+            && let Some(w) = &self.stacks
+        {
+            w.cuda_free(c.header.pid, c.ptr);
+        }
         let ts = self.clock.boot_to_wall(c.header.ts_boot_ns);
         let change = self.ledger.apply(c, ts);
         self.calls_this_second += 1;
@@ -145,10 +160,45 @@ impl<V: View> Session<V> {
     }
 }
 
+impl<V: View> Session<V> {
+    /// Shows the device memory by stack, as the worker has it now.
+    async fn stacks(&mut self, pid: u32, end: bool) {
+        let Some(rx) = self.stacks.as_ref().and_then(|w| w.request_cuda(pid)) else {
+            return;
+        };
+        if let Ok(Ok(snap)) = tokio::time::timeout(Duration::from_secs(2), rx).await {
+            self.view.stacks(&snap, end);
+        }
+    }
+}
+
 /// Follows the CUDA calls of `f.pid` until it exits, `f.duration` runs
-/// out, SIGINT or SIGTERM, showing them through `view`.
-pub async fn follow(f: Target, mut probes: Probes, view: impl View) -> anyhow::Result<()> {
+/// out, SIGINT or SIGTERM, showing them through `view`; with `by_stack`,
+/// the stacks of its allocations of at least
+/// `tracer_common::cuda::STACK_MIN_BYTES` too (`top` of them shown).
+pub async fn follow(
+    f: Target,
+    mut probes: Probes,
+    view: impl View,
+    by_stack: Option<usize>,
+) -> anyhow::Result<()> {
     let (mut rx, mut tasks, drops) = start_readers(&mut probes, 65536)?;
+    let stacks = match by_stack.filter(|_| !f.floor) {
+        Some(top) => {
+            let python = probes.take_python_map().ok();
+            probes.cuda_stacks(true)?;
+            let view = HeapView {
+                top,
+                growth_window_s: 10,
+                old_after_s: 30,
+            };
+            let w =
+                HeapWorker::spawn(0, crate::probes::growth::DEFAULT_SAMPLE_BYTES, view, python)?;
+            w.follow(f.pid);
+            Some(w)
+        }
+        None => None,
+    };
     let mut attached = Attached::new(&CUDA, f.pid, f.floor, f.entry_sites);
     attached.scan(&mut probes)?;
     // The caching allocator's USDT probes (PyTorch's), where the process has them.
@@ -174,6 +224,7 @@ pub async fn follow(f: Target, mut probes: Probes, view: impl View) -> anyhow::R
     }
     let mut session = Session {
         ledger: Ledger::default(),
+        stacks,
         clock: Clock::now(),
         calls_this_second: 0,
         failed_this_second: 0,
@@ -192,6 +243,12 @@ pub async fn follow(f: Target, mut probes: Probes, view: impl View) -> anyhow::R
     let exited = loop {
         tokio::select! {
             ev = rx.recv() => match ev {
+                Some(Event::CudaStack(s)) if s.header.pid == f.pid => {
+                    if let Some(w) = &session.stacks {
+                        let ts = session.clock.boot_to_wall(s.header.ts_boot_ns).max(0) as u64;
+                        w.cuda_alloc(s, ts);
+                    }
+                }
                 Some(ev) => pending.extend(Pending::of(ev, f.pid)),
                 None => return Err(anyhow!("the ring buffer readers stopped")),
             },
@@ -199,6 +256,7 @@ pub async fn follow(f: Target, mut probes: Probes, view: impl View) -> anyhow::R
             _ = summary.tick() => {
                 session.calls(&mut pending);
                 session.summary();
+                session.stacks(f.pid, false).await;
             }
             _ = rescan.tick() => {
                 attached.scan(&mut probes)?;
@@ -213,11 +271,20 @@ pub async fn follow(f: Target, mut probes: Probes, view: impl View) -> anyhow::R
             }
         }
     };
-    drain(&mut rx, &mut tasks, |ev| {
-        pending.extend(Pending::of(ev, f.pid))
+    let mut late = Vec::new();
+    drain(&mut rx, &mut tasks, |ev| match ev {
+        Event::CudaStack(s) if s.header.pid == f.pid => late.push(s),
+        ev => pending.extend(Pending::of(ev, f.pid)),
     })
     .await;
+    if let Some(w) = &session.stacks {
+        for s in late {
+            let ts = session.clock.boot_to_wall(s.header.ts_boot_ns).max(0) as u64;
+            w.cuda_alloc(s, ts);
+        }
+    }
     session.calls(&mut pending);
+    session.stacks(f.pid, true).await;
     let lost = drops.read().map(|d| d.critical + d.data).unwrap_or(0);
     session.summary();
     session.view.report(&session.ledger, exited, lost);
