@@ -134,6 +134,31 @@ pub fn privileged() -> bool {
     root
 }
 
+/// pyenv's CPython 3.`minor` (`bin/python3.MINOR`) on this machine kind;
+/// `None` where it is missing, which fails in CI.
+pub fn pyenv_python(minor: u8) -> Option<PathBuf> {
+    let v = format!("3.{minor}.");
+    let found = std::fs::read_dir("/root/.pyenv/versions")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&v))
+        })
+        .map(|p| p.join(format!("bin/python3.{minor}")))
+        .filter(|p| p.exists());
+    if found.is_none() {
+        assert!(
+            std::env::var("CI").is_err(),
+            "CPython 3.{minor} is missing from pyenv"
+        );
+    }
+    found
+}
+
 /// The tracer binary under test.
 pub fn tracer_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("TRACER_BIN") {

@@ -190,27 +190,7 @@ fn jemalloc_preloaded_is_attributed_the_same() {
 /// (libpython shared, with symbols) and Debian's 3.11 (linked into a
 /// stripped, non-PIE executable).
 fn interpreters() -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for v in ["3.9", "3.10", "3.11", "3.12", "3.13"] {
-        let found = std::fs::read_dir("/root/.pyenv/versions")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.strip_prefix(v).is_some_and(|r| r.starts_with('.')))
-            })
-            .map(|p| p.join("bin").join(format!("python{v}")));
-        match found.filter(|p| p.exists()) {
-            Some(p) => out.push(p),
-            None => assert!(
-                std::env::var_os("CI").is_none(),
-                "CPython {v} is missing from pyenv"
-            ),
-        }
-    }
+    let mut out: Vec<std::path::PathBuf> = (9..=13).filter_map(tracer_e2e::pyenv_python).collect();
     out.push("/usr/bin/python3.11".into());
     out
 }

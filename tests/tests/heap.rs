@@ -429,19 +429,7 @@ fn a_python_script_started_before_attach_is_named_by_its_lines() {
     let (big, small) = (line("# BIG-LINE"), line("# SMALL-LINE"));
     let cg = TestCgroup::new("heap-py", 256 * MIB);
     let mut pythons = vec![std::path::PathBuf::from("/usr/bin/python3.11")];
-    let pyenv = std::fs::read_dir("/root/.pyenv/versions")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path().join("bin/python3.13"))
-        .find(|p| p.exists());
-    match pyenv {
-        Some(p) => pythons.push(p),
-        None => assert!(
-            std::env::var_os("CI").is_none(),
-            "pyenv's CPython 3.13 is missing"
-        ),
-    }
+    pythons.extend(tracer_e2e::pyenv_python(13));
     // And Debian's interpreter copied with the script into a tmpfs mounted
     // in the program's own mount namespace only (a container's view):
     // neither file is at its path on the host.

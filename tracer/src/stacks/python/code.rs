@@ -179,18 +179,7 @@ for co in walk(compile(src, sys.argv[1], "exec")):
     fn lines_are_read_as_cpython_reads_them() {
         let mut found = 0;
         for minor in 9..=13u8 {
-            let python = std::fs::read_dir("/root/.pyenv/versions")
-                .into_iter()
-                .flatten()
-                .flatten()
-                .map(|e| e.path())
-                .find(|p| {
-                    p.file_name()
-                        .and_then(|n| n.to_str())
-                        .and_then(|n| n.strip_prefix(&format!("3.{minor}")))
-                        .is_some_and(|r| r.starts_with('.'))
-                })
-                .map(|p| p.join(format!("bin/python3.{minor}")));
+            let python = super::super::pyenv(minor).map(|p| p.join(format!("bin/python3.{minor}")));
             let Some(python) = python.filter(|p| p.exists()) else {
                 assert!(
                     std::env::var_os("CI").is_none(),

@@ -416,17 +416,7 @@ mod tests {
         let mut out = Vec::new();
         for o in &OFFSETS {
             let v = format!("3.{}", o.minor);
-            let lib = std::fs::read_dir("/root/.pyenv/versions")
-                .into_iter()
-                .flatten()
-                .flatten()
-                .map(|e| e.path())
-                .find(|p| {
-                    p.file_name()
-                        .and_then(|n| n.to_str())
-                        .and_then(|n| n.strip_prefix(&v))
-                        .is_some_and(|r| r.starts_with('.'))
-                })
+            let lib = super::super::pyenv(o.minor)
                 .map(|p| p.join(format!("lib/libpython{v}.so.1.0")))
                 .filter(|p| p.exists());
             match lib {

@@ -3,8 +3,9 @@
 
 /// Characters of a name read at most.
 const STR_MAX: usize = 4096;
-/// Bytes of a line table read at most.
-const TABLE_MAX: usize = 1 << 20;
+/// Bytes of a line table read at most (a function of thousands of lines
+/// has a few tens of KiB).
+const TABLE_MAX: usize = 256 << 10;
 
 /// Reads `buf.len()` bytes of `pid`'s memory at `addr`.
 pub fn read_mem(pid: u32, addr: u64, buf: &mut [u8]) -> bool {

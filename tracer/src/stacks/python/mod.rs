@@ -92,6 +92,29 @@ struct Known {
     procs: HashMap<u32, Proc>,
     /// Processes running an interpreter tracer cannot walk, with why.
     failed: HashMap<u32, String>,
+    /// Bytes of names and line tables kept, all processes.
+    bytes: usize,
+}
+
+/// Bytes of code objects' names and line tables kept at most, all
+/// processes together: a process can make code objects at will, and any
+/// local user can run one.
+const CODE_BYTES: usize = 64 << 20;
+
+impl Code {
+    fn bytes(&self) -> usize {
+        self.name.len() + self.file.len() + self.table.len()
+    }
+}
+
+impl Known {
+    fn remove(&mut self, pid: u32) {
+        if let Some(p) = self.procs.remove(&pid) {
+            let freed: usize = p.codes.values().flatten().map(Code::bytes).sum();
+            self.bytes = self.bytes.saturating_sub(freed);
+        }
+        self.failed.remove(&pid);
+    }
 }
 
 struct Proc {
@@ -133,8 +156,7 @@ impl Interpreters {
     /// What [`Detector::detect`] found for `pid`.
     pub fn set(&self, pid: u32, found: &Result<Option<Interpreter>, String>) {
         let mut k = self.known();
-        k.procs.remove(&pid);
-        k.failed.remove(&pid);
+        k.remove(pid);
         match found {
             Ok(Some(i)) => {
                 k.procs.insert(
@@ -154,9 +176,7 @@ impl Interpreters {
 
     /// Forgets a process (it exited, or exec'd another program).
     pub fn forget(&self, pid: u32) {
-        let mut k = self.known();
-        k.procs.remove(&pid);
-        k.failed.remove(&pid);
+        self.known().remove(pid);
     }
 
     /// The code objects of a sample not read yet.
@@ -187,18 +207,24 @@ impl Interpreters {
             .map(|&c| (c, read_code(pid, &interp, c)))
             .collect();
         let mut k = self.known();
+        let mut total = k.bytes;
         let Some(p) = k.procs.get_mut(&pid) else {
             return;
         };
         for (c, code) in read {
-            if p.codes.len() >= CODES_PER_PROCESS {
+            let size = code.as_ref().map(Code::bytes).unwrap_or(0);
+            if p.codes.len() >= CODES_PER_PROCESS || total + size > CODE_BYTES {
                 break;
             }
             // A failed read is kept only where none succeeded before.
             if code.is_ok() || !p.codes.contains_key(&c) {
-                p.codes.insert(c, code);
+                total += size;
+                if let Some(Ok(old)) = p.codes.insert(c, code) {
+                    total -= old.bytes();
+                }
             }
         }
+        k.bytes = total;
     }
 
     /// Appends a sample's Python frames to its native return addresses
@@ -357,6 +383,30 @@ impl Interpreters {
     pub fn failed(&self, pid: u32) -> Option<String> {
         self.known().failed.get(&pid).cloned()
     }
+}
+
+/// pyenv's install of CPython 3.`minor` on this machine kind (the tests'
+/// real interpreters); `None` where it is missing, which fails in CI.
+#[cfg(test)]
+pub(crate) fn pyenv(minor: u8) -> Option<std::path::PathBuf> {
+    let v = format!("3.{minor}.");
+    let found = std::fs::read_dir("/root/.pyenv/versions")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&v))
+        });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CPython 3.{minor} is missing from pyenv"
+        );
+    }
+    found
 }
 
 #[cfg(test)]
