@@ -24,11 +24,18 @@ fn function(frames: &Value, i: usize) -> &str {
 /// and grows until the kernel kills it; returns the kill's JSON and its
 /// text.
 fn killed_while_recording(cg: &TestCgroup, cmd: Command) -> (Value, String, Value) {
+    killed_after(cg, cmd, Duration::ZERO)
+}
+
+/// [`killed_while_recording`], with `settle` between the program's
+/// "ready" and its growth.
+fn killed_after(cg: &TestCgroup, cmd: Command, settle: Duration) -> (Value, String, Value) {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("t.db");
     let rec = Recorder::on(&store).start();
     let mut prog = CudaLoad::spawn(cmd);
     let pid = prog.pid().to_string();
+    std::thread::sleep(settle);
     prog.send("go");
     let killed = wait_for(Duration::from_secs(60), || {
         (cg.oom_kills() > 0).then_some(())
@@ -99,7 +106,9 @@ fn a_memcg_oom_kill_names_the_code_that_grew_and_the_allocation_that_tipped_it()
     let cg = TestCgroup::new("growth", limit);
     let mut cmd = cg.command(grower());
     cmd.arg("grow");
-    let (kill, text, summary) = killed_while_recording(&cg, cmd);
+    // Its warm-up is sampled and named first (its maps read, libnode's
+    // symbols parsed), as for a program that ran a while before it grew.
+    let (kill, text, summary) = killed_after(&cg, cmd, Duration::from_millis(1500));
     names_build_index(&kill, &text, limit);
     // The kernel counted the victim's faults, one sample per MiB of them,
     // and lost none.
@@ -565,4 +574,37 @@ fn heap_sampling_turns_on_under_pressure_and_the_kill_carries_its_sites() {
         .unwrap_or_else(|| panic!("no heap_pressure event: {events}"));
     assert_eq!(on["memcg_path"], cg.path.as_str(), "{on}");
     assert!(on["percent"].as_f64().unwrap() >= 50.0, "{on}");
+}
+
+/// Node.js, run with `--perf-basic-prof`: V8 writes a perf map naming the
+/// functions it compiled, and the growth site names the JavaScript
+/// function that grew the memory from it (its code is in no file).
+#[test]
+fn a_node_program_is_named_from_its_perf_map() {
+    let Some(_scenario) = Scenario::new() else {
+        return;
+    };
+    let node = Path::new("/usr/bin/node");
+    assert!(node.exists(), "node missing: cargo xtask setup installs it");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("js/grow_array.js");
+    let cg = TestCgroup::new("growth-js", 128 * MIB);
+    let mut cmd = cg.command(node);
+    cmd.args(["--perf-basic-prof", "--interpreted-frames-native-stack"])
+        .arg(&script);
+    // Its warm-up is sampled and named first (its maps read, libnode's
+    // symbols parsed), as for a program that ran a while before it grew.
+    let (kill, text, summary) = killed_after(&cg, cmd, Duration::from_millis(1500));
+    let g = &kill["growth"];
+    let named: Vec<(&str, &str)> = g["sites"]
+        .as_array()
+        .expect("sites")
+        .iter()
+        .flat_map(|s| s["frames"].as_array().into_iter().flatten())
+        .filter_map(|f| Some((f["function"].as_str()?, f["module"].as_str()?)))
+        .filter(|(_, m)| m.starts_with("perf-") && m.ends_with(".map"))
+        .collect();
+    assert!(
+        named.iter().any(|(f, _)| f.contains("growArray")),
+        "no frame named growArray from the perf map: {g:#}\n{text}\n{summary}"
+    );
 }

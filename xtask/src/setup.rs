@@ -90,8 +90,9 @@ pub fn run() -> anyhow::Result<()> {
 /// Chromium, the headless browser the HTML report's test renders it in,
 /// tmux, the terminal the full-screen `top` is driven in by its test,
 /// bpftrace, whose `signal()` is the BPF program that kills in its test,
-/// and gdb, which reads the CPython builds' field offsets from their DWARF
-/// for the test of the Python frame walker's table.
+/// gdb, which reads the CPython builds' field offsets from their DWARF for
+/// the test of the Python frame walker's table, and Node.js, whose perf
+/// map names its JIT frames in the growth test.
 fn test_packages() -> anyhow::Result<()> {
     let wanted = [
         ("libjemalloc2", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
@@ -111,6 +112,8 @@ fn test_packages() -> anyhow::Result<()> {
         // A real BPF program's SIGKILL (bpftrace's signal()).
         ("bpftrace", "/usr/bin/bpftrace"),
         ("gdb", "/usr/bin/gdb"),
+        // A JIT runtime that writes a perf map (`node --perf-basic-prof`).
+        ("nodejs", "/usr/bin/node"),
         (
             "systemd-journal-remote",
             "/lib/systemd/systemd-journal-remote",

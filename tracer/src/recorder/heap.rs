@@ -16,6 +16,7 @@ use crate::{
     probes::heap::{HeapCounts, weight},
     record::{GrowthReport, HeapSite, HeapSnapshot, TipStack},
     stacks::{
+        perfmap::PerfMaps,
         python::{self, Interpreters},
         symbols::{Frame, Symbols},
         unwind::{Sample, Unwinders},
@@ -68,6 +69,8 @@ pub struct HeapTracer {
     /// `tracer_common::cuda::STACK_MIN_BYTES`), and the stacks' names.
     cuda: HeapProfile,
     cuda_named: HashMap<StackId, Vec<Frame>>,
+    /// JIT code's names from the processes' perf maps.
+    perf: PerfMaps,
 }
 
 impl HeapTracer {
@@ -87,6 +90,7 @@ impl HeapTracer {
             python: Interpreters::default(),
             cuda: HeapProfile::default(),
             cuda_named: HashMap::new(),
+            perf: PerfMaps::default(),
         }
     }
 
@@ -107,6 +111,11 @@ impl HeapTracer {
     /// The processes whose CUDA allocations have stacks.
     pub fn cuda_pids(&self) -> Vec<u32> {
         self.cuda.pids()
+    }
+
+    /// Where `pid`'s perf map is, taken while it lived.
+    pub fn set_perf_root(&mut self, pid: u32, root: crate::stacks::perfmap::Root) {
+        self.perf.set_root(pid, root);
     }
 
     /// A traced CUDA free of `ptr`.
@@ -190,6 +199,7 @@ impl HeapTracer {
             &self.unwinders,
             &mut self.symbols,
             &self.python,
+            &mut self.perf,
             pid,
             frames,
             ip,
@@ -326,6 +336,7 @@ impl HeapTracer {
         self.unwinders.forget(pid);
         self.symbols.forget(pid);
         self.python.forget(pid);
+        self.perf.forget(pid);
     }
 
     /// Forgets a process.
@@ -344,6 +355,7 @@ impl HeapTracer {
         self.unwinders.forget(pid);
         self.symbols.forget(pid);
         self.python.forget(pid);
+        self.perf.forget(pid);
         self.shallow.remove(&pid);
     }
 }
@@ -376,6 +388,7 @@ impl HeapTracer {
                 &self.unwinders,
                 &mut self.symbols,
                 &self.python,
+                &mut self.perf,
                 pid,
                 &frames,
                 s.ip,
@@ -448,12 +461,14 @@ impl HeapTracer {
 /// when it is `ip` itself (the faulting instruction, a system call's return
 /// point), as it is; return addresses by the call before them (so also a
 /// first frame left after the allocator's frames were trimmed). Addresses
-/// are named from the files the unwinders hold open where they can be. A
-/// sample's Python frames take the place of the interpreter's loop.
+/// are named from the files the unwinders hold open where they can be,
+/// JIT code from the process's perf map. A sample's Python frames take the
+/// place of the interpreter's loop.
 fn name_with(
     unwinders: &Unwinders,
     symbols: &mut Symbols,
     interpreters: &Interpreters,
+    perf: &mut PerfMaps,
     pid: u32,
     frames: &[u64],
     ip: u64,
@@ -470,7 +485,19 @@ fn name_with(
             }
         })
         .collect();
-    let named = symbols.resolve(pid, &lookup, |a| unwinders.locate(pid, a));
+    let mut named = symbols.resolve(pid, &lookup, |a| unwinders.locate(pid, a));
+    // Code in no file (a JIT's): named from the process's perf map, where
+    // it writes one.
+    for (f, &a) in named.iter_mut().zip(&lookup) {
+        if f.function.is_none()
+            && f.module.is_none()
+            && unwinders.locate(pid, a).is_none()
+            && let Some((function, map)) = perf.lookup(pid, a)
+        {
+            f.function = Some(function);
+            f.module = Some(map.rsplit('/').next().unwrap_or(&map).to_string());
+        }
+    }
     match py {
         Some((status, words)) => interpreters.interleave(pid, named, status, words),
         None => named,

@@ -10,7 +10,10 @@ use tracer_common::{
     heap::{HeapAlloc, HeapFree},
 };
 
-use super::heap::{HeapTracer, View};
+use super::{
+    heap::{HeapTracer, View},
+    heap_maps::{MapsAgain, first_read},
+};
 use crate::{
     probes::python::PyProcs,
     record::{GrowthReport, HeapSnapshot, TipStack},
@@ -35,8 +38,9 @@ enum Msg {
     CudaSnapshot(u32, tokio::sync::oneshot::Sender<HeapSnapshot>),
     /// A tip is waiting in `Urgent` (see [`HeapWorker::tip`]).
     Wake,
-    /// A process's maps, read when its first sample came.
-    Maps(u32, Vec<Mapping>),
+    /// A process's maps, read when its first sample came, and where its
+    /// perf map is.
+    Maps(u32, Vec<Mapping>, Option<crate::stacks::perfmap::Root>),
     Kill(u32, u64),
     Growth(u32, u64, tokio::sync::oneshot::Sender<GrowthReport>),
     Settle(std::sync::mpsc::SyncSender<()>),
@@ -86,7 +90,7 @@ pub struct HeapWorker {
     tx: Option<std::sync::mpsc::SyncSender<Msg>>,
     /// Processes a sample was sent for: only their exits are the worker's
     /// business (a storm of other exits must not crowd out samples).
-    sampled: std::sync::Mutex<HashSet<u32>>,
+    sampled: std::sync::Mutex<HashMap<u32, MapsAgain>>,
     latest: std::sync::Arc<std::sync::Mutex<HashMap<u32, HeapSnapshot>>>,
     latest_cuda: std::sync::Arc<std::sync::Mutex<HashMap<u32, HeapSnapshot>>>,
     kills: std::sync::Arc<std::sync::Mutex<HashMap<u32, KillGrowth>>>,
@@ -133,33 +137,6 @@ enum MapsJob {
 
 /// How many threads read tasks' maps.
 const MAPS_READERS: usize = 2;
-
-/// Reads a process's maps at its first sample and sends them to the worker;
-/// with `python`, finds its interpreter and tells the programs, which walk
-/// its Python frames from then on. False when the worker's queue was full.
-fn first_maps(
-    pid: u32,
-    tx: &std::sync::mpsc::SyncSender<Msg>,
-    python: Option<&PyProcs>,
-    interpreters: &crate::stacks::python::Interpreters,
-    detector: &crate::stacks::python::Detector,
-) -> bool {
-    // An ended process reads as no mappings: nothing to send.
-    let Ok(maps) = crate::stacks::maps::exec_mappings(pid) else {
-        return true;
-    };
-    if maps.is_empty() {
-        return true;
-    }
-    if let Some(p) = python {
-        let found = detector.detect(pid, &maps);
-        interpreters.set(pid, &found);
-        if let Ok(Some(i)) = &found {
-            p.set(pid, &i.layout);
-        }
-    }
-    tx.try_send(Msg::Maps(pid, maps)).is_ok()
-}
 
 /// Hands a tipping stack to the worker, ahead of its queue.
 fn push_tip(
@@ -239,7 +216,10 @@ impl HeapWorker {
                 crate::util::handoff::Handoff::spawn("tracer-maps", MAPS_READERS, move |job| {
                     match job {
                         MapsJob::First(pid) => {
-                            if !first_maps(pid, &tx, python.as_ref(), &interpreters, &detector) {
+                            if let Some((maps, root)) =
+                                first_read(pid, python.as_ref(), &interpreters, &detector)
+                                && tx.try_send(Msg::Maps(pid, maps, root)).is_err()
+                            {
                                 dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             }
                         }
@@ -283,10 +263,24 @@ impl HeapWorker {
     /// its last exec), its maps are read at once by a reader, while it
     /// surely lives: the worker may get to its samples after it has ended
     /// (a process killed a moment after it grew), and unwinds them with
-    /// these.
+    /// these. They are read again 20 ms later, then at doubling
+    /// intervals up to 10 s, while samples come: the first read may come
+    /// before the dynamic loader mapped the program's libraries (a
+    /// launcher such as node's, whose code is all in libnode), and a
+    /// program loads more as it runs.
     fn first_sample(&self, pid: u32) {
-        let first = self.sampled.lock().is_ok_and(|mut p| p.insert(pid));
-        if first && self.maps.offer(MapsJob::First(pid)).is_err() {
+        let now = std::time::Instant::now();
+        let read = self
+            .sampled
+            .lock()
+            .is_ok_and(|mut p| match p.get_mut(&pid) {
+                None => {
+                    p.insert(pid, MapsAgain::from(now));
+                    true
+                }
+                Some(again) => again.due(now),
+            });
+        if read && self.maps.offer(MapsJob::First(pid)).is_err() {
             self.maps_skipped
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
@@ -304,15 +298,17 @@ impl HeapWorker {
     /// --pid`): its maps and its interpreter are read now, so that its
     /// first samples carry Python frames too.
     pub fn follow(&self, pid: u32) {
-        if self.sampled.lock().is_ok_and(|mut p| p.insert(pid))
-            && let Some(tx) = &self.tx
-            && !first_maps(
+        if self.sampled.lock().is_ok_and(|mut p| {
+            p.insert(pid, MapsAgain::from(std::time::Instant::now()))
+                .is_none()
+        }) && let Some(tx) = &self.tx
+            && let Some((maps, root)) = first_read(
                 pid,
-                tx,
                 self.python.as_ref(),
                 &self.interpreters,
                 &self.detector,
             )
+            && tx.try_send(Msg::Maps(pid, maps, root)).is_err()
         {
             self.dropped
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -332,13 +328,23 @@ impl HeapWorker {
 
     /// A process exec'd a new program: its addresses mean other code now.
     pub fn on_exec(&self, pid: u32) {
-        if self.sampled.lock().is_ok_and(|mut s| s.remove(&pid)) {
+        if self
+            .sampled
+            .lock()
+            .is_ok_and(|mut s| s.remove(&pid).is_some())
+        {
             // At once, before the new program's first sample looks again.
             if let Some(p) = &self.python {
                 p.remove(pid);
             }
             self.interpreters.forget(pid);
             self.send(Msg::Exec(pid));
+            // And its maps read again now, behind the exec in the worker's
+            // queue. A read offered before the exec (a sample taken between
+            // fork and exec, in the parent's program) may deliver its maps
+            // after the exec: the last maps the worker gets must be the new
+            // program's.
+            self.first_sample(pid);
         }
     }
 
@@ -414,7 +420,7 @@ impl HeapWorker {
 
     /// A traced CUDA free; only processes with CUDA stacks are the worker's.
     pub fn cuda_free(&self, pid: u32, ptr: u64) {
-        if self.sampled.lock().is_ok_and(|s| s.contains(&pid)) {
+        if self.sampled.lock().is_ok_and(|s| s.contains_key(&pid)) {
             self.send(Msg::CudaFree(pid, ptr));
         }
     }
@@ -490,7 +496,11 @@ impl HeapWorker {
     /// A process exited: when it was sampled, its last snapshot is taken
     /// now and kept a while.
     pub fn on_exit(&self, pid: u32, ts_ns: u64) {
-        if self.sampled.lock().is_ok_and(|mut s| s.remove(&pid)) {
+        if self
+            .sampled
+            .lock()
+            .is_ok_and(|mut s| s.remove(&pid).is_some())
+        {
             if let Some(p) = &self.python {
                 p.remove(pid);
             }
@@ -724,7 +734,12 @@ fn work(
             }
             Ok(Msg::Exec(pid)) => tracer.exec(pid),
             Ok(Msg::Wake) => {}
-            Ok(Msg::Maps(pid, maps)) => tracer.unwinders.set_maps(pid, &maps),
+            Ok(Msg::Maps(pid, maps, root)) => {
+                tracer.unwinders.set_maps(pid, &maps);
+                if let Some(root) = root {
+                    tracer.set_perf_root(pid, root);
+                }
+            }
             Ok(Msg::Kill(pid, ts)) => {
                 kills.insert(pid, ts);
                 report_kills(&mut tracer, &comms, &mut std::iter::once((pid, ts)), &tips);

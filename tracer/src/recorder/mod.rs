@@ -11,6 +11,7 @@ pub mod fold;
 pub mod gauges;
 pub mod growth;
 pub mod heap;
+mod heap_maps;
 pub mod heap_worker;
 pub mod journal;
 pub mod live;

@@ -5,6 +5,7 @@
 //! processes in other mount namespaces and deleted files work.
 
 pub mod maps;
+pub mod perfmap;
 pub mod python;
 pub mod symbols;
 pub mod unwind;

@@ -156,6 +156,13 @@ impl Interpreters {
     /// What [`Detector::detect`] found for `pid`.
     pub fn set(&self, pid: u32, found: &Result<Option<Interpreter>, String>) {
         let mut k = self.known();
+        // The same interpreter found again (its maps are read again as it
+        // runs): its code objects stay.
+        if let (Ok(Some(i)), Some(p)) = (found, k.procs.get(&pid))
+            && p.interp.layout == i.layout
+        {
+            return;
+        }
         k.remove(pid);
         match found {
             Ok(Some(i)) => {
