@@ -591,12 +591,16 @@ fn a_node_program_is_named_from_its_perf_map() {
     // In a mount namespace of its own with a tmpfs on /tmp: its perf map
     // is where the process sees it (read through its root), not on the
     // host, and goes with it.
+    // The script is copied in after the mount (a checkout under /tmp would
+    // be hidden by it).
     let mut cmd = cg.command("unshare");
-    cmd.args(["--mount", "--propagation", "private", "sh", "-c"]).arg(format!(
-        "mount -t tmpfs none /tmp && exec {} --perf-basic-prof --interpreted-frames-native-stack {}",
-        node.display(),
-        script.display()
-    ));
+    cmd.args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            "js=$(cat \"$0\") && mount -t tmpfs none /tmp && printf '%s\\n' \"$js\" > /tmp/grow_array.js \
+             && exec {} --perf-basic-prof --interpreted-frames-native-stack /tmp/grow_array.js",
+            node.display()
+        ))
+        .arg(&script);
     // Its warm-up is sampled and named first (its maps read, libnode's
     // symbols parsed), as for a program that ran a while before it grew.
     let (kill, text, summary) = killed_after(&cg, cmd, Duration::from_millis(1500));
