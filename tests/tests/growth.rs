@@ -592,12 +592,13 @@ fn a_node_program_is_named_from_its_perf_map() {
     // is where the process sees it (read through its root), not on the
     // host, and goes with it.
     // The script is copied in after the mount (a checkout under /tmp would
-    // be hidden by it).
+    // be hidden by it), and node runs there: what V8 writes in its working
+    // directory goes with the tmpfs too.
     let mut cmd = cg.command("unshare");
     cmd.args(["--mount", "--propagation", "private", "sh", "-c"])
         .arg(format!(
             "js=$(cat \"$0\") && mount -t tmpfs none /tmp && printf '%s\\n' \"$js\" > /tmp/grow_array.js \
-             && exec {} --perf-basic-prof --interpreted-frames-native-stack /tmp/grow_array.js",
+             && cd /tmp && exec {} --perf-basic-prof --interpreted-frames-native-stack /tmp/grow_array.js",
             node.display()
         ))
         .arg(&script);
