@@ -11,7 +11,10 @@ use crate::{
     },
 };
 
-/// When a sampled process's maps are read again.
+/// When a sampled process's maps are read again: 20 ms after the first
+/// read, then at doubling intervals up to 10 s, while samples come. The
+/// first read may come before the dynamic loader mapped the program's
+/// libraries, or between fork and exec; a program loads more as it runs.
 pub(super) struct MapsAgain {
     next: std::time::Instant,
     gap: std::time::Duration,

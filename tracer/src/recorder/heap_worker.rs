@@ -113,6 +113,9 @@ pub struct HeapWorker {
     interpreters: crate::stacks::python::Interpreters,
     /// What files hold interpreters.
     detector: crate::stacks::python::Detector,
+    /// Device pointers whose allocations sent a stack, (pid, pointer):
+    /// live allocations of 1 MiB or more.
+    cuda_ptrs: std::sync::Mutex<HashSet<(u32, u64)>>,
 }
 
 /// Tipping stacks, taken by the worker before anything queued: the task
@@ -247,6 +250,7 @@ impl HeapWorker {
             python,
             interpreters,
             detector,
+            cuda_ptrs: Default::default(),
             quit,
             tid,
         })
@@ -254,21 +258,18 @@ impl HeapWorker {
 
     /// A sampled page fault (wall time `ts_ns`).
     pub fn fault(&self, s: Box<GrowthSample>, ts_ns: u64) {
-        self.first_sample(s.header.pid);
+        self.notice(s.header.pid);
         self.read_codes(&s);
         self.send(Msg::Fault(s, ts_ns));
     }
 
-    /// Notes a process a sample is sent for; at its first (since start or
-    /// its last exec), its maps are read at once by a reader, while it
-    /// surely lives: the worker may get to its samples after it has ended
-    /// (a process killed a moment after it grew), and unwinds them with
-    /// these. They are read again 20 ms later, then at doubling
-    /// intervals up to 10 s, while samples come: the first read may come
-    /// before the dynamic loader mapped the program's libraries (a
-    /// launcher such as node's, whose code is all in libnode), and a
-    /// program loads more as it runs.
-    fn first_sample(&self, pid: u32) {
+    /// Notes a process a sample is sent for: its maps are read by a reader
+    /// at its first (since start or its last exec), while it surely lives
+    /// (the worker may unwind its samples after it ended), and again as it
+    /// runs ([`MapsAgain`]: libraries mapped later). The engine calls it at
+    /// each CUDA call too, so that its allocations' stacks carry Python
+    /// frames from the first.
+    pub fn notice(&self, pid: u32) {
         let now = std::time::Instant::now();
         let read = self
             .sampled
@@ -284,14 +285,6 @@ impl HeapWorker {
             self.maps_skipped
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-    }
-
-    /// A process that calls the CUDA API: its maps and interpreter are
-    /// read now, off the caller's thread (as at a first sample), so that
-    /// the stacks of its allocations carry Python frames from the first
-    /// (a program's first calls pick its device long before it fills it).
-    pub fn notice(&self, pid: u32) {
-        self.first_sample(pid);
     }
 
     /// A process followed from the start (`attach --host`, `growth
@@ -328,15 +321,7 @@ impl HeapWorker {
 
     /// A process exec'd a new program: its addresses mean other code now.
     pub fn on_exec(&self, pid: u32) {
-        if self
-            .sampled
-            .lock()
-            .is_ok_and(|mut s| s.remove(&pid).is_some())
-        {
-            // At once, before the new program's first sample looks again.
-            if let Some(p) = &self.python {
-                p.remove(pid);
-            }
+        if self.unsample(pid) {
             self.interpreters.forget(pid);
             self.send(Msg::Exec(pid));
             // And its maps read again now, behind the exec in the worker's
@@ -344,7 +329,7 @@ impl HeapWorker {
             // fork and exec, in the parent's program) may deliver its maps
             // after the exec: the last maps the worker gets must be the new
             // program's.
-            self.first_sample(pid);
+            self.notice(pid);
         }
     }
 
@@ -406,21 +391,30 @@ impl HeapWorker {
 
     /// A sampled allocation (wall time `ts_ns`).
     pub fn alloc(&self, a: Box<HeapAlloc>, ts_ns: u64) {
-        self.first_sample(a.header.pid);
+        self.notice(a.header.pid);
         self.read_codes(&a);
         self.send(Msg::Alloc(a, ts_ns));
     }
 
     /// A CUDA allocation's stack (wall time `ts_ns`).
     pub fn cuda_alloc(&self, a: Box<HeapAlloc>, ts_ns: u64) {
-        self.first_sample(a.header.pid);
+        if let Ok(mut ptrs) = self.cuda_ptrs.lock() {
+            ptrs.insert((a.header.pid, a.addr));
+        }
+        self.notice(a.header.pid);
         self.read_codes(&a);
         self.send(Msg::CudaAlloc(a, ts_ns));
     }
 
-    /// A traced CUDA free; only processes with CUDA stacks are the worker's.
+    /// A traced CUDA free: only the frees of pointers with stacks are the
+    /// worker's (a process may free small blocks hundreds of thousands of
+    /// times a second, which must not crowd samples out of its queue).
     pub fn cuda_free(&self, pid: u32, ptr: u64) {
-        if self.sampled.lock().is_ok_and(|s| s.contains_key(&pid)) {
+        if self
+            .cuda_ptrs
+            .lock()
+            .is_ok_and(|mut p| p.remove(&(pid, ptr)))
+        {
             self.send(Msg::CudaFree(pid, ptr));
         }
     }
@@ -496,16 +490,29 @@ impl HeapWorker {
     /// A process exited: when it was sampled, its last snapshot is taken
     /// now and kept a while.
     pub fn on_exit(&self, pid: u32, ts_ns: u64) {
-        if self
+        if self.unsample(pid) {
+            self.send(Msg::Exit(pid, ts_ns));
+        }
+    }
+
+    /// A sampled process's program ended (exit or exec; false: it was not
+    /// sampled): the programs stop walking its Python frames at once, and
+    /// its device pointers with stacks are dropped.
+    fn unsample(&self, pid: u32) -> bool {
+        if !self
             .sampled
             .lock()
             .is_ok_and(|mut s| s.remove(&pid).is_some())
         {
-            if let Some(p) = &self.python {
-                p.remove(pid);
-            }
-            self.send(Msg::Exit(pid, ts_ns));
+            return false;
         }
+        if let Some(p) = &self.python {
+            p.remove(pid);
+        }
+        if let Ok(mut ptrs) = self.cuda_ptrs.lock() {
+            ptrs.retain(|&(p, _)| p != pid);
+        }
+        true
     }
 
     /// The latest snapshot of `pid`.

@@ -106,8 +106,9 @@ impl Engine {
         match ev {
             Event::Cuda(c) => {
                 if let Some(h) = &self.heap {
-                    h.notice(c.header.pid);
-                    if c.ret == 0 && tracer_common::cuda::frees(c.func) {
+                    if !tracer_common::cuda::frees(c.func) {
+                        h.notice(c.header.pid);
+                    } else if c.ret == 0 {
                         h.cuda_free(c.header.pid, c.ptr);
                     }
                 }
