@@ -23,6 +23,57 @@ pub fn simcuda_dir() -> PathBuf {
     PathBuf::from(env!("SIMCUDA_DIR"))
 }
 
+/// A memory snapshot as PyTorch's own reader (`torch/cuda/_memory_viz.py`,
+/// which `cargo xtask setup` takes out of PyTorch's wheel) reads it: see
+/// tests/py/read_torch_snapshot.py.
+pub fn torch_memory_viz(snapshot: &Path) -> serde_json::Value {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let viz = root.join("target/torch-viz/_memory_viz.py");
+    assert!(
+        viz.exists(),
+        "{} is missing: run `cargo xtask setup`",
+        viz.display()
+    );
+    let out = Command::new("python3")
+        .arg(root.join("tests/py/read_torch_snapshot.py"))
+        .arg(&viz)
+        .arg(snapshot)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "PyTorch's reader failed on {}: {}",
+        snapshot.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the reader's JSON")
+}
+
+/// `go tool pprof ARGS PROFILE`'s output: Go's own pprof reading a profile
+/// (`cargo xtask setup` installs Debian's Go).
+pub fn go_pprof(args: &[&str], profile: &Path) -> String {
+    assert!(
+        Path::new("/usr/bin/go").exists(),
+        "/usr/bin/go is missing: run `cargo xtask setup` (Debian's golang-go)"
+    );
+    let tmp = tempfile::tempdir().expect("a directory for pprof");
+    let out = Command::new("/usr/bin/go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(profile)
+        .env("HOME", tmp.path())
+        .env("PPROF_TMPDIR", tmp.path())
+        .output()
+        .expect("go tool pprof");
+    assert!(
+        out.status.success(),
+        "go tool pprof failed on {}: {}",
+        profile.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Attaches with `args` (and `--pid`) to a `sleep` of `life_ms` started
 /// `after_ms` before: the process exits while tracer attaches, which it
 /// must say (or not find it), whatever the timing.

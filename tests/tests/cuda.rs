@@ -682,9 +682,13 @@ fn py_frame(frames: &Value, function: &str) -> Option<(bool, u64)> {
 /// allocated it, each stack naming its Python line, and follows a free.
 #[test]
 fn device_memory_by_stack_names_the_python_lines_that_allocated_it() {
-    let Some(_scenario) = Scenario::new() else {
+    let Some(sc) = Scenario::new() else {
         return;
     };
+    let (snapshot, profile) = (
+        sc.dir.path().join("snap.pickle"),
+        sc.dir.path().join("cuda.pb.gz"),
+    );
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("py/cuda_alloc.py");
     let text = std::fs::read_to_string(&script).unwrap();
     let line = |m: &str| text.lines().position(|l| l.contains(m)).unwrap() as u64 + 1;
@@ -694,7 +698,18 @@ fn device_memory_by_stack_names_the_python_lines_that_allocated_it() {
         .arg(simcuda_dir().join("libcudart.so.12"))
         .env("SIMCUDA_DEVICE_MEM", (1u64 << 30).to_string());
     let mut prog = CudaLoad::spawn(cmd);
-    let attach = Attach::start(prog.pid(), &["--by", "stack", "--summary-only"]);
+    let attach = Attach::start(
+        prog.pid(),
+        &[
+            "--by",
+            "stack",
+            "--summary-only",
+            "--snapshot",
+            snapshot.to_str().unwrap(),
+            "--pprof",
+            profile.to_str().unwrap(),
+        ],
+    );
     assert_eq!(prog.cmd("go"), "done");
     // The per-second picture with all three allocations of 1 MiB or more.
     let held = |want: u64| {
@@ -732,6 +747,53 @@ fn device_memory_by_stack_names_the_python_lines_that_allocated_it() {
         "{end:#}"
     );
     prog.exit();
+    // PyTorch's own reader: the three segments still held, each weights
+    // one named by its Python line, the 64 KiB one (no stack under 1 MiB)
+    // without frames, and the stats' accounting adding up.
+    let viz = tracer_e2e::torch_memory_viz(&snapshot);
+    let segments = viz["segments"].as_array().expect("segments");
+    let sizes: Vec<u64> = segments
+        .iter()
+        .map(|s| s["total_size"].as_u64().unwrap())
+        .collect();
+    let mut sorted = sizes.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, vec![64 * 1024, 64 * MIB, 64 * MIB], "{viz:#}");
+    let weights_frame = format!("cuda_alloc.py:{weights}:weights");
+    for s in segments {
+        let named = s["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f == weights_frame.as_str());
+        assert_eq!(named, s["total_size"] == 64 * MIB, "{s:#}");
+        assert_eq!(
+            s["states"],
+            serde_json::json!(["active_allocated"]),
+            "{s:#}"
+        );
+    }
+    let stats = viz["stats"].as_str().unwrap();
+    assert!(stats.contains("segments: 3"), "{stats}");
+    let memory = viz["memory"].as_array().unwrap();
+    let weights_lines = memory
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .filter(|l| l.contains(&weights_frame) && l.ends_with(&format!(" {}", 64 * MIB)))
+        .count();
+    assert_eq!(weights_lines, 2, "{viz:#}");
+    assert!(
+        viz["trace"].as_str().unwrap().contains("cudaMalloc("),
+        "{viz:#}"
+    );
+    // Go's pprof: the device memory by Python line.
+    let top = tracer_e2e::go_pprof(&["-top", "-lines", "-sample_index=inuse_space"], &profile);
+    assert!(
+        top.lines().any(|l| l.contains("128MB")
+            && l.ends_with(&format!("weights {}:{weights}", script.display()))),
+        "{top}"
+    );
+    assert!(!top.contains("workspace"), "freed before the end: {top}");
 }
 
 /// `record --cuda`: a GPU out-of-memory failure of a Python program says
@@ -778,6 +840,48 @@ fn a_gpu_oom_names_the_python_lines_that_hold_the_device_memory() {
         Some((true, weights)),
         "{r:#}"
     );
+    // The same as PyTorch's snapshot and as a pprof profile, from the record.
+    let (snapshot, profile) = (
+        sc.dir.path().join("oom.pickle"),
+        sc.dir.path().join("oom.pb.gz"),
+    );
+    let out = Command::new(tracer_e2e::tracer_bin())
+        .args(["explain", "--gpu-oom", "--store", store_s, "--snapshot"])
+        .arg(&snapshot)
+        .arg("--pprof")
+        .arg(&profile)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let viz = tracer_e2e::torch_memory_viz(&snapshot);
+    let weights_frame = format!("cuda_alloc.py:{weights}:weights");
+    let named: Vec<u64> = viz["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| {
+            s["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f == weights_frame.as_str())
+        })
+        .map(|s| s["total_size"].as_u64().unwrap())
+        .collect();
+    assert_eq!(named, vec![64 * MIB, 64 * MIB], "{viz:#}");
+    assert!(
+        viz["trace"]
+            .as_str()
+            .unwrap()
+            .contains("raise OutOfMemoryError # 64.0GiB requested"),
+        "{viz:#}"
+    );
+    let top = tracer_e2e::go_pprof(&["-top", "-lines"], &profile);
+    assert!(top.contains(&format!("cuda_alloc.py:{weights}")), "{top}");
     let verdict = v["verdict"].as_str().unwrap();
     if std::env::var_os("SHOW").is_some() {
         eprintln!("{verdict}");

@@ -457,7 +457,9 @@ fn growth_follows_a_live_process_and_a_cgroup() {
     assert_eq!(top, "touch_pages", "{report:#}");
     assert!((64 * MIB..=128 * MIB).contains(&bytes), "{report:#}");
     // By cgroup: a process that joins later is followed too.
-    let live = Attach::growth(&["--cgroup", &cg.path]);
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("growth.pb.gz");
+    let live = Attach::growth(&["--cgroup", &cg.path, "--pprof", profile.to_str().unwrap()]);
     let mut late = {
         let mut cmd = cg.command(grower());
         cmd.args(["touch", "16"]);
@@ -476,6 +478,16 @@ fn growth_follows_a_live_process_and_a_cgroup() {
     assert!((40 * MIB..=88 * MIB).contains(&late_bytes), "{report:#}");
     let (bytes, _) = top_of(&report, pid);
     assert!((16 * MIB..=48 * MIB).contains(&bytes), "{report:#}");
+    // Go's pprof: touch_pages of both processes, told apart by their pid label.
+    let top = tracer_e2e::go_pprof(&["-top"], &profile);
+    assert!(top.contains(" touch_pages"), "{top}");
+    let tags = tracer_e2e::go_pprof(&["-tags"], &profile);
+    for p in [pid, late.pid()] {
+        assert!(
+            tags.contains(&format!(" {p} ")) || tags.contains(&format!(" {p}\n")),
+            "{p}: {tags}"
+        );
+    }
     late.exit();
     prog.exit();
 }

@@ -133,11 +133,40 @@ fn sites_of_a_running_program_are_ranked_and_exact_with_sampling_off() {
     let dir = &sc.dir;
     for variant in ["nofp", "fp"] {
         let svg = dir.path().join(format!("{variant}.svg"));
+        let profile = dir.path().join(format!("{variant}.pb.gz"));
         let (report, err) = traced(
             in_cgroup(&cg, &heapsites(variant), 2),
-            &["--sample-bytes", "0", "--flamegraph", svg.to_str().unwrap()],
+            &[
+                "--sample-bytes",
+                "0",
+                "--flamegraph",
+                svg.to_str().unwrap(),
+                "--pprof",
+                profile.to_str().unwrap(),
+            ],
         );
         exact(&report, 2);
+        // Go's pprof: every site, and big_blocks' 2 MiB where it allocated.
+        let top = tracer_e2e::go_pprof(
+            &[
+                "-top",
+                "-nodefraction=0",
+                "-unit=B",
+                "-sample_index=inuse_space",
+            ],
+            &profile,
+        );
+        for (name, _) in SITES {
+            assert!(
+                top.contains(name),
+                "{name} missing from pprof's view: {top}"
+            );
+        }
+        assert!(
+            top.lines()
+                .any(|l| l.trim_start().starts_with("2097152B") && l.ends_with(" big_blocks")),
+            "{top}"
+        );
         // The flame graph of live bytes: an SVG with every site's frame,
         // and the 2 MiB of big_blocks in its tooltip.
         let svg = std::fs::read_to_string(&svg).expect("flame graph written");

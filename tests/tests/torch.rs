@@ -40,9 +40,10 @@ fn semaphores(t: &mut CudaLoad) -> Vec<String> {
 
 #[test]
 fn a_caching_allocator_attached_live_matches_its_own_figures() {
-    let Some(_scenario) = Scenario::new() else {
+    let Some(sc) = Scenario::new() else {
         return;
     };
+    let snapshot = sc.dir.path().join("allocator.pickle");
     let mut t = torchalloc(&[("SIMCUDA_DEVICES", "2".into())]);
     assert_eq!(semaphores(&mut t), ["0", "0"], "no tracer yet");
     let doctor = |pid: u32| {
@@ -64,7 +65,7 @@ fn a_caching_allocator_attached_live_matches_its_own_figures() {
         line.contains("torchalloc: 2 sites (pytorch:malloc, pytorch:free), semaphores now [0, 0]"),
         "{line}"
     );
-    let attach = Attach::start(t.pid(), &[]);
+    let attach = Attach::start(t.pid(), &["--snapshot", snapshot.to_str().unwrap()]);
     let log = attach.stderr();
     assert!(
         log.contains("attached to 2 USDT probes (pytorch:malloc, pytorch:free)"),
@@ -132,6 +133,36 @@ fn a_caching_allocator_attached_live_matches_its_own_figures() {
     assert_eq!(mallocs[7]["size"], 9 * MIB);
     let report = attach.stop();
     assert_eq!(report["ledger"]["allocator"]["allocated"], allocated);
+    // PyTorch's own reader: the segments hold what the allocator reserved,
+    // its blocks in use what it allocated (its stats check that each
+    // segment's blocks, in use and free, add up to the segment).
+    let viz = tracer_e2e::torch_memory_viz(&snapshot);
+    let segments = viz["segments"].as_array().expect("segments");
+    let sum = |f: &dyn Fn(&Value) -> u64| segments.iter().map(f).sum::<u64>();
+    assert_eq!(
+        sum(&|s| s["total_size"].as_u64().unwrap()),
+        reserved,
+        "{viz:#}"
+    );
+    let active = |s: &Value| -> Vec<u64> {
+        s["active_sizes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(sum(&|s| active(s).iter().sum()), allocated, "{viz:#}");
+    assert_eq!(sum(&|s| active(s).len() as u64), 4, "{viz:#}");
+    assert!(segments.iter().all(|s| s["device"] == 1), "{viz:#}");
+    assert!(
+        segments.iter().any(|s| s["states"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b == "inactive")),
+        "blocks given back to the cache are free in their segment: {viz:#}"
+    );
     assert_eq!(
         semaphores(&mut t),
         ["0", "0"],

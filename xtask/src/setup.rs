@@ -20,6 +20,10 @@ const CUDA_WHEEL: &str = "nvidia-cuda-runtime-cu12==12.9.79";
 const DRIVER_PACKAGES: [&str; 2] = ["libcuda1", "libnvidia-ml1"];
 /// Debian's archive and the suite the driver packages come from.
 const DRIVER_SOURCE: &str = "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm non-free";
+/// PyTorch's CPU wheel on PyPI (the macOS one: a fifth the size of the
+/// Linux wheel), whose `torch/cuda/_memory_viz.py` reads the memory
+/// snapshots tracer writes in the tests. Nothing else of it is kept.
+const TORCH_WHEEL: &str = "torch==2.11.0";
 /// The manifests' validator from PyPI.
 const KUBERNETES_VALIDATE: &str = "1.37.0";
 const OPENTELEMETRY_PROTO: &str = "1.45.2";
@@ -73,6 +77,7 @@ pub fn run() -> anyhow::Result<()> {
     driver_libraries()?;
     prometheus()?;
     python_tools()?;
+    torch_viz()?;
     test_packages()?;
     eprintln!(
         "xtask: setup done (nightly + rust-src, bpf-linker {BPF_LINKER}, {CUDA_WHEEL}, {}, prometheus)",
@@ -91,8 +96,9 @@ pub fn run() -> anyhow::Result<()> {
 /// tmux, the terminal the full-screen `top` is driven in by its test,
 /// bpftrace, whose `signal()` is the BPF program that kills in its test,
 /// gdb, which reads the CPython builds' field offsets from their DWARF for
-/// the test of the Python frame walker's table, and Node.js, whose perf
-/// map names its JIT frames in the growth test.
+/// the test of the Python frame walker's table, Node.js, whose perf
+/// map names its JIT frames in the growth test, and Go, whose `go tool
+/// pprof` reads the profiles tracer writes.
 fn test_packages() -> anyhow::Result<()> {
     let wanted = [
         ("libjemalloc2", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"),
@@ -114,6 +120,8 @@ fn test_packages() -> anyhow::Result<()> {
         ("gdb", "/usr/bin/gdb"),
         // A JIT runtime that writes a perf map (`node --perf-basic-prof`).
         ("nodejs", "/usr/bin/node"),
+        // `go tool pprof`, the reader of the pprof profiles tracer writes.
+        ("golang-go", "/usr/bin/go"),
         (
             "systemd-journal-remote",
             "/lib/systemd/systemd-journal-remote",
@@ -166,6 +174,44 @@ fn cuda_wheel() -> anyhow::Result<()> {
     if !dir.join("nvidia/cuda_runtime/lib/libcudart.so.12").exists() {
         bail!("{CUDA_WHEEL} has no nvidia/cuda_runtime/lib/libcudart.so.12");
     }
+    Ok(())
+}
+
+/// Where PyTorch's memory snapshot reader is kept: target/torch-viz/.
+pub fn torch_viz_dir() -> std::path::PathBuf {
+    crate::root().join("target/torch-viz")
+}
+
+/// Takes `torch/cuda/_memory_viz.py` out of PyTorch's wheel (once).
+fn torch_viz() -> anyhow::Result<()> {
+    let dir = torch_viz_dir();
+    if dir.join("_memory_viz.py").exists() {
+        return Ok(());
+    }
+    let download = dir.join("download");
+    sh(Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--platform",
+            "macosx_11_0_arm64",
+            "--python-version",
+            "3.11",
+            TORCH_WHEEL,
+            "-d",
+        ])
+        .arg(&download))?;
+    let take = "import sys, zipfile, glob; z = zipfile.ZipFile(glob.glob(sys.argv[1] + '/*.whl')[0]); \
+                open(sys.argv[2] + '/_memory_viz.py', 'wb').write(z.read('torch/cuda/_memory_viz.py'))";
+    sh(Command::new("python3")
+        .args(["-c", take])
+        .arg(&download)
+        .arg(&dir))?;
+    std::fs::remove_dir_all(&download)?;
     Ok(())
 }
 

@@ -16,7 +16,7 @@ use crate::recorder::live::{
 use crate::{
     model::ledger::{AllocKind, AllocatorSummary, Ledger},
     probes::cuda::name,
-    record::HeapSnapshot,
+    record::{HeapSite, HeapSnapshot},
     util::time::format_wall,
     util::units::bytes,
 };
@@ -69,6 +69,17 @@ pub struct AttachArgs {
     /// With --host: at the end, write a flame graph (SVG) of the live bytes by stack.
     #[arg(long, value_name = "PATH")]
     pub flamegraph: Option<std::path::PathBuf>,
+    /// At the end, write a profile in pprof's format (gzipped protobuf,
+    /// for `go tool pprof`, Pyroscope, Parca): with --host the live heap by
+    /// stack, otherwise the device memory by stack.
+    #[arg(long, value_name = "PATH")]
+    pub pprof: Option<std::path::PathBuf>,
+    /// At the end, write the device memory as a PyTorch memory snapshot
+    /// (the pickle `torch.cuda.memory._snapshot()` writes, which PyTorch's
+    /// memory viewer opens): segments with the stacks that allocated them,
+    /// and the caching allocator's blocks where its probes are seen.
+    #[arg(long, value_name = "PATH", conflicts_with = "host")]
+    pub snapshot: Option<std::path::PathBuf>,
     /// `stack`: the device memory the traced allocations of at least
     /// 1 MiB hold, grouped by the stack (native and Python frames) that
     /// allocated it, each second and at the end (--top of them).
@@ -109,7 +120,24 @@ struct Printer {
     /// The last device memory by stack shown as text (shown again only
     /// when it changed, or at the end).
     last_stacks: String,
+    /// Whether the device memory by stack is shown (--by stack), and how
+    /// many stacks.
+    show_stacks: bool,
+    top: usize,
+    /// Every stack with its allocations at the end, for the exports.
+    end_sites: Vec<HeapSite>,
+    /// `--snapshot` and `--pprof`, written at the report (before the
+    /// probes are taken out, which can take seconds), and how that went.
+    exports: Exports,
     out: std::io::StdoutLock<'static>,
+}
+
+/// Where `--snapshot` and `--pprof` go, and the first error writing them.
+struct Exports {
+    snapshot: Option<std::path::PathBuf>,
+    pprof: Option<std::path::PathBuf>,
+    what: String,
+    error: Option<anyhow::Error>,
 }
 
 impl View for Printer {
@@ -250,6 +278,10 @@ impl View for Printer {
     }
 
     fn report(&mut self, ledger: &Ledger, exited: bool, lost: u64) {
+        let sites = std::mem::take(&mut self.end_sites);
+        if let Err(e) = write_exports(&self.exports, ledger, &sites) {
+            self.exports.error = Some(e);
+        }
         let s = ledger.summary();
         let live = ledger.live();
         if self.json {
@@ -307,14 +339,22 @@ impl View for Printer {
     }
 
     fn stacks(&mut self, snap: &HeapSnapshot, end: bool) {
+        if end {
+            self.end_sites = snap.sites.clone();
+        }
+        if !self.show_stacks {
+            return;
+        }
+        let sites = &snap.sites[..snap.sites.len().min(self.top)];
+        let more_sites = snap.more_sites + (snap.sites.len() - sites.len());
         if self.json {
             let v = json!({ "type": "stacks", "pid": self.pid, "end": end,
-                "live_bytes": snap.live_bytes, "sites": snap.sites, "more_sites": snap.more_sites });
+                "live_bytes": snap.live_bytes, "sites": sites, "more_sites": more_sites });
             let _ = writeln!(self.out, "{v}");
         } else {
             use std::fmt::Write as _;
             let mut t = String::new();
-            for site in &snap.sites {
+            for site in sites {
                 let _ = writeln!(
                     t,
                     "   {:>10}  {}",
@@ -322,8 +362,8 @@ impl View for Printer {
                     crate::explain::frame_chain(&site.frames)
                 );
             }
-            if snap.more_sites > 0 {
-                let _ = writeln!(t, "   ({} more stacks)", snap.more_sites);
+            if more_sites > 0 {
+                let _ = writeln!(t, "   ({more_sites} more stacks)");
             }
             if end || t != self.last_stacks {
                 let _ = write!(
@@ -343,6 +383,10 @@ impl View for Printer {
 /// Runs `attach` (without `--host`).
 pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
     let comm = comm_of(args.pid)?;
+    // Refused now, not after the session: a link or another user's file.
+    for path in [&args.pprof, &args.snapshot].into_iter().flatten() {
+        crate::util::fsafe::check_file(path)?;
+    }
     crate::probes::caps::require_bpf()?;
     let pidfd = pidfd(args.pid)?;
     let probes = cuda_live::load(args.pid, &comm, &pidfd, args.floor, args.wait)?;
@@ -351,7 +395,7 @@ pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
         .build()?;
     let follow = Target {
         pid: args.pid,
-        comm,
+        comm: comm.clone(),
         pidfd,
         floor: args.floor,
         entry_sites: args.entry_sites,
@@ -362,9 +406,78 @@ pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
         json: args.json,
         summary_only: args.summary_only,
         last_stacks: String::new(),
+        show_stacks: args.by == Some(By::Stack),
+        top: args.top,
+        end_sites: Vec::new(),
+        exports: Exports {
+            snapshot: args.snapshot.clone(),
+            pprof: args.pprof.clone(),
+            what: format!("pid {} ({comm})", args.pid),
+            error: None,
+        },
         out: std::io::stdout().lock(),
     };
-    let by_stack = (args.by == Some(By::Stack)).then_some(args.top);
-    rt.block_on(cuda_live::follow(follow, probes, printer, by_stack))?;
-    Ok(ExitCode::SUCCESS)
+    // The exports take every stack; the view shows --top of them.
+    let exporting = args.pprof.is_some() || args.snapshot.is_some();
+    let by_stack = (args.by == Some(By::Stack) || exporting).then_some(if exporting {
+        usize::MAX
+    } else {
+        args.top
+    });
+    let printer = rt.block_on(cuda_live::follow(follow, probes, printer, by_stack))?;
+    match printer.exports.error {
+        Some(e) => Err(e),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// Writes `--snapshot` and `--pprof` of the ledger and the stacks at the end.
+fn write_exports(e: &Exports, ledger: &Ledger, sites: &[HeapSite]) -> anyhow::Result<()> {
+    if let Some(path) = &e.snapshot {
+        let input = crate::export::torch_snapshot::Input::live(ledger, sites);
+        crate::util::fsafe::write_private(path, &crate::export::torch_snapshot::pickle(&input)?)?;
+        crate::say!(
+            "tracer: PyTorch memory snapshot ({} segments, {}) written to {}",
+            input.segments.len(),
+            crate::util::units::bytes(input.held_bytes()),
+            path.display()
+        );
+    }
+    if let Some(path) = &e.pprof {
+        write_device_pprof(path, sites, &e.what, crate::util::time::wall_now_ns())?;
+    }
+    Ok(())
+}
+
+/// The device memory by stack as a pprof profile: bytes and allocations
+/// held (exact: every traced allocation of 1 MiB or more).
+pub fn write_device_pprof(
+    path: &std::path::Path,
+    sites: &[HeapSite],
+    what: &str,
+    time_ns: i64,
+) -> anyhow::Result<()> {
+    use crate::export::pprof::{Meta, Stack, encode};
+    let meta = Meta {
+        sample_types: &[("inuse_space", "bytes"), ("inuse_objects", "count")],
+        period: ("space", "bytes", 0),
+        time_ns,
+        duration_ns: 0,
+        comments: vec![format!(
+            "tracer: the device memory of {what} by stack (traced allocations of {} or more)",
+            crate::util::units::bytes(tracer_common::cuda::STACK_MIN_BYTES)
+        )],
+    };
+    let stacks = sites.iter().map(|s| Stack {
+        frames: &s.frames,
+        values: vec![s.live_bytes as i64, s.live_samples as i64],
+        process: None,
+    });
+    crate::util::fsafe::write_private(path, &encode(&meta, stacks))?;
+    crate::say!(
+        "tracer: pprof profile of device memory ({} stacks) written to {}",
+        sites.len(),
+        path.display()
+    );
+    Ok(())
 }

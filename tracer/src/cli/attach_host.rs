@@ -14,7 +14,7 @@ use super::attach::AttachArgs;
 use crate::recorder::live::{Target, comm_of, heap, pidfd};
 use crate::{
     probes::heap::{HeapCounts, MAX_SAMPLE_BYTES, config},
-    record::HeapSnapshot,
+    record::{HeapSite, HeapSnapshot},
     recorder::heap::View,
     util::{
         term,
@@ -33,7 +33,7 @@ pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
     }
     let comm = comm_of(args.pid)?;
     // Refused now, not after the session: a link or another user's file.
-    if let Some(path) = &args.flamegraph {
+    for path in [&args.flamegraph, &args.pprof].into_iter().flatten() {
         crate::util::fsafe::check_file(path)?;
     }
     crate::probes::caps::require_bpf()?;
@@ -63,7 +63,7 @@ pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
             growth_window_s: args.growth_window.as_secs().max(1),
             old_after_s: args.old_after.as_secs(),
         },
-        folded: args.flamegraph.is_some(),
+        all_sites: args.flamegraph.is_some() || args.pprof.is_some(),
     };
     let mut out = std::io::stdout().lock();
     let end = rt.block_on(heap::follow(follow, probes, |kind, snap, counts| {
@@ -79,7 +79,10 @@ pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
         );
     }
     if let Some(path) = &args.flamegraph {
-        write_flamegraph(path, &end.folded, args.pid, &comm)?;
+        write_flamegraph(path, &fold(&end.sites), args.pid, &comm)?;
+    }
+    if let Some(path) = &args.pprof {
+        write_pprof(path, &end.sites, &args, &comm)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -172,6 +175,59 @@ pub fn render(s: &HeapSnapshot, time: &str) -> String {
         let _ = writeln!(o, "   ... and {} more sites", s.more_sites);
     }
     o
+}
+
+/// Folded stacks of the live bytes (`outer;...;inner bytes`), the input
+/// of a flame graph.
+fn fold(sites: &[HeapSite]) -> Vec<String> {
+    sites
+        .iter()
+        .map(|s| {
+            let names: Vec<String> = s
+                .frames
+                .iter()
+                .rev()
+                .map(|f| f.short().replace(';', ":"))
+                .collect();
+            format!("{} {}", names.join(";"), s.live_bytes)
+        })
+        .collect()
+}
+
+/// The live heap by stack as a pprof profile: live and allocated bytes.
+fn write_pprof(
+    path: &std::path::Path,
+    sites: &[HeapSite],
+    args: &AttachArgs,
+    comm: &str,
+) -> anyhow::Result<()> {
+    use crate::export::pprof::{Meta, Stack, encode};
+    let meta = Meta {
+        sample_types: &[("inuse_space", "bytes"), ("alloc_space", "bytes")],
+        period: ("space", "bytes", args.sample_bytes),
+        time_ns: wall_now_ns(),
+        duration_ns: 0,
+        comments: vec![format!(
+            "tracer attach --host: the live heap of pid {} ({comm}), {}",
+            args.pid,
+            match args.sample_bytes {
+                0 => "every allocation kept".to_string(),
+                b => format!("one sample per {} allocated", bytes(b)),
+            }
+        )],
+    };
+    let stacks = sites.iter().map(|s| Stack {
+        frames: &s.frames,
+        values: vec![s.live_bytes as i64, s.allocated_bytes as i64],
+        process: None,
+    });
+    crate::util::fsafe::write_private(path, &encode(&meta, stacks))?;
+    crate::say!(
+        "tracer: pprof profile of live bytes ({} stacks) written to {}",
+        sites.len(),
+        path.display()
+    );
+    Ok(())
 }
 
 fn write_flamegraph(

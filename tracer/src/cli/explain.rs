@@ -55,6 +55,15 @@ pub struct ExplainArgs {
     /// kills; with --log, --journal or --kmsg.
     #[arg(long, conflicts_with = "gpu_oom")]
     pub xid: bool,
+    /// With --gpu-oom: write the latest one's device memory as a PyTorch
+    /// memory snapshot (the pickle `torch.cuda.memory._snapshot()` writes):
+    /// the allocations it recorded, with their stacks.
+    #[arg(long, value_name = "PATH", requires = "gpu_oom")]
+    pub snapshot: Option<std::path::PathBuf>,
+    /// With --gpu-oom: write the latest one's device memory by stack as a
+    /// profile in pprof's format (gzipped protobuf).
+    #[arg(long, value_name = "PATH", requires = "gpu_oom")]
+    pub pprof: Option<std::path::PathBuf>,
 }
 
 /// What a kernel log gave: its kills, latest first, and its Xid lines.
@@ -647,5 +656,53 @@ fn gpu_ooms(args: &ExplainArgs, since_ns: i64, limit: usize) -> anyhow::Result<E
         "{what} in {} (they are recorded by `tracer record --cuda`)",
         args.store.path.display()
     );
+    if args.snapshot.is_some() || args.pprof.is_some() {
+        let Some(latest) = found.first() else {
+            anyhow::bail!("{none}: nothing to write");
+        };
+        gpu_oom_exports(args, latest)?;
+    }
     output(args, &found, &none, render)
+}
+
+/// Writes `--snapshot` and `--pprof` of a recorded GPU OOM.
+fn gpu_oom_exports(
+    args: &ExplainArgs,
+    e: &crate::explain::gpu::GpuOomExplanation,
+) -> anyhow::Result<()> {
+    use crate::export::torch_snapshot::{Input, pickle};
+    let r = &e.gpu_oom;
+    let what = format!(
+        "pid {} ({}) at its GPU out-of-memory error #{}",
+        r.process.pid,
+        term::escape(&r.process.comm),
+        e.id
+    );
+    if let Some(path) = &args.snapshot {
+        let input = Input::gpu_oom(r);
+        crate::util::fsafe::write_private(path, &pickle(&input)?)?;
+        let device_held: u64 = r
+            .held
+            .by_kind
+            .iter()
+            .filter(|(k, _)| {
+                use crate::model::ledger::AllocKind::*;
+                matches!(k, Device | Managed | AsyncPool)
+            })
+            .map(|(_, t)| t.outstanding)
+            .sum();
+        say!(
+            "tracer: PyTorch memory snapshot of {what} written to {}: {} segments, {} of the {} of device memory it held \
+             (the rest were allocations under {} or past the record's lists)",
+            path.display(),
+            input.segments.len(),
+            crate::util::units::bytes(input.held_bytes()),
+            crate::util::units::bytes(device_held),
+            crate::util::units::bytes(tracer_common::cuda::STACK_MIN_BYTES)
+        );
+    }
+    if let Some(path) = &args.pprof {
+        super::attach::write_device_pprof(path, &r.stacks, &what, r.ts_ns)?;
+    }
+    Ok(())
 }

@@ -49,7 +49,15 @@ pub struct GrowthArgs {
     /// JSON lines instead of text.
     #[arg(long)]
     pub json: bool,
+    /// At the end, write the growth of the last window by stack as a
+    /// profile in pprof's format (gzipped protobuf, for `go tool pprof`,
+    /// Pyroscope, Parca), every site of every process followed.
+    #[arg(long, value_name = "PATH")]
+    pub pprof: Option<std::path::PathBuf>,
 }
+
+/// Sites per process kept for `--pprof`.
+const PPROF_SITES: usize = 10_000;
 
 /// Runs `tracer growth`.
 pub fn run(args: GrowthArgs) -> anyhow::Result<ExitCode> {
@@ -92,6 +100,9 @@ pub fn run(args: GrowthArgs) -> anyhow::Result<ExitCode> {
         }
         (None, None) => bail!("--pid or --cgroup is needed"),
     };
+    if let Some(path) = &args.pprof {
+        crate::util::fsafe::check_file(path)?;
+    }
     crate::probes::caps::require_bpf()?;
     let probes = crate::recorder::live::growth::load(args.sample_bytes)?;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -103,18 +114,68 @@ pub fn run(args: GrowthArgs) -> anyhow::Result<ExitCode> {
         dir,
         what,
         sample_bytes: args.sample_bytes,
-        top: args.top,
+        top: if args.pprof.is_some() {
+            PPROF_SITES
+        } else {
+            args.top
+        },
         window: args.window,
         every: args.every,
         duration: args.duration,
     };
     let mut out = std::io::stdout().lock();
+    let mut last: Vec<GrowthReport> = Vec::new();
+    let started = wall_now_ns();
     rt.block_on(crate::recorder::live::growth::follow(
         follow,
         probes,
-        |kind, reports, start| show(&mut out, args.json, kind, reports, args.top, start),
+        |kind, reports, start| {
+            show(&mut out, args.json, kind, reports, args.top, start);
+            if kind != "growth" {
+                last = reports.to_vec();
+            }
+        },
     ))?;
+    if let Some(path) = &args.pprof {
+        write_pprof(path, &last, &args, wall_now_ns() - started)?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The last window's growth by stack, every process, as a pprof profile.
+fn write_pprof(
+    path: &std::path::Path,
+    reports: &[GrowthReport],
+    args: &GrowthArgs,
+    followed_ns: i64,
+) -> anyhow::Result<()> {
+    use crate::export::pprof::{Meta, Stack, encode};
+    let window_ns = (args.window.as_nanos() as i64).min(followed_ns);
+    let meta = Meta {
+        sample_types: &[("growth_space", "bytes"), ("samples", "count")],
+        period: ("space", "bytes", args.sample_bytes),
+        time_ns: wall_now_ns() - window_ns,
+        duration_ns: window_ns,
+        comments: vec![format!(
+            "tracer growth: memory faulted in by stack over the last {} s, one sample per {} faulted in",
+            window_ns / 1_000_000_000,
+            bytes(args.sample_bytes)
+        )],
+    };
+    let stacks = reports.iter().flat_map(|r| {
+        r.sites.iter().map(|s| Stack {
+            frames: &s.frames,
+            values: vec![s.bytes as i64, s.samples as i64],
+            process: Some((r.pid, r.comm.as_str())),
+        })
+    });
+    crate::util::fsafe::write_private(path, &encode(&meta, stacks))?;
+    crate::say!(
+        "tracer: pprof profile of growth ({} stacks) written to {}",
+        reports.iter().map(|r| r.sites.len()).sum::<usize>(),
+        path.display()
+    );
+    Ok(())
 }
 
 fn show(
@@ -127,7 +188,19 @@ fn show(
 ) {
     let now = wall_now_ns();
     if json {
-        let v = json!({ "type": kind, "time": format_wall(now), "processes": reports });
+        // As many sites as the reports have without --pprof.
+        let shown: Vec<GrowthReport> = reports
+            .iter()
+            .map(|r| {
+                let keep = r.sites.len().min(top.max(10));
+                GrowthReport {
+                    sites: r.sites[..keep].to_vec(),
+                    more_sites: r.more_sites + (r.sites.len() - keep),
+                    ..r.clone()
+                }
+            })
+            .collect();
+        let v = json!({ "type": kind, "time": format_wall(now), "processes": shown });
         let _ = writeln!(out, "{v}");
     } else {
         let _ = write!(
@@ -169,8 +242,9 @@ pub fn render(reports: &[GrowthReport], top: usize, time: &str, followed_ns: i64
                 crate::explain::frame_chain(&site.frames)
             );
         }
-        if r.more_sites > 0 {
-            let _ = writeln!(o, "   ... and {} more sites", r.more_sites);
+        let more = r.more_sites + r.sites.len().saturating_sub(top);
+        if more > 0 {
+            let _ = writeln!(o, "   ... and {more} more sites");
         }
         for site in &r.reserved {
             let _ = writeln!(

@@ -216,6 +216,19 @@ impl HeapProfile {
         out
     }
 
+    /// The live blocks of `pid` sampled at `stack`: (address, weight, wall
+    /// time of the sample), heaviest first.
+    pub fn blocks(&self, pid: u32, stack: StackId) -> Vec<(u64, f64, u64)> {
+        let mut v: Vec<(u64, f64, u64)> = self
+            .live
+            .iter()
+            .filter(|((p, _), l)| *p == pid && l.stack == stack)
+            .map(|((_, addr), l)| (*addr, l.weight, l.ts_ns))
+            .collect();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        v
+    }
+
     /// Forgets a process (it exited and was reported).
     pub fn forget(&mut self, pid: u32) {
         self.live.retain(|(p, _), _| *p != pid);

@@ -8,8 +8,10 @@ pub mod feeds;
 pub mod http;
 pub mod jsonl;
 pub mod otlp;
+pub mod pprof;
 pub mod prometheus;
 pub mod redact;
+pub mod torch_snapshot;
 
 use std::{
     sync::{

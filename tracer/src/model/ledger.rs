@@ -185,7 +185,8 @@ pub struct Ledger {
 /// `free(ptr)`.
 #[derive(Clone, Debug, Default)]
 struct Blocks {
-    live: HashMap<u64, (u64, i32)>,
+    /// pointer -> (size as the allocator counts it, device, size asked for)
+    live: HashMap<u64, (u64, i32, u64)>,
     allocated: u64,
     peak: u64,
     untracked_frees: u64,
@@ -319,7 +320,7 @@ impl Ledger {
     pub fn block_malloc(&mut self, ptr: u64, requested: u64, device: i32) {
         let b = self.blocks.get_or_insert_with(Blocks::default);
         let size = block_size(requested);
-        if let Some((old, _)) = b.live.insert(ptr, (size, device)) {
+        if let Some((old, ..)) = b.live.insert(ptr, (size, device, requested)) {
             // Handed out again without a free we saw.
             b.allocated = b.allocated.saturating_sub(old);
         }
@@ -331,7 +332,7 @@ impl Ledger {
     pub fn block_free(&mut self, ptr: u64) {
         let b = self.blocks.get_or_insert_with(Blocks::default);
         match b.live.remove(&ptr) {
-            Some((size, _)) => b.allocated = b.allocated.saturating_sub(size),
+            Some((size, ..)) => b.allocated = b.allocated.saturating_sub(size),
             None => b.untracked_frees += 1,
         }
     }
@@ -384,7 +385,7 @@ impl Ledger {
         let mut blocks: Vec<(u64, u64)> = b
             .live
             .iter()
-            .map(|(ptr, (size, _))| (*ptr, ptr.saturating_add(*size)))
+            .map(|(ptr, (size, ..))| (*ptr, ptr.saturating_add(*size)))
             .collect();
         blocks.sort_unstable();
         let mut largest = 0;
@@ -402,6 +403,35 @@ impl Ledger {
             largest = largest.max(end.saturating_sub(at));
         }
         Some(largest)
+    }
+
+    /// Live allocations in device address space (device, managed and
+    /// stream-ordered memory; not pinned host memory, nor the handles of
+    /// the virtual memory API, which have no address): (pointer,
+    /// allocation), lowest address first.
+    pub fn device_segments(&self) -> Vec<(u64, &Allocation)> {
+        let mut v: Vec<(u64, &Allocation)> = self
+            .live
+            .iter()
+            .filter(|((space, _), _)| *space == Space::Device)
+            .map(|((_, ptr), a)| (*ptr, a))
+            .collect();
+        v.sort_unstable_by_key(|(ptr, _)| *ptr);
+        v
+    }
+
+    /// The blocks the caching allocator has handed out: (pointer, size as
+    /// it counts it, size asked for), lowest address first; `None` until
+    /// its probes were seen.
+    pub fn allocator_blocks(&self) -> Option<Vec<(u64, u64, u64)>> {
+        let b = self.blocks.as_ref()?;
+        let mut v: Vec<(u64, u64, u64)> = b
+            .live
+            .iter()
+            .map(|(ptr, (size, _, requested))| (*ptr, *size, *requested))
+            .collect();
+        v.sort_unstable();
+        Some(v)
     }
 
     /// Bytes held now, all kinds.

@@ -20,6 +20,24 @@ pub struct HeapSite {
     pub old_bytes: u64,
     /// Estimated bytes allocated here since tracing began (freed or not).
     pub allocated_bytes: u64,
+    /// Device memory sites only: the live allocations made here, largest
+    /// first (at most [`SITE_ALLOCATIONS`]), for a PyTorch memory snapshot.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allocations: Vec<SiteAllocation>,
+}
+
+/// Allocations listed per device memory site.
+pub const SITE_ALLOCATIONS: usize = 64;
+
+/// One live allocation of a device memory site.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteAllocation {
+    /// The device pointer, hex.
+    pub ptr: String,
+    /// Bytes.
+    pub size: u64,
+    /// Wall time it was made, ns.
+    pub ts_ns: u64,
 }
 
 /// The heap of one process at one moment.

@@ -14,7 +14,7 @@ use super::growth::{KEEP_S, Sites};
 use crate::{
     correlate::heap::{HeapProfile, StackId},
     probes::heap::{HeapCounts, weight},
-    record::{GrowthReport, HeapSite, HeapSnapshot, TipStack},
+    record::{GrowthReport, HeapSite, HeapSnapshot, SITE_ALLOCATIONS, SiteAllocation, TipStack},
     stacks::{
         perfmap::PerfMaps,
         python::{self, Interpreters},
@@ -282,6 +282,21 @@ impl HeapTracer {
             .iter()
             .map(|v| {
                 let frames = self.named_frames(pid, v.stack, of);
+                // Device memory is traced exactly: each block is one allocation.
+                let allocations = match of {
+                    Of::Heap => Vec::new(),
+                    Of::Cuda => self
+                        .cuda
+                        .blocks(pid, v.stack)
+                        .into_iter()
+                        .take(SITE_ALLOCATIONS)
+                        .map(|(ptr, size, ts_ns)| SiteAllocation {
+                            ptr: format!("{ptr:#x}"),
+                            size: size.round() as u64,
+                            ts_ns,
+                        })
+                        .collect(),
+                };
                 HeapSite {
                     frames,
                     live_bytes: v.totals.live_bytes.round() as u64,
@@ -289,6 +304,7 @@ impl HeapTracer {
                     growth_bytes: v.growth_bytes.round() as i64,
                     old_bytes: v.old_bytes.round() as u64,
                     allocated_bytes: v.totals.allocated_bytes.round() as u64,
+                    allocations,
                 }
             })
             .collect();
@@ -309,25 +325,17 @@ impl HeapTracer {
         }
     }
 
-    /// Folded stacks of `pid`'s live bytes (`outer;...;inner bytes`), the
-    /// input of a flame graph.
-    pub fn folded(&mut self, pid: u32, now_ns: u64) -> Vec<String> {
-        let sites = self.profile.sites(pid, now_ns, 0, u64::MAX);
-        let mut out = Vec::with_capacity(sites.len());
-        for v in sites {
-            let bytes = v.totals.live_bytes.round() as u64;
-            if bytes == 0 {
-                continue;
-            }
-            let names: Vec<String> = self
-                .named_frames(pid, v.stack, Of::Heap)
-                .iter()
-                .rev()
-                .map(|f| f.short().replace(';', ":"))
-                .collect();
-            out.push(format!("{} {bytes}", names.join(";")));
-        }
-        out
+    /// Every site of `pid` with live bytes, most first.
+    pub fn all_sites(&mut self, pid: u32, now_ns: u64, view: &View) -> Vec<HeapSite> {
+        let all = View {
+            top: usize::MAX,
+            ..*view
+        };
+        let mut sites = self
+            .snapshot_of(Of::Heap, pid, "", now_ns, &all, None)
+            .sites;
+        sites.retain(|s| s.live_bytes > 0);
+        sites
     }
 
     /// A process exec'd: its maps and names are read again (what it grew

@@ -20,8 +20,9 @@ use crate::{
     stacks::maps::Mapping,
 };
 
-/// A snapshot asked of the worker, and the folded stacks with it.
-pub type Reply = (HeapSnapshot, Vec<String>);
+/// A snapshot asked of the worker, and every site with live bytes when
+/// asked for.
+pub type Reply = (HeapSnapshot, Vec<crate::record::HeapSite>);
 
 /// Messages to the heap worker.
 enum Msg {
@@ -436,14 +437,14 @@ impl HeapWorker {
     }
 
     /// Asks for the snapshot of `pid` after every sample sent so far, with
-    /// its folded stacks when `folded`; the answer comes when the worker
+    /// every site with live bytes when `all`; the answer comes when the worker
     /// has taken in what was queued before. `None` while the queue is full
     /// (the caller asks again; it never waits here).
-    pub fn request(&self, pid: u32, folded: bool) -> Option<tokio::sync::oneshot::Receiver<Reply>> {
+    pub fn request(&self, pid: u32, all: bool) -> Option<tokio::sync::oneshot::Receiver<Reply>> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.tx
             .as_ref()?
-            .try_send(Msg::Snapshot(pid, folded, tx))
+            .try_send(Msg::Snapshot(pid, all, tx))
             .ok()?;
         Some(rx)
     }
@@ -763,21 +764,22 @@ fn work(
             Ok(Msg::Growth(pid, window_s, reply)) => {
                 let now = crate::util::time::wall_now_ns().max(0) as u64;
                 let comm = comms.get(&pid).cloned().unwrap_or_else(|| comm_of(pid));
-                let mut r = tracer.growth_report(pid, &comm, now, window_s, 10);
+                // At least ten sites; more where the view asks (a profile).
+                let mut r = tracer.growth_report(pid, &comm, now, window_s, view.top.max(10));
                 r.lost_samples = out.dropped.load(std::sync::atomic::Ordering::Relaxed);
                 let _ = reply.send(r);
             }
-            Ok(Msg::Snapshot(pid, folded, reply)) => {
+            Ok(Msg::Snapshot(pid, all, reply)) => {
                 let now = crate::util::time::wall_now_ns().max(0) as u64;
                 tracer.tick(now, &view);
                 let comm = comms.get(&pid).cloned().unwrap_or_else(|| comm_of(pid));
                 let snap = tracer.snapshot(pid, &comm, now, &view, None);
-                let lines = if folded {
-                    tracer.folded(pid, now)
+                let sites = if all {
+                    tracer.all_sites(pid, now, &view)
                 } else {
                     Vec::new()
                 };
-                let _ = reply.send((snap, lines));
+                let _ = reply.send((snap, sites));
             }
             Ok(Msg::Exit(pid, ts)) => {
                 publish(&mut tracer, &comms, pid, ts);

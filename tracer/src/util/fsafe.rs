@@ -150,6 +150,19 @@ pub fn check_file(path: &Path) -> Result<bool, UnsafePath> {
     }
 }
 
+/// Writes `bytes` as the whole of a file of ours, made as
+/// [`open_private`] makes it (written as root: never through a link, nor
+/// over another user's file).
+pub fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    use std::io::Write as _;
+    let mut file = open_private(path)?;
+    file.set_len(0)
+        .with_context(|| format!("emptying {}", path.display()))?;
+    file.write_all(bytes)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
 /// Opens (creating with mode 0600 if missing) a file of ours for reading
 /// and writing, never through a link. A file others could read or write is
 /// narrowed to its owner and group.

@@ -173,15 +173,16 @@ impl<V: View> Session<V> {
 }
 
 /// Follows the CUDA calls of `f.pid` until it exits, `f.duration` runs
-/// out, SIGINT or SIGTERM, showing them through `view`; with `by_stack`,
+/// out, SIGINT or SIGTERM, showing them through `view` (handed back at
+/// the end); with `by_stack`,
 /// the stacks of its allocations of at least
 /// `tracer_common::cuda::STACK_MIN_BYTES` too (`top` of them shown).
-pub async fn follow(
+pub async fn follow<V: View>(
     f: Target,
     mut probes: Probes,
-    view: impl View,
+    view: V,
     by_stack: Option<usize>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<V> {
     let (mut rx, mut tasks, drops) = start_readers(&mut probes, 65536)?;
     let stacks = match by_stack.filter(|_| !f.floor) {
         Some(top) => {
@@ -293,5 +294,5 @@ pub async fn follow(
         a.detach(&mut probes);
     }
     attached.detach(&mut probes);
-    Ok(())
+    Ok(session.view)
 }

@@ -30,9 +30,9 @@ pub struct Follow {
     pub sample_bytes: u64,
     /// What each snapshot shows.
     pub view: View,
-    /// The last snapshot carries the live bytes by stack, folded (for a
-    /// flame graph).
-    pub folded: bool,
+    /// The end carries every site with live bytes (for a flame graph or
+    /// a profile).
+    pub all_sites: bool,
 }
 
 /// How a session ended.
@@ -41,8 +41,8 @@ pub struct End {
     pub exited: bool,
     /// Events the data ring lost.
     pub ring_lost: u64,
-    /// The live bytes by stack, folded, when asked for.
-    pub folded: Vec<String>,
+    /// Every site with live bytes at the end, most first, when asked for.
+    pub sites: Vec<crate::record::HeapSite>,
 }
 
 /// The heap probes, loaded for `pid` (named `comm`, whose pidfd says
@@ -175,7 +175,7 @@ pub async fn follow(
     // full queue takes the request once the worker has made room.
     let last = tokio::time::timeout(Duration::from_secs(60), async {
         loop {
-            match session.worker.request(f.target.pid, f.folded) {
+            match session.worker.request(f.target.pid, f.all_sites) {
                 Some(rx) => break rx.await.ok(),
                 None => tokio::time::sleep(Duration::from_millis(10)).await,
             }
@@ -184,7 +184,7 @@ pub async fn follow(
     .await
     .ok()
     .flatten();
-    let Some((snap, folded)) = last else {
+    let Some((snap, sites)) = last else {
         bail!("the heap worker did not answer");
     };
     let (snap, counts) = session.complete(snap);
@@ -194,6 +194,6 @@ pub async fn follow(
     Ok(End {
         exited,
         ring_lost,
-        folded,
+        sites,
     })
 }
