@@ -2,7 +2,8 @@
 path is the first argument: the simulated one in tests), from known lines:
 `weights` takes 2 x 64 MiB (WEIGHTS-LINE), `workspace` 32 MiB
 (WORKSPACE-LINE), and `scratch` 64 KiB (SCRATCH-LINE, under the size from
-which allocations carry their stack). `init` picks device 0, `go` allocates, `free` frees the
+which allocations always carry their stack). `init` picks device 0, `go`
+allocates, `small N` allocates N x 16 KiB (SMALL-LINE), `free` frees the
 workspace, `oom` asks for more than the device has (it prints the error),
 `exit` ends."""
 import ctypes
@@ -30,6 +31,13 @@ def workspace():
     held["workspace"] = p
 
 
+def small(n):
+    for i in range(n):
+        p = ctypes.c_void_p()
+        check(rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(16 << 10)))  # SMALL-LINE
+        held["small%d" % i] = p
+
+
 def scratch():
     p = ctypes.c_void_p()
     check(rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(64 << 10)))  # SCRATCH-LINE
@@ -47,6 +55,9 @@ for line in sys.stdin:
         weights()
         workspace()
         scratch()
+        print("done", flush=True)
+    elif cmd.startswith("small "):
+        small(int(cmd.split()[1]))
         print("done", flush=True)
     elif cmd == "free":
         check(rt.cudaFree(held.pop("workspace")))

@@ -608,6 +608,24 @@ pub mod cuda {
     /// device's memory, at one stack copy each.
     pub const STACK_MIN_BYTES: u64 = 1 << 20;
 
+    /// Smaller allocations send theirs once per this many bytes allocated
+    /// on average (byte sampling, as the heap's), unless told otherwise.
+    pub const STACK_SAMPLE_BYTES: u64 = 512 << 10;
+
+    /// The value of the `CUDA_STACKS` map: whether allocations send their
+    /// stacks, and how those under [`STACK_MIN_BYTES`] are sampled.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct StackConfig {
+        /// Non-zero: allocations send stacks.
+        pub on: u32,
+        /// Padding.
+        pub _pad: u32,
+        /// Mean bytes between samples under [`STACK_MIN_BYTES`] (0: every
+        /// allocation sends its stack).
+        pub sample_bytes: u64,
+    }
+
     /// Whether a successful call of `func` releases what its `ptr` names.
     pub const fn frees(func: u32) -> bool {
         matches!(shape(func), Some(Shape::Free))
@@ -950,6 +968,8 @@ mod pod {
     unsafe impl aya::Pod for MemcgCountKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for CudaInflight {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for cuda::StackConfig {}
     // SAFETY: as above.
     unsafe impl aya::Pod for heap::HeapConfig {}
     // SAFETY: as above.

@@ -95,9 +95,16 @@ pub static HEAP_INFLIGHT: LruHashMap<u64, HeapInflight> =
 #[map(name = "HEAP_LIVE")]
 pub static HEAP_LIVE: HashMap<HeapKey, u64> = HashMap::with_max_entries(heap::LIVE_ENTRIES, 0);
 
-/// Bytes left before the next heap sample, per CPU (0 = not drawn yet).
+/// Bytes left before the next sample, per CPU (0 = not drawn yet): the
+/// heap's at [`COUNTDOWN_HEAP`], small CUDA allocations' at
+/// [`COUNTDOWN_CUDA`].
 #[map(name = "HEAP_COUNTDOWN")]
-pub static HEAP_COUNTDOWN: PerCpuArray<i64> = PerCpuArray::with_max_entries(1, 0);
+pub static HEAP_COUNTDOWN: PerCpuArray<i64> = PerCpuArray::with_max_entries(2, 0);
+
+/// [`HEAP_COUNTDOWN`]'s entry for heap samples.
+pub const COUNTDOWN_HEAP: u32 = 0;
+/// [`HEAP_COUNTDOWN`]'s entry for CUDA allocations' stacks.
+pub const COUNTDOWN_CUDA: u32 = 1;
 
 /// Counters of the heap programs (`tracer_common::heap::stat`), per CPU.
 #[map(name = "HEAP_STATS")]
@@ -152,11 +159,11 @@ pub static GROWTH_CONFIG: GrowthConfig = GrowthConfig::empty();
 #[map(name = "USDT_SPECS")]
 pub static USDT_SPECS: Array<UsdtSpec> = Array::with_max_entries(usdt::MAX_SPECS, 0);
 
-/// Whether CUDA allocations of at least `cuda::STACK_MIN_BYTES` send
-/// their stacks (entry 0 non-zero), set by userspace when something
-/// reads them.
+/// Whether CUDA allocations send their stacks (all of at least
+/// `cuda::STACK_MIN_BYTES`, smaller ones sampled by bytes), set by
+/// userspace when something reads them.
 #[map(name = "CUDA_STACKS")]
-pub static CUDA_STACKS: Array<u32> = Array::with_max_entries(1, 0);
+pub static CUDA_STACKS: Array<tracer_common::cuda::StackConfig> = Array::with_max_entries(1, 0);
 
 /// Where each process's CPython interpreter is (tgid -> layout), written by
 /// userspace when it finds one; the stack programs walk Python frames of

@@ -21,7 +21,9 @@ use tracer_common::{
 };
 
 use crate::{
-    maps::{CUDA_CTX_DEVICE, CUDA_INFLIGHT, CUDA_SLOTS, CUDA_STACKS, CUDA_THREAD_DEVICE},
+    maps::{
+        COUNTDOWN_CUDA, CUDA_CTX_DEVICE, CUDA_INFLIGHT, CUDA_SLOTS, CUDA_STACKS, CUDA_THREAD_DEVICE,
+    },
     slots::{Frame, PerThread, frame_fields},
     stack,
     util::{Ring, header_with},
@@ -231,11 +233,20 @@ fn try_return(ctx: &RetProbeContext) -> Option<()> {
     ring.output(&out);
     if ok
         && cuda::allocates(f.func)
-        && out.size >= cuda::STACK_MIN_BYTES
         && out.ptr != 0
-        && CUDA_STACKS.get(0).is_some_and(|on| *on != 0)
+        && out.size > 0
+        && let Some(c) = CUDA_STACKS.get(0)
+        && c.on != 0
     {
-        send_stack(ctx, &out);
+        // Every allocation of 1 MiB or more; smaller ones sampled by bytes.
+        let how = if out.size >= cuda::STACK_MIN_BYTES || c.sample_bytes == 0 {
+            how::EXACT
+        } else if super::heap::sampled(COUNTDOWN_CUDA, out.size, c.sample_bytes) {
+            how::SAMPLED
+        } else {
+            return Some(());
+        };
+        send_stack(ctx, &out, how);
     }
     Some(())
 }
@@ -243,7 +254,7 @@ fn try_return(ctx: &RetProbeContext) -> Option<()> {
 /// The user stack (native and Python) of a successful allocation, after
 /// its call: the code that holds the device memory.
 #[inline(always)]
-fn send_stack(ctx: &RetProbeContext, c: &CudaCall) {
+fn send_stack(ctx: &RetProbeContext, c: &CudaCall, how: u32) {
     let regs = ctx.regs;
     // SAFETY: the probe's own registers (the user's at the return), which
     // the kernel passes and the verifier lets the program read.
@@ -262,7 +273,7 @@ fn send_stack(ctx: &RetProbeContext, c: &CudaCall) {
         (*ev).addr = c.ptr;
         (*ev).size = c.size;
         (*ev).func = c.func;
-        (*ev).how = how::EXACT;
+        (*ev).how = how;
         stack::fill(ctx, ev, (ip, sp, bp));
     }
     slot.submit();

@@ -25,8 +25,8 @@ use tracer_common::{
 
 use crate::{
     maps::{
-        HEAP_BRK, HEAP_CONFIG, HEAP_COUNTDOWN, HEAP_INFLIGHT, HEAP_LIVE, HEAP_PIDS, HEAP_SLOTS,
-        HEAP_STATS, HEAP_SYSCALLS,
+        COUNTDOWN_HEAP, HEAP_BRK, HEAP_CONFIG, HEAP_COUNTDOWN, HEAP_INFLIGHT, HEAP_LIVE, HEAP_PIDS,
+        HEAP_SLOTS, HEAP_STATS, HEAP_SYSCALLS,
     },
     slots::{Frame, PerThread, frame_fields},
     stack::{self, user_regs},
@@ -111,22 +111,35 @@ fn decide(size: u64) -> u32 {
     if size >= c.always_bytes {
         return how::BIG;
     }
-    let Some(left) = HEAP_COUNTDOWN.get_ptr_mut(0) else {
-        return 0;
+    if sampled(COUNTDOWN_HEAP, size, c.sample_bytes) {
+        how::SAMPLED
+    } else {
+        0
+    }
+}
+
+/// Whether an allocation of `size` bytes ends the gap counted down at
+/// `entry` of `HEAP_COUNTDOWN` (one sample per `sample_bytes` on average,
+/// at least 1); the next gap is drawn when it does.
+#[inline(always)]
+pub fn sampled(entry: u32, size: u64, sample_bytes: u64) -> bool {
+    let Some(left) = HEAP_COUNTDOWN.get_ptr_mut(entry) else {
+        return false;
     };
+    let table = &cfg().exp_table;
     // SAFETY: per-CPU slot; BPF programs do not migrate while running. A
     // preempting program on this CPU can at worst skew one gap.
     unsafe {
         if *left == 0 {
-            *left = next_gap(c.sample_bytes, &c.exp_table);
+            *left = next_gap(sample_bytes, table);
         }
         *left -= size as i64;
         if *left > 0 {
-            return 0;
+            return false;
         }
-        *left = next_gap(c.sample_bytes, &c.exp_table);
+        *left = next_gap(sample_bytes, table);
     }
-    how::SAMPLED
+    true
 }
 
 /// `uprobe` at (or, where the placement allows, just after) the entry of

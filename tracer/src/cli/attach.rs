@@ -48,7 +48,9 @@ pub struct AttachArgs {
     #[arg(long)]
     pub host: bool,
     /// With --host: one sample per this many bytes allocated on average
-    /// (0 keeps every allocation: exact, slower).
+    /// (0 keeps every allocation: exact, slower). With --by stack (and the
+    /// exports): the same for the stacks of CUDA allocations under 1 MiB
+    /// (every larger one has its stack).
     #[arg(long, value_parser = super::parse_size, default_value = "512KiB", value_name = "SIZE")]
     pub sample_bytes: u64,
     /// With --host: allocations of at least this size are always kept.
@@ -80,9 +82,10 @@ pub struct AttachArgs {
     /// and the caching allocator's blocks where its probes are seen.
     #[arg(long, value_name = "PATH", conflicts_with = "host")]
     pub snapshot: Option<std::path::PathBuf>,
-    /// `stack`: the device memory the traced allocations of at least
-    /// 1 MiB hold, grouped by the stack (native and Python frames) that
-    /// allocated it, each second and at the end (--top of them).
+    /// `stack`: the device memory the traced allocations hold, grouped by
+    /// the stack (native and Python frames) that allocated it, each second
+    /// and at the end (--top of them); exact for allocations of 1 MiB or
+    /// more, estimated from byte samples (--sample-bytes) below.
     #[arg(long, value_enum, value_name = "WHAT")]
     pub by: Option<By>,
 }
@@ -137,6 +140,7 @@ struct Exports {
     snapshot: Option<std::path::PathBuf>,
     pprof: Option<std::path::PathBuf>,
     what: String,
+    sample_bytes: u64,
     error: Option<anyhow::Error>,
 }
 
@@ -382,6 +386,12 @@ impl View for Printer {
 
 /// Runs `attach` (without `--host`).
 pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
+    if args.sample_bytes > crate::probes::heap::MAX_SAMPLE_BYTES {
+        anyhow::bail!(
+            "--sample-bytes must be at most {}",
+            bytes(crate::probes::heap::MAX_SAMPLE_BYTES)
+        );
+    }
     let comm = comm_of(args.pid)?;
     // Refused now, not after the session: a link or another user's file.
     for path in [&args.pprof, &args.snapshot].into_iter().flatten() {
@@ -413,16 +423,16 @@ pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
             snapshot: args.snapshot.clone(),
             pprof: args.pprof.clone(),
             what: format!("pid {} ({comm})", args.pid),
+            sample_bytes: args.sample_bytes,
             error: None,
         },
         out: std::io::stdout().lock(),
     };
     // The exports take every stack; the view shows --top of them.
     let exporting = args.pprof.is_some() || args.snapshot.is_some();
-    let by_stack = (args.by == Some(By::Stack) || exporting).then_some(if exporting {
-        usize::MAX
-    } else {
-        args.top
+    let by_stack = (args.by == Some(By::Stack) || exporting).then_some(cuda_live::Stacks {
+        top: if exporting { usize::MAX } else { args.top },
+        sample_bytes: args.sample_bytes,
     });
     let printer = rt.block_on(cuda_live::follow(follow, probes, printer, by_stack))?;
     match printer.exports.error {
@@ -444,28 +454,35 @@ fn write_exports(e: &Exports, ledger: &Ledger, sites: &[HeapSite]) -> anyhow::Re
         );
     }
     if let Some(path) = &e.pprof {
-        write_device_pprof(path, sites, &e.what, crate::util::time::wall_now_ns())?;
+        let when = crate::util::time::wall_now_ns();
+        write_device_pprof(path, sites, &e.what, e.sample_bytes, when)?;
     }
     Ok(())
 }
 
-/// The device memory by stack as a pprof profile: bytes and allocations
-/// held (exact: every traced allocation of 1 MiB or more).
+/// The device memory by stack as a pprof profile: bytes held (exact for
+/// allocations of 1 MiB or more, estimated from samples taken once per
+/// `sample_bytes` below) and the samples that make them up.
 pub fn write_device_pprof(
     path: &std::path::Path,
     sites: &[HeapSite],
     what: &str,
+    sample_bytes: u64,
     time_ns: i64,
 ) -> anyhow::Result<()> {
     use crate::export::pprof::{Meta, Stack, encode};
     let meta = Meta {
-        sample_types: &[("inuse_space", "bytes"), ("inuse_objects", "count")],
-        period: ("space", "bytes", 0),
+        sample_types: &[("inuse_space", "bytes"), ("samples", "count")],
+        period: ("space", "bytes", sample_bytes),
         time_ns,
         duration_ns: 0,
         comments: vec![format!(
-            "tracer: the device memory of {what} by stack (traced allocations of {} or more)",
-            crate::util::units::bytes(tracer_common::cuda::STACK_MIN_BYTES)
+            "tracer: the device memory of {what} by stack (every allocation of {} or more, {} below)",
+            bytes(tracer_common::cuda::STACK_MIN_BYTES),
+            match sample_bytes {
+                0 => "every one".to_string(),
+                b => format!("one sample per {} allocated", bytes(b)),
+            }
         )],
     };
     let stacks = sites.iter().map(|s| Stack {

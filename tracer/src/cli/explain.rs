@@ -693,7 +693,7 @@ fn gpu_oom_exports(
             .sum();
         say!(
             "tracer: PyTorch memory snapshot of {what} written to {}: {} segments, {} of the {} of device memory it held \
-             (the rest were allocations under {} or past the record's lists)",
+             (the rest were allocations under {} not sampled, or past the record's lists)",
             path.display(),
             input.segments.len(),
             crate::util::units::bytes(input.held_bytes()),
@@ -702,7 +702,9 @@ fn gpu_oom_exports(
         );
     }
     if let Some(path) = &args.pprof {
-        super::attach::write_device_pprof(path, &r.stacks, &what, r.ts_ns)?;
+        // As the recorder samples them.
+        let sample_bytes = tracer_common::cuda::STACK_SAMPLE_BYTES;
+        super::attach::write_device_pprof(path, &r.stacks, &what, sample_bytes, r.ts_ns)?;
     }
     Ok(())
 }

@@ -11,6 +11,8 @@ pub type StackId = u32;
 struct Live {
     stack: StackId,
     weight: f64,
+    /// The block's own size.
+    size: u64,
     ts_ns: u64,
 }
 
@@ -100,14 +102,14 @@ impl HeapProfile {
             .collect()
     }
 
-    /// A sampled block of `pid` at `addr`, standing for `weight` bytes;
-    /// returns its stack's id.
+    /// A sampled block of `pid` at `addr`, of `size` bytes standing for
+    /// `weight`; returns its stack's id.
     pub fn alloc(
         &mut self,
         pid: u32,
         addr: u64,
         frames: Vec<u64>,
-        weight: f64,
+        (size, weight): (u64, f64),
         ts_ns: u64,
     ) -> StackId {
         let stack = self.intern(pid, frames);
@@ -116,6 +118,7 @@ impl HeapProfile {
             Live {
                 stack,
                 weight,
+                size,
                 ts_ns,
             },
         ) {
@@ -216,16 +219,16 @@ impl HeapProfile {
         out
     }
 
-    /// The live blocks of `pid` sampled at `stack`: (address, weight, wall
-    /// time of the sample), heaviest first.
-    pub fn blocks(&self, pid: u32, stack: StackId) -> Vec<(u64, f64, u64)> {
-        let mut v: Vec<(u64, f64, u64)> = self
+    /// The live blocks of `pid` sampled at `stack`: (address, size, wall
+    /// time of the sample), largest first.
+    pub fn blocks(&self, pid: u32, stack: StackId) -> Vec<(u64, u64, u64)> {
+        let mut v: Vec<(u64, u64, u64)> = self
             .live
             .iter()
             .filter(|((p, _), l)| *p == pid && l.stack == stack)
-            .map(|((_, addr), l)| (*addr, l.weight, l.ts_ns))
+            .map(|((_, addr), l)| (*addr, l.size, l.ts_ns))
             .collect();
-        v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         v
     }
 
@@ -256,10 +259,10 @@ mod tests {
     #[test]
     fn live_bytes_follow_allocs_and_frees_per_stack() {
         let mut p = HeapProfile::default();
-        p.alloc(1, 0x10, vec![1, 2], 100.0, 0);
-        p.alloc(1, 0x20, vec![1, 2], 50.0, 0);
-        p.alloc(1, 0x30, vec![3], 10.0, 0);
-        p.alloc(2, 0x10, vec![1, 2], 7.0, 0); // another process, same address
+        p.alloc(1, 0x10, vec![1, 2], (100, 100.0), 0);
+        p.alloc(1, 0x20, vec![1, 2], (50, 50.0), 0);
+        p.alloc(1, 0x30, vec![3], (10, 10.0), 0);
+        p.alloc(2, 0x10, vec![1, 2], (7, 7.0), 0); // another process, same address
         assert!(p.free(1, 0x20));
         assert!(!p.free(1, 0x99), "a free of an unsampled block");
         assert_eq!(p.unknown_frees, 1);
@@ -273,10 +276,10 @@ mod tests {
         assert_eq!(p.live_bytes(2), 7.0);
         // A realloc that moves: the old block freed, the new one sampled.
         assert!(p.free(1, 0x30));
-        p.alloc(1, 0x40, vec![3], 20.0, 0);
+        p.alloc(1, 0x40, vec![3], (20, 20.0), 0);
         assert_eq!(p.live_bytes(1), 120.0);
         // An address sampled again without its free (lost): replaced.
-        p.alloc(1, 0x40, vec![3], 30.0, 0);
+        p.alloc(1, 0x40, vec![3], (30, 30.0), 0);
         assert_eq!((p.live_bytes(1), p.replaced), (130.0, 1));
         p.forget(1);
         assert_eq!(p.live_bytes(1), 0.0);
@@ -290,12 +293,12 @@ mod tests {
     #[test]
     fn growth_over_the_window_and_old_blocks() {
         let mut p = HeapProfile::default();
-        p.alloc(1, 1, vec![9], 100.0, 0);
+        p.alloc(1, 1, vec![9], (100, 100.0), 0);
         p.tick(0, 60 * S);
-        p.alloc(1, 2, vec![9], 100.0, 5 * S);
+        p.alloc(1, 2, vec![9], (100, 100.0), 5 * S);
         p.tick(5 * S, 60 * S);
-        p.alloc(1, 3, vec![9], 100.0, 10 * S);
-        p.alloc(1, 4, vec![8], 40.0, 10 * S);
+        p.alloc(1, 3, vec![9], (100, 100.0), 10 * S);
+        p.alloc(1, 4, vec![8], (40, 40.0), 10 * S);
         p.tick(10 * S, 60 * S);
         // Over 10 s: from 100 to 300; over 5 s: from 200 to 300.
         let s = p.sites(1, 10 * S, 10 * S, 8 * S);

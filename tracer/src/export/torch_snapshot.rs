@@ -135,7 +135,7 @@ impl Input {
     }
 
     /// A recorded GPU out-of-memory error: the allocations its device
-    /// memory sites list (1 MiB or more, with their stacks) and the
+    /// memory sites list (with their stacks) and the
     /// largest it held, and its failures, this one last with the device's
     /// free memory as NVML saw it. The allocations neither lists are not
     /// in it: [`Input::held_bytes`] says how much that leaves out.

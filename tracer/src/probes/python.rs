@@ -46,17 +46,24 @@ impl Probes {
 }
 
 impl Probes {
-    /// Has CUDA allocations of at least `tracer_common::cuda::STACK_MIN_BYTES`
-    /// send their stacks (off until something reads them).
-    pub fn cuda_stacks(&mut self, on: bool) -> Result<(), ProbeError> {
+    /// Has CUDA allocations send their stacks (off until something reads
+    /// them; `None` turns them off): every one of at least
+    /// `tracer_common::cuda::STACK_MIN_BYTES`, and one per `sample_bytes`
+    /// allocated on average below (0: every one).
+    pub fn cuda_stacks(&mut self, sample_bytes: Option<u64>) -> Result<(), ProbeError> {
         let name = maps::CUDA_STACKS;
         let map = self
             .ebpf
             .map_mut(name)
             .ok_or(ProbeError::Missing { what: "map", name })?;
-        let mut a: aya::maps::Array<&mut MapData, u32> =
+        let mut a: aya::maps::Array<&mut MapData, tracer_common::cuda::StackConfig> =
             aya::maps::Array::try_from(map).map_err(|source| ProbeError::Map { name, source })?;
-        a.set(0, u32::from(on), 0)
+        let c = tracer_common::cuda::StackConfig {
+            on: u32::from(sample_bytes.is_some()),
+            _pad: 0,
+            sample_bytes: sample_bytes.unwrap_or(0),
+        };
+        a.set(0, c, 0)
             .map_err(|source| ProbeError::Map { name, source })
     }
 }

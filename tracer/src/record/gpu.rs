@@ -163,9 +163,10 @@ pub struct GpuOomRecord {
     /// NVML's picture of the device at the last sample before the failure.
     #[serde(default)]
     pub nvml: Option<DevicePicture>,
-    /// The device memory the process's traced allocations of at least
-    /// 1 MiB held a moment before (at most a second), by the stack that
-    /// allocated it (native and Python frames), most first.
+    /// The device memory the process's traced allocations held a moment
+    /// before (at most a second), by the stack that allocated it (native
+    /// and Python frames), most first: exact for allocations of 1 MiB or
+    /// more, estimated from byte samples below.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stacks: Vec<crate::record::HeapSite>,
 }

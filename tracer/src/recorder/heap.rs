@@ -69,6 +69,9 @@ pub struct HeapTracer {
     /// `tracer_common::cuda::STACK_MIN_BYTES`), and the stacks' names.
     cuda: HeapProfile,
     cuda_named: HashMap<StackId, Vec<Frame>>,
+    /// Mean bytes between the CUDA allocations under 1 MiB that send a
+    /// stack (0: every one).
+    cuda_sample_bytes: u64,
     /// JIT code's names from the processes' perf maps.
     perf: PerfMaps,
 }
@@ -90,17 +93,21 @@ impl HeapTracer {
             python: Interpreters::default(),
             cuda: HeapProfile::default(),
             cuda_named: HashMap::new(),
+            cuda_sample_bytes: 0,
             perf: PerfMaps::default(),
         }
     }
 
-    /// A CUDA allocation's stack (`addr`: the device pointer); its bytes
+    /// A CUDA allocation's stack (`addr`: the device pointer), kept (if
+    /// sampled) once per `sample_bytes` allocated on average; its bytes
     /// count for its stack until it is freed.
-    pub fn cuda_alloc(&mut self, a: &HeapAlloc, ts_ns: u64) {
+    pub fn cuda_alloc(&mut self, a: &HeapAlloc, ts_ns: u64, sample_bytes: u64) {
         let pid = a.header.pid;
         let mut frames = self.unwind(a);
         self.python.append(pid, a, &mut frames);
-        let id = self.cuda.alloc(pid, a.addr, frames, a.size as f64, ts_ns);
+        self.cuda_sample_bytes = sample_bytes;
+        let w = weight(a.size, a.how, sample_bytes);
+        let id = self.cuda.alloc(pid, a.addr, frames, (a.size, w), ts_ns);
         if !self.cuda_named.contains_key(&id) {
             let frames = self.cuda.frames(id).to_vec();
             let names = self.name(pid, &frames);
@@ -144,7 +151,7 @@ impl HeapTracer {
         }
         self.python.append(pid, a, &mut frames);
         let w = weight(a.size, a.how, self.sample_bytes);
-        let id = self.profile.alloc(pid, a.addr, frames, w, ts_ns);
+        let id = self.profile.alloc(pid, a.addr, frames, (a.size, w), ts_ns);
         if !self.named.contains_key(&id) {
             let frames = self.profile.frames(id).to_vec();
             let names = self.name(pid, &frames);
@@ -247,7 +254,8 @@ impl HeapTracer {
     }
 
     /// The device memory `pid`'s traced CUDA allocations hold now, by
-    /// stack (exact: no sampling).
+    /// stack (exact for allocations of 1 MiB or more, estimated from
+    /// samples below).
     pub fn cuda_snapshot(
         &mut self,
         pid: u32,
@@ -256,7 +264,8 @@ impl HeapTracer {
         view: &View,
     ) -> HeapSnapshot {
         let mut snap = self.snapshot_of(Of::Cuda, pid, comm, now_ns, view, None);
-        (snap.sample_bytes, snap.rss_bytes, snap.shallow_samples) = (0, None, 0);
+        (snap.sample_bytes, snap.rss_bytes, snap.shallow_samples) =
+            (self.cuda_sample_bytes, None, 0);
         snap
     }
 
@@ -282,7 +291,7 @@ impl HeapTracer {
             .iter()
             .map(|v| {
                 let frames = self.named_frames(pid, v.stack, of);
-                // Device memory is traced exactly: each block is one allocation.
+                // Device memory: each block is one allocation.
                 let allocations = match of {
                     Of::Heap => Vec::new(),
                     Of::Cuda => self
@@ -292,7 +301,7 @@ impl HeapTracer {
                         .take(SITE_ALLOCATIONS)
                         .map(|(ptr, size, ts_ns)| SiteAllocation {
                             ptr: format!("{ptr:#x}"),
-                            size: size.round() as u64,
+                            size,
                             ts_ns,
                         })
                         .collect(),

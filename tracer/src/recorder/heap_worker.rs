@@ -10,6 +10,8 @@ use tracer_common::{
     heap::{HeapAlloc, HeapFree},
 };
 
+mod cuda;
+
 use super::{
     heap::{HeapTracer, View},
     heap_maps::{MapsAgain, first_read},
@@ -31,8 +33,9 @@ enum Msg {
     Exit(u32, u64),
     Snapshot(u32, bool, tokio::sync::oneshot::Sender<Reply>),
     Fault(Box<GrowthSample>, u64),
-    /// A CUDA allocation's stack, and its wall time.
-    CudaAlloc(Box<HeapAlloc>, u64),
+    /// A CUDA allocation's stack, its wall time, and the mean bytes
+    /// between samples under 1 MiB.
+    CudaAlloc(Box<HeapAlloc>, u64, u64),
     /// A traced CUDA free: (pid, pointer).
     CudaFree(u32, u64),
     /// The device memory of a process by stack, asked for.
@@ -115,8 +118,11 @@ pub struct HeapWorker {
     /// What files hold interpreters.
     detector: crate::stacks::python::Detector,
     /// Device pointers whose allocations sent a stack, (pid, pointer):
-    /// live allocations of 1 MiB or more.
+    /// live allocations of 1 MiB or more, and the sampled smaller ones.
     cuda_ptrs: std::sync::Mutex<HashSet<(u32, u64)>>,
+    /// Mean bytes between the CUDA allocations under 1 MiB that send a
+    /// stack, as the programs were told (see [`HeapWorker::set_cuda_sample_bytes`]).
+    cuda_sample_bytes: std::sync::atomic::AtomicU64,
 }
 
 /// Tipping stacks, taken by the worker before anything queued: the task
@@ -252,6 +258,7 @@ impl HeapWorker {
             interpreters,
             detector,
             cuda_ptrs: Default::default(),
+            cuda_sample_bytes: Default::default(),
             quit,
             tid,
         })
@@ -397,40 +404,6 @@ impl HeapWorker {
         self.send(Msg::Alloc(a, ts_ns));
     }
 
-    /// A CUDA allocation's stack (wall time `ts_ns`).
-    pub fn cuda_alloc(&self, a: Box<HeapAlloc>, ts_ns: u64) {
-        if let Ok(mut ptrs) = self.cuda_ptrs.lock() {
-            ptrs.insert((a.header.pid, a.addr));
-        }
-        self.notice(a.header.pid);
-        self.read_codes(&a);
-        self.send(Msg::CudaAlloc(a, ts_ns));
-    }
-
-    /// A traced CUDA free: only the frees of pointers with stacks are the
-    /// worker's (a process may free small blocks hundreds of thousands of
-    /// times a second, which must not crowd samples out of its queue).
-    pub fn cuda_free(&self, pid: u32, ptr: u64) {
-        if self
-            .cuda_ptrs
-            .lock()
-            .is_ok_and(|mut p| p.remove(&(pid, ptr)))
-        {
-            self.send(Msg::CudaFree(pid, ptr));
-        }
-    }
-
-    /// The device memory `pid`'s traced allocations hold, by stack; `None`
-    /// when the worker is gone or its queue is full.
-    pub fn request_cuda(&self, pid: u32) -> Option<tokio::sync::oneshot::Receiver<HeapSnapshot>> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.tx
-            .as_ref()?
-            .try_send(Msg::CudaSnapshot(pid, tx))
-            .ok()
-            .map(|_| rx)
-    }
-
     /// A sampled block freed.
     pub fn free(&self, f: &HeapFree) {
         self.send(Msg::Free(*f));
@@ -520,12 +493,6 @@ impl HeapWorker {
     /// Never waits (see [`HeapWorker::kill_growth`]).
     pub fn latest(&self, pid: u32) -> Option<HeapSnapshot> {
         self.latest.try_lock().ok()?.get(&pid).cloned()
-    }
-
-    /// The device memory `pid`'s traced CUDA allocations held at the last
-    /// second, by stack. Never waits.
-    pub fn latest_cuda(&self, pid: u32) -> Option<HeapSnapshot> {
-        self.latest_cuda.try_lock().ok()?.get(&pid).cloned()
     }
 
     /// Stops the worker; what is still queued is not taken in. It is
@@ -705,7 +672,7 @@ fn work(
             }
         }
         let msg = rx.recv_timeout(next.saturating_duration_since(Instant::now()));
-        if let Ok(Msg::Alloc(s, ts) | Msg::Fault(s, ts) | Msg::CudaAlloc(s, ts)) = &msg {
+        if let Ok(Msg::Alloc(s, ts) | Msg::Fault(s, ts) | Msg::CudaAlloc(s, ts, _)) = &msg {
             earlier_holder_gone(
                 &mut tracer,
                 &mut comms,
@@ -728,11 +695,11 @@ fn work(
                 comms.insert(s.header.pid, crate::collect::decode::c_str(&s.header.comm));
                 tracer.fault(&s, ts);
             }
-            Ok(Msg::CudaAlloc(a, ts)) => {
+            Ok(Msg::CudaAlloc(a, ts, sample_bytes)) => {
                 comms
                     .entry(a.header.pid)
                     .or_insert_with(|| crate::collect::decode::c_str(&a.header.comm));
-                tracer.cuda_alloc(&a, ts);
+                tracer.cuda_alloc(&a, ts, sample_bytes);
             }
             Ok(Msg::CudaFree(pid, ptr)) => tracer.cuda_free(pid, ptr),
             Ok(Msg::CudaSnapshot(pid, reply)) => {

@@ -418,8 +418,9 @@ async fn wire(
         .flatten();
     // The stacks of large CUDA allocations, for a GPU OOM's "held by":
     // read by the heap worker, which runs with heap or growth tracing.
-    if cfg.cuda && (cfg.traces_heap() || growth_maps.is_some()) {
-        probes.cuda_stacks(true)?;
+    let cuda_stacks = cfg.cuda && (cfg.traces_heap() || growth_maps.is_some());
+    if cuda_stacks {
+        probes.cuda_stacks(Some(tracer_common::cuda::STACK_SAMPLE_BYTES))?;
     }
     let attach_ns = wall_now_ns();
     let mut statuses = probes.attach()?;
@@ -516,10 +517,12 @@ async fn wire(
             growth_window_s: 60,
             old_after_s: 60,
         };
-        Some(
-            HeapWorker::spawn(cfg.sample_bytes, cfg.growth.sample_bytes, view, python)
-                .context("starting the heap worker")?,
-        )
+        let w = HeapWorker::spawn(cfg.sample_bytes, cfg.growth.sample_bytes, view, python)
+            .context("starting the heap worker")?;
+        if cuda_stacks {
+            w.set_cuda_sample_bytes(tracer_common::cuda::STACK_SAMPLE_BYTES);
+        }
+        Some(w)
     } else {
         None
     };

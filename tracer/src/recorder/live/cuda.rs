@@ -172,22 +172,32 @@ impl<V: View> Session<V> {
     }
 }
 
+/// The stacks of a process's CUDA allocations, grouped: `top` of them
+/// shown; allocations under 1 MiB sampled once per `sample_bytes` on
+/// average (0: every one).
+#[derive(Clone, Copy, Debug)]
+pub struct Stacks {
+    /// Stacks listed.
+    pub top: usize,
+    /// Mean bytes between samples under 1 MiB.
+    pub sample_bytes: u64,
+}
+
 /// Follows the CUDA calls of `f.pid` until it exits, `f.duration` runs
 /// out, SIGINT or SIGTERM, showing them through `view` (handed back at
-/// the end); with `by_stack`,
-/// the stacks of its allocations of at least
-/// `tracer_common::cuda::STACK_MIN_BYTES` too (`top` of them shown).
+/// the end); with `by_stack`, the stacks of its allocations too (see
+/// [`Stacks`]).
 pub async fn follow<V: View>(
     f: Target,
     mut probes: Probes,
     view: V,
-    by_stack: Option<usize>,
+    by_stack: Option<Stacks>,
 ) -> anyhow::Result<V> {
     let (mut rx, mut tasks, drops) = start_readers(&mut probes, 65536)?;
     let stacks = match by_stack.filter(|_| !f.floor) {
-        Some(top) => {
+        Some(Stacks { top, sample_bytes }) => {
             let python = probes.take_python_map().ok();
-            probes.cuda_stacks(true)?;
+            probes.cuda_stacks(Some(sample_bytes))?;
             let view = HeapView {
                 top,
                 growth_window_s: 10,
@@ -195,6 +205,7 @@ pub async fn follow<V: View>(
             };
             let w =
                 HeapWorker::spawn(0, crate::probes::growth::DEFAULT_SAMPLE_BYTES, view, python)?;
+            w.set_cuda_sample_bytes(sample_bytes);
             w.follow(f.pid);
             Some(w)
         }
