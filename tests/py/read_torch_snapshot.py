@@ -31,6 +31,11 @@ print(
                     "active_sizes": [
                         b["size"] for b in s["blocks"] if b["state"] == "active_allocated"
                     ],
+                    "active_frames": [
+                        viz._frames_fmt(b["frames"])
+                        for b in s["blocks"]
+                        if b["state"] == "active_allocated"
+                    ],
                 }
                 for s in data["segments"]
             ],

@@ -65,7 +65,16 @@ fn a_caching_allocator_attached_live_matches_its_own_figures() {
         line.contains("torchalloc: 2 sites (pytorch:malloc, pytorch:free), semaphores now [0, 0]"),
         "{line}"
     );
-    let attach = Attach::start(t.pid(), &["--snapshot", snapshot.to_str().unwrap()]);
+    // Every block's stack (`--sample-bytes 0`), for the snapshot.
+    let attach = Attach::start(
+        t.pid(),
+        &[
+            "--snapshot",
+            snapshot.to_str().unwrap(),
+            "--sample-bytes",
+            "0",
+        ],
+    );
     let log = attach.stderr();
     assert!(
         log.contains("attached to 2 USDT probes (pytorch:malloc, pytorch:free)"),
@@ -155,6 +164,28 @@ fn a_caching_allocator_attached_live_matches_its_own_figures() {
     assert_eq!(sum(&|s| active(s).iter().sum()), allocated, "{viz:#}");
     assert_eq!(sum(&|s| active(s).len() as u64), 4, "{viz:#}");
     assert!(segments.iter().all(|s| s["device"] == 1), "{viz:#}");
+    // Each block in use with the stack that asked for it: the allocator's
+    // alloc(), where the probe is, called from main.
+    let block_frames: Vec<&Value> = segments
+        .iter()
+        .flat_map(|s| s["active_frames"].as_array().unwrap())
+        .collect();
+    assert_eq!(block_frames.len(), 4, "{viz:#}");
+    for f in block_frames {
+        let names: Vec<&str> = f
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap())
+            .collect();
+        assert!(
+            names
+                .iter()
+                .any(|n| n.starts_with("torchalloc.c:") && n.ends_with(":alloc"))
+                && names.iter().any(|n| n.ends_with(":main")),
+            "{names:?}"
+        );
+    }
     assert!(
         segments.iter().any(|s| s["states"]
             .as_array()

@@ -608,6 +608,11 @@ pub mod cuda {
     /// device's memory, at one stack copy each.
     pub const STACK_MIN_BYTES: u64 = 1 << 20;
 
+    /// The `func` of a [`super::kind::CUDA_STACK`] event that is not a CUDA
+    /// call but a block a caching allocator handed out (PyTorch's
+    /// `pytorch:malloc` probe): its stack is the tensor's.
+    pub const CACHING_BLOCK: u32 = 0xb10c;
+
     /// Smaller allocations send theirs once per this many bytes allocated
     /// on average (byte sampling, as the heap's), unless told otherwise.
     pub const STACK_SAMPLE_BYTES: u64 = 512 << 10;

@@ -3,6 +3,7 @@
 //! says where each argument is (a register of the saved user registers,
 //! user memory at a register plus an offset, or a constant) and its width.
 
+use aya_ebpf::bindings::pt_regs;
 use aya_ebpf::{
     EbpfContext,
     helpers::{bpf_probe_read_kernel, bpf_probe_read_user, generated::bpf_get_attach_cookie},
@@ -10,12 +11,15 @@ use aya_ebpf::{
     programs::ProbeContext,
 };
 use tracer_common::{
+    cuda,
+    heap::{HeapAlloc, how},
     kind,
-    usdt::{ArgKind, MAX_ARGS, UsdtArg, UsdtEvent},
+    usdt::{ArgKind, MAX_ARGS, TORCH_MALLOC, UsdtArg, UsdtEvent},
 };
 
 use crate::{
-    maps::USDT_SPECS,
+    maps::{COUNTDOWN_CUDA, CUDA_STACKS, USDT_SPECS},
+    stack,
     util::{Ring, header},
 };
 
@@ -50,7 +54,51 @@ fn try_probe(ctx: &ProbeContext) -> Option<()> {
         out.args[i] = read_arg(ctx, &spec.args[i]).unwrap_or(0);
     }
     Ring::Data.output(&out);
+    if spec.probe == TORCH_MALLOC {
+        block_stack(ctx, &out);
+    }
     Some(())
+}
+
+/// The stack of a block the caching allocator handed out (`malloc(ptr,
+/// device, size, stream)`): the tensor's, sampled as CUDA allocations are.
+#[inline(always)]
+fn block_stack(ctx: &ProbeContext, b: &UsdtEvent) {
+    let (ptr, size) = (b.args[0], b.args[2]);
+    let Some(c) = CUDA_STACKS.get(0) else {
+        return;
+    };
+    if c.on == 0 || ptr == 0 || size == 0 {
+        return;
+    }
+    let how = if size >= cuda::STACK_MIN_BYTES || c.sample_bytes == 0 {
+        how::EXACT
+    } else if super::heap::sampled(COUNTDOWN_CUDA, size, c.sample_bytes) {
+        how::SAMPLED
+    } else {
+        return;
+    };
+    let regs = ctx.as_ptr() as *const pt_regs;
+    // SAFETY: `regs` is the context the kernel passed: the user registers.
+    let regs = unsafe { ((*regs).rip, (*regs).rsp, (*regs).rbp) };
+    let Some(mut slot) = Ring::Data.reserve::<HeapAlloc>() else {
+        return;
+    };
+    let ev = slot.as_mut_ptr();
+    // SAFETY: `ev` points at a reserved ring slot of size_of::<HeapAlloc>();
+    // every field is written through raw pointers (the event is far larger
+    // than the BPF stack).
+    unsafe {
+        let mut h = b.header;
+        h.kind = kind::CUDA_STACK;
+        (&raw mut (*ev).header).write(h);
+        (*ev).addr = ptr;
+        (*ev).size = size;
+        (*ev).func = cuda::CACHING_BLOCK;
+        (*ev).how = how;
+        stack::fill(ctx, ev, regs);
+    }
+    slot.submit();
 }
 
 /// A saved user register, by its byte offset in `struct pt_regs`.

@@ -127,8 +127,10 @@ struct Printer {
     /// many stacks.
     show_stacks: bool,
     top: usize,
-    /// Every stack with its allocations at the end, for the exports.
+    /// Every stack with its allocations at the end, for the exports, and
+    /// the caching allocator's blocks'.
     end_sites: Vec<HeapSite>,
+    end_block_sites: Vec<HeapSite>,
     /// `--snapshot` and `--pprof`, written at the report (before the
     /// probes are taken out, which can take seconds), and how that went.
     exports: Exports,
@@ -283,7 +285,8 @@ impl View for Printer {
 
     fn report(&mut self, ledger: &Ledger, exited: bool, lost: u64) {
         let sites = std::mem::take(&mut self.end_sites);
-        if let Err(e) = write_exports(&self.exports, ledger, &sites) {
+        let blocks = std::mem::take(&mut self.end_block_sites);
+        if let Err(e) = write_exports(&self.exports, ledger, &sites, &blocks) {
             self.exports.error = Some(e);
         }
         let s = ledger.summary();
@@ -340,6 +343,10 @@ impl View for Printer {
 
     fn flush(&mut self) {
         let _ = self.out.flush();
+    }
+
+    fn blocks(&mut self, snap: &HeapSnapshot) {
+        self.end_block_sites = snap.sites.clone();
     }
 
     fn stacks(&mut self, snap: &HeapSnapshot, end: bool) {
@@ -419,6 +426,7 @@ pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
         show_stacks: args.by == Some(By::Stack),
         top: args.top,
         end_sites: Vec::new(),
+        end_block_sites: Vec::new(),
         exports: Exports {
             snapshot: args.snapshot.clone(),
             pprof: args.pprof.clone(),
@@ -442,9 +450,14 @@ pub fn run(args: AttachArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Writes `--snapshot` and `--pprof` of the ledger and the stacks at the end.
-fn write_exports(e: &Exports, ledger: &Ledger, sites: &[HeapSite]) -> anyhow::Result<()> {
+fn write_exports(
+    e: &Exports,
+    ledger: &Ledger,
+    sites: &[HeapSite],
+    block_sites: &[HeapSite],
+) -> anyhow::Result<()> {
     if let Some(path) = &e.snapshot {
-        let input = crate::export::torch_snapshot::Input::live(ledger, sites);
+        let input = crate::export::torch_snapshot::Input::live(ledger, sites, block_sites);
         crate::util::fsafe::write_private(path, &crate::export::torch_snapshot::pickle(&input)?)?;
         crate::say!(
             "tracer: PyTorch memory snapshot ({} segments, {}) written to {}",

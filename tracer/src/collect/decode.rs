@@ -401,7 +401,10 @@ impl Event {
             }),
             Event::OomTip(e) => json!({ "victim_pid": e.addr }),
             Event::CudaStack(e) => json!({
-                "function": tracer_common::cuda::name(e.func),
+                "function": match e.func {
+                    tracer_common::cuda::CACHING_BLOCK => "pytorch:malloc",
+                    f => tracer_common::cuda::name(f),
+                },
                 "ptr": format!("{:#x}", e.addr),
                 "size": e.size,
             }),

@@ -37,7 +37,7 @@ pub struct Segment {
 }
 
 /// A block a caching allocator handed out.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Block {
     /// Its device pointer.
     pub address: u64,
@@ -45,6 +45,8 @@ pub struct Block {
     pub size: u64,
     /// Bytes asked for.
     pub requested: u64,
+    /// The stack that asked for it, innermost first (empty: not sampled).
+    pub frames: Vec<Frame>,
 }
 
 /// An allocation that failed for lack of device memory.
@@ -104,9 +106,11 @@ fn ooms_of(failures: &[CallRecord]) -> impl Iterator<Item = Oom> + '_ {
 
 impl Input {
     /// A traced process now: its ledger's device allocations, named with
-    /// the stacks `sites` list, and its caching allocator's blocks.
-    pub fn live(ledger: &Ledger, sites: &[HeapSite]) -> Self {
+    /// the stacks `sites` list, and its caching allocator's blocks, named
+    /// with those `block_sites` list.
+    pub fn live(ledger: &Ledger, sites: &[HeapSite], block_sites: &[HeapSite]) -> Self {
         let frames = frames_by_ptr(sites);
+        let block_frames = frames_by_ptr(block_sites);
         let segments = ledger
             .device_segments()
             .into_iter()
@@ -124,6 +128,10 @@ impl Input {
                     address,
                     size,
                     requested,
+                    frames: block_frames
+                        .get(&address)
+                        .map(|f| f.to_vec())
+                        .unwrap_or_default(),
                 })
                 .collect()
         });
@@ -304,7 +312,7 @@ fn blocks_of(s: &Segment, frames: &[FrameOut], blocks: Option<&[Block]>) -> Vec<
             size,
             requested_size: b.requested.min(size),
             state: "active_allocated",
-            frames: Vec::new(),
+            frames: b.frames.iter().map(frame_out).collect(),
         });
         at = b.address + size;
     }
@@ -436,23 +444,27 @@ mod tests {
                 address: 0x800,
                 size: 0x200,
                 requested: 0x200,
+                frames: Vec::new(),
             },
             Block {
                 address: 0x1200,
                 size: 0x200,
                 requested: 0x1f0,
+                frames: vec![py("forward", "/srv/train.py", 9)],
             },
             // Overlaps the one before it: skipped.
             Block {
                 address: 0x1300,
                 size: 0x200,
                 requested: 0x200,
+                frames: Vec::new(),
             },
             // Runs past the end: cut at it.
             Block {
                 address: 0x1e00,
                 size: 0x400,
                 requested: 0x400,
+                frames: Vec::new(),
             },
         ];
         let out = blocks_of(&s, &[], Some(&blocks));
@@ -470,6 +482,10 @@ mod tests {
             ]
         );
         assert_eq!(out.iter().map(|b| b.size).sum::<u64>(), s.size);
+        assert_eq!(
+            out[1].frames[0].name, "forward",
+            "a block keeps its own stack"
+        );
     }
 
     #[test]

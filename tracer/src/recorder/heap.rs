@@ -34,11 +34,16 @@ pub struct View {
     pub old_after_s: u64,
 }
 
-/// Which profile: sampled heap blocks, or CUDA device allocations.
-#[derive(Clone, Copy)]
-enum Of {
+/// Which profile: sampled heap blocks, CUDA device allocations, or the
+/// blocks a caching allocator handed out of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Of {
+    /// The host heap.
     Heap,
+    /// CUDA allocations (a caching allocator's segments).
     Cuda,
+    /// A caching allocator's blocks (PyTorch's tensors).
+    Blocks,
 }
 
 /// Sampled heaps of the traced processes.
@@ -69,6 +74,9 @@ pub struct HeapTracer {
     /// `tracer_common::cuda::STACK_MIN_BYTES`), and the stacks' names.
     cuda: HeapProfile,
     cuda_named: HashMap<StackId, Vec<Frame>>,
+    /// The same for the blocks caching allocators handed out.
+    blocks: HeapProfile,
+    blocks_named: HashMap<StackId, Vec<Frame>>,
     /// Mean bytes between the CUDA allocations under 1 MiB that send a
     /// stack (0: every one).
     cuda_sample_bytes: u64,
@@ -93,6 +101,8 @@ impl HeapTracer {
             python: Interpreters::default(),
             cuda: HeapProfile::default(),
             cuda_named: HashMap::new(),
+            blocks: HeapProfile::default(),
+            blocks_named: HashMap::new(),
             cuda_sample_bytes: 0,
             perf: PerfMaps::default(),
         }
@@ -101,17 +111,31 @@ impl HeapTracer {
     /// A CUDA allocation's stack (`addr`: the device pointer), kept (if
     /// sampled) once per `sample_bytes` allocated on average; its bytes
     /// count for its stack until it is freed.
+    /// A caching allocator's block (`func` `cuda::CACHING_BLOCK`) goes
+    /// to the blocks' profile.
     pub fn cuda_alloc(&mut self, a: &HeapAlloc, ts_ns: u64, sample_bytes: u64) {
         let pid = a.header.pid;
         let mut frames = self.unwind(a);
         self.python.append(pid, a, &mut frames);
         self.cuda_sample_bytes = sample_bytes;
         let w = weight(a.size, a.how, sample_bytes);
-        let id = self.cuda.alloc(pid, a.addr, frames, (a.size, w), ts_ns);
-        if !self.cuda_named.contains_key(&id) {
-            let frames = self.cuda.frames(id).to_vec();
-            let names = self.name(pid, &frames);
-            self.cuda_named.insert(id, names);
+        let (profile, named) = if a.func == tracer_common::cuda::CACHING_BLOCK {
+            (&mut self.blocks, &mut self.blocks_named)
+        } else {
+            (&mut self.cuda, &mut self.cuda_named)
+        };
+        let id = profile.alloc(pid, a.addr, frames, (a.size, w), ts_ns);
+        if let std::collections::hash_map::Entry::Vacant(e) = named.entry(id) {
+            let frames = profile.frames(id).to_vec();
+            e.insert(name_with(
+                &self.unwinders,
+                &mut self.symbols,
+                &self.python,
+                &mut self.perf,
+                pid,
+                &frames,
+                0,
+            ));
         }
     }
 
@@ -125,9 +149,13 @@ impl HeapTracer {
         self.perf.set_root(pid, root);
     }
 
-    /// A traced CUDA free of `ptr`.
-    pub fn cuda_free(&mut self, pid: u32, ptr: u64) {
-        self.cuda.free(pid, ptr);
+    /// A traced free of `ptr`: a CUDA allocation's, or a caching
+    /// allocator's block's.
+    pub fn cuda_free(&mut self, of: Of, pid: u32, ptr: u64) {
+        match of {
+            Of::Blocks => self.blocks.free(pid, ptr),
+            _ => self.cuda.free(pid, ptr),
+        };
     }
 
     /// Names Python frames with these interpreters (shared with the
@@ -233,6 +261,7 @@ impl HeapTracer {
         let (named, profile) = match of {
             Of::Heap => (&self.named, &self.profile),
             Of::Cuda => (&self.cuda_named, &self.cuda),
+            Of::Blocks => (&self.blocks_named, &self.blocks),
         };
         if let Some(f) = named.get(&id) {
             return f.clone();
@@ -256,14 +285,16 @@ impl HeapTracer {
     /// The device memory `pid`'s traced CUDA allocations hold now, by
     /// stack (exact for allocations of 1 MiB or more, estimated from
     /// samples below).
+    /// With `Of::Blocks`, the caching allocator's blocks instead.
     pub fn cuda_snapshot(
         &mut self,
+        of: Of,
         pid: u32,
         comm: &str,
         now_ns: u64,
         view: &View,
     ) -> HeapSnapshot {
-        let mut snap = self.snapshot_of(Of::Cuda, pid, comm, now_ns, view, None);
+        let mut snap = self.snapshot_of(of, pid, comm, now_ns, view, None);
         (snap.sample_bytes, snap.rss_bytes, snap.shallow_samples) =
             (self.cuda_sample_bytes, None, 0);
         snap
@@ -282,6 +313,7 @@ impl HeapTracer {
         let profile = match of {
             Of::Heap => &self.profile,
             Of::Cuda => &self.cuda,
+            Of::Blocks => &self.blocks,
         };
         let live_bytes = profile.live_bytes(pid).round() as u64;
         let sites = profile.sites(pid, now_ns, view.growth_window_s * s, view.old_after_s * s);
@@ -294,17 +326,20 @@ impl HeapTracer {
                 // Device memory: each block is one allocation.
                 let allocations = match of {
                     Of::Heap => Vec::new(),
-                    Of::Cuda => self
-                        .cuda
-                        .blocks(pid, v.stack)
-                        .into_iter()
-                        .take(SITE_ALLOCATIONS)
-                        .map(|(ptr, size, ts_ns)| SiteAllocation {
-                            ptr: format!("{ptr:#x}"),
-                            size,
-                            ts_ns,
-                        })
-                        .collect(),
+                    Of::Cuda | Of::Blocks => if of == Of::Cuda {
+                        &self.cuda
+                    } else {
+                        &self.blocks
+                    }
+                    .blocks(pid, v.stack)
+                    .into_iter()
+                    .take(SITE_ALLOCATIONS)
+                    .map(|(ptr, size, ts_ns)| SiteAllocation {
+                        ptr: format!("{ptr:#x}"),
+                        size,
+                        ts_ns,
+                    })
+                    .collect(),
                 };
                 HeapSite {
                     frames,
@@ -366,6 +401,10 @@ impl HeapTracer {
             self.cuda_named.remove(&id);
         }
         self.cuda.forget(pid);
+        for id in self.blocks.stacks_of(pid) {
+            self.blocks_named.remove(&id);
+        }
+        self.blocks.forget(pid);
         self.growth.forget(pid);
         self.growth_shallow.remove(&pid);
         self.reserve.forget(pid);

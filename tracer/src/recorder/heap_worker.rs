@@ -13,7 +13,7 @@ use tracer_common::{
 mod cuda;
 
 use super::{
-    heap::{HeapTracer, View},
+    heap::{HeapTracer, Of, View},
     heap_maps::{MapsAgain, first_read},
 };
 use crate::{
@@ -36,10 +36,15 @@ enum Msg {
     /// A CUDA allocation's stack, its wall time, and the mean bytes
     /// between samples under 1 MiB.
     CudaAlloc(Box<HeapAlloc>, u64, u64),
-    /// A traced CUDA free: (pid, pointer).
-    CudaFree(u32, u64),
-    /// The device memory of a process by stack, asked for.
-    CudaSnapshot(u32, tokio::sync::oneshot::Sender<HeapSnapshot>),
+    /// A traced free of a pointer with a stack: (which, pid, pointer).
+    CudaFree(super::heap::Of, u32, u64),
+    /// The device memory of a process by stack (its CUDA allocations, or
+    /// its caching allocator's blocks), asked for.
+    CudaSnapshot(
+        super::heap::Of,
+        u32,
+        tokio::sync::oneshot::Sender<HeapSnapshot>,
+    ),
     /// A tip is waiting in `Urgent` (see [`HeapWorker::tip`]).
     Wake,
     /// A process's maps, read when its first sample came, and where its
@@ -118,8 +123,10 @@ pub struct HeapWorker {
     /// What files hold interpreters.
     detector: crate::stacks::python::Detector,
     /// Device pointers whose allocations sent a stack, (pid, pointer):
-    /// live allocations of 1 MiB or more, and the sampled smaller ones.
+    /// live allocations of 1 MiB or more, and the sampled smaller ones;
+    /// and the caching allocators' blocks that did.
     cuda_ptrs: std::sync::Mutex<HashSet<(u32, u64)>>,
+    block_ptrs: std::sync::Mutex<HashSet<(u32, u64)>>,
     /// Mean bytes between the CUDA allocations under 1 MiB that send a
     /// stack, as the programs were told (see [`HeapWorker::set_cuda_sample_bytes`]).
     cuda_sample_bytes: std::sync::atomic::AtomicU64,
@@ -258,6 +265,7 @@ impl HeapWorker {
             interpreters,
             detector,
             cuda_ptrs: Default::default(),
+            block_ptrs: Default::default(),
             cuda_sample_bytes: Default::default(),
             quit,
             tid,
@@ -483,8 +491,10 @@ impl HeapWorker {
         if let Some(p) = &self.python {
             p.remove(pid);
         }
-        if let Ok(mut ptrs) = self.cuda_ptrs.lock() {
-            ptrs.retain(|&(p, _)| p != pid);
+        for ptrs in [&self.cuda_ptrs, &self.block_ptrs] {
+            if let Ok(mut ptrs) = ptrs.lock() {
+                ptrs.retain(|&(p, _)| p != pid);
+            }
         }
         true
     }
@@ -701,11 +711,11 @@ fn work(
                     .or_insert_with(|| crate::collect::decode::c_str(&a.header.comm));
                 tracer.cuda_alloc(&a, ts, sample_bytes);
             }
-            Ok(Msg::CudaFree(pid, ptr)) => tracer.cuda_free(pid, ptr),
-            Ok(Msg::CudaSnapshot(pid, reply)) => {
+            Ok(Msg::CudaFree(of, pid, ptr)) => tracer.cuda_free(of, pid, ptr),
+            Ok(Msg::CudaSnapshot(of, pid, reply)) => {
                 let comm = comms.get(&pid).cloned().unwrap_or_else(|| comm_of(pid));
                 let now = crate::util::time::wall_now_ns().max(0) as u64;
-                let _ = reply.send(tracer.cuda_snapshot(pid, &comm, now, &view));
+                let _ = reply.send(tracer.cuda_snapshot(of, pid, &comm, now, &view));
             }
             Ok(Msg::Exec(pid)) => tracer.exec(pid),
             Ok(Msg::Wake) => {}
@@ -802,7 +812,7 @@ fn work(
             .into_iter()
             .map(|pid| {
                 let comm = comms.get(&pid).cloned().unwrap_or_default();
-                (pid, tracer.cuda_snapshot(pid, &comm, now, &view))
+                (pid, tracer.cuda_snapshot(Of::Cuda, pid, &comm, now, &view))
             })
             .collect();
         if let Ok(mut m) = out.latest_cuda.lock() {

@@ -2,6 +2,7 @@
 //! fixed order, and what they make to the journal.
 
 use super::*;
+use crate::recorder::heap::Of;
 
 impl Engine {
     /// Kernel log records, with whatever else is already queued; the
@@ -109,7 +110,7 @@ impl Engine {
                     if !tracer_common::cuda::frees(c.func) {
                         h.notice(c.header.pid);
                     } else if c.ret == 0 {
-                        h.cuda_free(c.header.pid, c.ptr);
+                        h.cuda_free(Of::Cuda, c.header.pid, c.ptr);
                     }
                 }
                 if let Some(cuda) = &mut self.cuda {
@@ -120,6 +121,11 @@ impl Engine {
                 return Ok(());
             }
             Event::Usdt(u) => {
+                if let Some(h) = &self.heap
+                    && u.probe == tracer_common::usdt::TORCH_FREE
+                {
+                    h.cuda_free(Of::Blocks, u.header.pid, u.args[0]);
+                }
                 if let Some(cuda) = &mut self.cuda {
                     let ts = wall(u.header.ts_boot_ns);
                     cuda.on_block(&env!(self), &u, ts);

@@ -4,7 +4,7 @@
 
 use tracer_common::heap::HeapAlloc;
 
-use super::{HeapWorker, Msg};
+use super::{HeapWorker, Msg, Of};
 use crate::record::HeapSnapshot;
 
 impl HeapWorker {
@@ -15,9 +15,14 @@ impl HeapWorker {
             .store(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// A CUDA allocation's stack (wall time `ts_ns`).
+    /// A CUDA allocation's stack, or a caching allocator's block's (wall
+    /// time `ts_ns`).
     pub fn cuda_alloc(&self, a: Box<HeapAlloc>, ts_ns: u64) {
-        if let Ok(mut ptrs) = self.cuda_ptrs.lock() {
+        let ptrs = match a.func {
+            tracer_common::cuda::CACHING_BLOCK => &self.block_ptrs,
+            _ => &self.cuda_ptrs,
+        };
+        if let Ok(mut ptrs) = ptrs.lock() {
             ptrs.insert((a.header.pid, a.addr));
         }
         self.notice(a.header.pid);
@@ -31,23 +36,29 @@ impl HeapWorker {
     /// A traced CUDA free: only the frees of pointers with stacks are the
     /// worker's (a process may free small blocks hundreds of thousands of
     /// times a second, which must not crowd samples out of its queue).
-    pub fn cuda_free(&self, pid: u32, ptr: u64) {
-        if self
-            .cuda_ptrs
-            .lock()
-            .is_ok_and(|mut p| p.remove(&(pid, ptr)))
-        {
-            self.send(Msg::CudaFree(pid, ptr));
+    /// With `Of::Blocks`, a block given back to a caching allocator.
+    pub fn cuda_free(&self, of: Of, pid: u32, ptr: u64) {
+        let ptrs = match of {
+            Of::Blocks => &self.block_ptrs,
+            _ => &self.cuda_ptrs,
+        };
+        if ptrs.lock().is_ok_and(|mut p| p.remove(&(pid, ptr))) {
+            self.send(Msg::CudaFree(of, pid, ptr));
         }
     }
 
-    /// The device memory `pid`'s traced allocations hold, by stack; `None`
-    /// when the worker is gone or its queue is full.
-    pub fn request_cuda(&self, pid: u32) -> Option<tokio::sync::oneshot::Receiver<HeapSnapshot>> {
+    /// The device memory `pid`'s traced allocations hold, by stack (with
+    /// `Of::Blocks`, its caching allocator's blocks); `None` when the
+    /// worker is gone or its queue is full.
+    pub fn request_cuda(
+        &self,
+        of: Of,
+        pid: u32,
+    ) -> Option<tokio::sync::oneshot::Receiver<HeapSnapshot>> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.tx
             .as_ref()?
-            .try_send(Msg::CudaSnapshot(pid, tx))
+            .try_send(Msg::CudaSnapshot(of, pid, tx))
             .ok()
             .map(|_| rx)
     }

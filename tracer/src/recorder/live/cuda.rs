@@ -18,7 +18,10 @@ use crate::{
     model::ledger::{AllocatorSummary, Change, Ledger},
     probes::{CUDA_DATA_RING_BYTES, Probes, uprobe::CUDA},
     record::HeapSnapshot,
-    recorder::{heap::View as HeapView, heap_worker::HeapWorker},
+    recorder::{
+        heap::{Of, View as HeapView},
+        heap_worker::HeapWorker,
+    },
     util::time::Clock,
 };
 
@@ -42,6 +45,9 @@ pub trait View {
     /// stack that allocated it (with `--by stack`): each second, and at
     /// the `end`.
     fn stacks(&mut self, snap: &HeapSnapshot, end: bool);
+    /// At the end, with the stacks: what its caching allocator's blocks
+    /// hold, by the stack that asked for them.
+    fn blocks(&mut self, _snap: &HeapSnapshot) {}
 }
 
 /// The CUDA probes, loaded for `pid` (named `comm`); a process with no
@@ -70,6 +76,9 @@ pub fn load(
 enum Pending {
     Call(CudaCall),
     Block(UsdtEvent),
+    /// An allocation's stack: applied in order with the frees, or a free
+    /// of an address handed out again would take the new allocation's.
+    Stack(Box<tracer_common::heap::HeapAlloc>),
 }
 
 impl Pending {
@@ -77,6 +86,7 @@ impl Pending {
         match self {
             Pending::Call(c) => c.header.ts_boot_ns,
             Pending::Block(b) => b.header.ts_boot_ns,
+            Pending::Stack(s) => s.header.ts_boot_ns,
         }
     }
 
@@ -85,6 +95,7 @@ impl Pending {
         match ev {
             Event::Cuda(c) if c.header.pid == pid => Some(Pending::Call(c)),
             Event::Usdt(u) if u.header.pid == pid => Some(Pending::Block(u)),
+            Event::CudaStack(s) if s.header.pid == pid => Some(Pending::Stack(s)),
             _ => None,
         }
     }
@@ -110,7 +121,18 @@ impl<V: View> Session<V> {
         for p in pending.drain(..) {
             match p {
                 Pending::Call(c) => self.call(&c),
+                Pending::Stack(s) => {
+                    if let Some(w) = &self.stacks {
+                        let ts = self.clock.boot_to_wall(s.header.ts_boot_ns).max(0) as u64;
+                        w.cuda_alloc(s, ts);
+                    }
+                }
                 Pending::Block(b) => {
+                    if b.probe == tracer_common::usdt::TORCH_FREE
+                        && let Some(w) = &self.stacks
+                    {
+                        w.cuda_free(Of::Blocks, b.header.pid, b.args[0]);
+                    }
                     crate::correlate::cuda::apply_block(&mut self.ledger, &b);
                     self.calls_this_second += 1;
                     let ts = self.clock.boot_to_wall(b.header.ts_boot_ns);
@@ -126,7 +148,7 @@ impl<V: View> Session<V> {
             && cuda::frees(c.func)
             && let Some(w) = &self.stacks
         {
-            w.cuda_free(c.header.pid, c.ptr);
+            w.cuda_free(Of::Cuda, c.header.pid, c.ptr);
         }
         let ts = self.clock.boot_to_wall(c.header.ts_boot_ns);
         let change = self.ledger.apply(c, ts);
@@ -161,13 +183,21 @@ impl<V: View> Session<V> {
 }
 
 impl<V: View> Session<V> {
-    /// Shows the device memory by stack, as the worker has it now.
+    /// Shows the device memory by stack, as the worker has it now; at the
+    /// end, the caching allocator's blocks by stack too.
     async fn stacks(&mut self, pid: u32, end: bool) {
-        let Some(rx) = self.stacks.as_ref().and_then(|w| w.request_cuda(pid)) else {
-            return;
-        };
-        if let Ok(Ok(snap)) = tokio::time::timeout(Duration::from_secs(2), rx).await {
+        let ask = |of| self.stacks.as_ref().and_then(|w| w.request_cuda(of, pid));
+        let (segments, blocks) = (ask(Of::Cuda), if end { ask(Of::Blocks) } else { None });
+        let wait = |rx| tokio::time::timeout(Duration::from_secs(2), rx);
+        if let Some(rx) = segments
+            && let Ok(Ok(snap)) = wait(rx).await
+        {
             self.view.stacks(&snap, end);
+        }
+        if let Some(rx) = blocks
+            && let Ok(Ok(snap)) = wait(rx).await
+        {
+            self.view.blocks(&snap);
         }
     }
 }
@@ -255,12 +285,6 @@ pub async fn follow<V: View>(
     let exited = loop {
         tokio::select! {
             ev = rx.recv() => match ev {
-                Some(Event::CudaStack(s)) if s.header.pid == f.pid => {
-                    if let Some(w) = &session.stacks {
-                        let ts = session.clock.boot_to_wall(s.header.ts_boot_ns).max(0) as u64;
-                        w.cuda_alloc(s, ts);
-                    }
-                }
                 Some(ev) => pending.extend(Pending::of(ev, f.pid)),
                 None => return Err(anyhow!("the ring buffer readers stopped")),
             },
@@ -283,18 +307,10 @@ pub async fn follow<V: View>(
             }
         }
     };
-    let mut late = Vec::new();
-    drain(&mut rx, &mut tasks, |ev| match ev {
-        Event::CudaStack(s) if s.header.pid == f.pid => late.push(s),
-        ev => pending.extend(Pending::of(ev, f.pid)),
+    drain(&mut rx, &mut tasks, |ev| {
+        pending.extend(Pending::of(ev, f.pid))
     })
     .await;
-    if let Some(w) = &session.stacks {
-        for s in late {
-            let ts = session.clock.boot_to_wall(s.header.ts_boot_ns).max(0) as u64;
-            w.cuda_alloc(s, ts);
-        }
-    }
     session.calls(&mut pending);
     session.stacks(f.pid, true).await;
     let lost = drops.read().map(|d| d.critical + d.data).unwrap_or(0);
