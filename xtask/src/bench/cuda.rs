@@ -38,13 +38,33 @@ fn stack_cost(bins: &crate::Bins, pairs: u64) -> anyhow::Result<String> {
         }
     }
     let [p, f, o, s] = runs.clone().map(median);
+    // Where a stack's cost goes, in the kernel's own statistics: the
+    // return program with and without stacks (their own rounds).
+    let stats = ProgStats::start()?;
+    let mut programs = Vec::new();
+    for (label, args) in [
+        ("tracer", &["--summary-only"][..]),
+        (
+            "tracer --by stack",
+            &["--summary-only", "--by", "stack"][..],
+        ),
+    ] {
+        let a = Attach::start_bin(&bins.tracer, pid, args);
+        let ran = stats.around(&["cuda_"], || {
+            loop_ns_of(&mut target, pairs, size).map(drop)
+        })?;
+        a.stop();
+        programs.push(format!("{label}: {ran}"));
+    }
     Ok(format!(
         "### CUDA call cost with stacks ({pairs} pairs of 1 MiB per loop: each allocation sends its stack)\n\n\
          | untraced | floor | tracer | tracer, --by stack | stacks / floor | a stack's cost |\n|---|---|---|---|---|---|\n\
          | {p:.0} ns/pair | {f:.0} ns/pair | {o:.0} ns/pair | {s:.0} ns/pair | {:.2} | {:.1} us |\n\n\
-         Target: within 1.5x of the floor. Rounds (ns/pair): {runs:.0?}.\n",
+         Target: within 1.5x of the floor. Rounds (ns/pair): {runs:.0?}.\n\n\
+         In the kernel (ns a run, statistics on): {}.\n",
         s / f,
         (s - o) / 1000.0,
+        programs.join("; "),
     ))
 }
 
