@@ -154,18 +154,7 @@ fn cuda_wheel() -> anyhow::Result<()> {
         return Ok(());
     }
     let download = dir.join("download");
-    sh(Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-deps",
-            "--only-binary=:all:",
-            CUDA_WHEEL,
-            "-d",
-        ])
-        .arg(&download))?;
+    pip_wheel(&download, &[CUDA_WHEEL])?;
     let unpack = "import sys, zipfile, glob; zipfile.ZipFile(glob.glob(sys.argv[1] + '/*.whl')[0]).extractall(sys.argv[2])";
     sh(Command::new("python3")
         .args(["-c", unpack])
@@ -175,6 +164,23 @@ fn cuda_wheel() -> anyhow::Result<()> {
         bail!("{CUDA_WHEEL} has no nvidia/cuda_runtime/lib/libcudart.so.12");
     }
     Ok(())
+}
+
+/// Downloads one wheel from PyPI, without its dependencies, into
+/// `download` (`args`: pip's options, then the requirement).
+fn pip_wheel(download: &std::path::Path, args: &[&str]) -> anyhow::Result<()> {
+    sh(Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+        ])
+        .args(args)
+        .arg("-d")
+        .arg(download))
 }
 
 /// Where PyTorch's memory snapshot reader is kept: target/torch-viz/.
@@ -189,22 +195,16 @@ fn torch_viz() -> anyhow::Result<()> {
         return Ok(());
     }
     let download = dir.join("download");
-    sh(Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-deps",
-            "--only-binary=:all:",
+    pip_wheel(
+        &download,
+        &[
             "--platform",
             "macosx_11_0_arm64",
             "--python-version",
             "3.11",
             TORCH_WHEEL,
-            "-d",
-        ])
-        .arg(&download))?;
+        ],
+    )?;
     let take = "import sys, zipfile, glob; z = zipfile.ZipFile(glob.glob(sys.argv[1] + '/*.whl')[0]); \
                 open(sys.argv[2] + '/_memory_viz.py', 'wb').write(z.read('torch/cuda/_memory_viz.py'))";
     sh(Command::new("python3")

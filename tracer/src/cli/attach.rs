@@ -483,7 +483,7 @@ pub fn write_device_pprof(
     sample_bytes: u64,
     time_ns: i64,
 ) -> anyhow::Result<()> {
-    use crate::export::pprof::{Meta, Stack, encode};
+    use crate::export::pprof::{Meta, Stack, sampling, write};
     let meta = Meta {
         sample_types: &[("inuse_space", "bytes"), ("samples", "count")],
         period: ("space", "bytes", sample_bytes),
@@ -492,10 +492,7 @@ pub fn write_device_pprof(
         comments: vec![format!(
             "tracer: the device memory of {what} by stack (every allocation of {} or more, {} below)",
             bytes(tracer_common::cuda::STACK_MIN_BYTES),
-            match sample_bytes {
-                0 => "every one".to_string(),
-                b => format!("one sample per {} allocated", bytes(b)),
-            }
+            sampling(sample_bytes, "allocated", "every one")
         )],
     };
     let stacks = sites.iter().map(|s| Stack {
@@ -503,11 +500,5 @@ pub fn write_device_pprof(
         values: vec![s.live_bytes as i64, s.live_samples as i64],
         process: None,
     });
-    crate::util::fsafe::write_private(path, &encode(&meta, stacks))?;
-    crate::say!(
-        "tracer: pprof profile of device memory ({} stacks) written to {}",
-        sites.len(),
-        path.display()
-    );
-    Ok(())
+    write(path, &meta, stacks, "device memory")
 }

@@ -201,7 +201,7 @@ fn write_pprof(
     args: &AttachArgs,
     comm: &str,
 ) -> anyhow::Result<()> {
-    use crate::export::pprof::{Meta, Stack, encode};
+    use crate::export::pprof::{Meta, Stack, sampling, write};
     let meta = Meta {
         sample_types: &[("inuse_space", "bytes"), ("alloc_space", "bytes")],
         period: ("space", "bytes", args.sample_bytes),
@@ -210,10 +210,7 @@ fn write_pprof(
         comments: vec![format!(
             "tracer attach --host: the live heap of pid {} ({comm}), {}",
             args.pid,
-            match args.sample_bytes {
-                0 => "every allocation kept".to_string(),
-                b => format!("one sample per {} allocated", bytes(b)),
-            }
+            sampling(args.sample_bytes, "allocated", "every allocation kept")
         )],
     };
     let stacks = sites.iter().map(|s| Stack {
@@ -221,13 +218,7 @@ fn write_pprof(
         values: vec![s.live_bytes as i64, s.allocated_bytes as i64],
         process: None,
     });
-    crate::util::fsafe::write_private(path, &encode(&meta, stacks))?;
-    crate::say!(
-        "tracer: pprof profile of live bytes ({} stacks) written to {}",
-        sites.len(),
-        path.display()
-    );
-    Ok(())
+    write(path, &meta, stacks, "live bytes")
 }
 
 fn write_flamegraph(

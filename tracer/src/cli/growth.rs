@@ -149,7 +149,7 @@ fn write_pprof(
     args: &GrowthArgs,
     followed_ns: i64,
 ) -> anyhow::Result<()> {
-    use crate::export::pprof::{Meta, Stack, encode};
+    use crate::export::pprof::{Meta, Stack, sampling, write};
     let window_ns = (args.window.as_nanos() as i64).min(followed_ns);
     let meta = Meta {
         sample_types: &[("growth_space", "bytes"), ("samples", "count")],
@@ -157,9 +157,9 @@ fn write_pprof(
         time_ns: wall_now_ns() - window_ns,
         duration_ns: window_ns,
         comments: vec![format!(
-            "tracer growth: memory faulted in by stack over the last {} s, one sample per {} faulted in",
+            "tracer growth: memory faulted in by stack over the last {} s, {}",
             window_ns / 1_000_000_000,
-            bytes(args.sample_bytes)
+            sampling(args.sample_bytes, "faulted in", "every fault kept")
         )],
     };
     let stacks = reports.iter().flat_map(|r| {
@@ -169,13 +169,7 @@ fn write_pprof(
             process: Some((r.pid, r.comm.as_str())),
         })
     });
-    crate::util::fsafe::write_private(path, &encode(&meta, stacks))?;
-    crate::say!(
-        "tracer: pprof profile of growth ({} stacks) written to {}",
-        reports.iter().map(|r| r.sites.len()).sum::<usize>(),
-        path.display()
-    );
-    Ok(())
+    write(path, &meta, stacks, "growth")
 }
 
 fn show(

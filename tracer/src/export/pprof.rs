@@ -305,6 +305,38 @@ pub fn encode<'a>(meta: &Meta, stacks: impl IntoIterator<Item = Stack<'a>>) -> V
     gz.finish().unwrap_or_default()
 }
 
+/// How a profile was sampled, for its comment: "one sample per 512.0 KiB
+/// allocated" (`verb`), or `every` when `sample_bytes` is 0.
+pub fn sampling(sample_bytes: u64, verb: &str, every: &str) -> String {
+    match sample_bytes {
+        0 => every.to_string(),
+        b => format!("one sample per {} {verb}", crate::util::units::bytes(b)),
+    }
+}
+
+/// Encodes `stacks` and writes the profile to `path` (as root: never
+/// through a link, nor over another user's file), saying so with `what`
+/// it profiles.
+pub fn write<'a>(
+    path: &std::path::Path,
+    meta: &Meta,
+    stacks: impl IntoIterator<Item = Stack<'a>>,
+    what: &str,
+) -> anyhow::Result<()> {
+    let mut n = 0usize;
+    let kept = stacks
+        .into_iter()
+        .filter(|s| s.values.iter().any(|v| *v != 0))
+        .inspect(|_| n += 1);
+    let gz = encode(meta, kept);
+    crate::util::fsafe::write_private(path, &gz)?;
+    crate::say!(
+        "tracer: pprof profile of {what} ({n} stacks) written to {}",
+        path.display()
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
