@@ -7,7 +7,7 @@ import threading
 
 
 def grow(x):
-    while True:
+    while True:  # LOOP-LINE
         x.append([0] * 1000)  # GROW-LINE
 
 

@@ -229,6 +229,7 @@ fn python_frame<'a>(frames: &'a Value, function: &str) -> Option<(&'a str, u64)>
 fn python_lines_that_grew_until_killed_are_named_in_every_cpython() {
     let Some(sc) = Scenario::new() else { return };
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("py/grow_lists.py");
+    let loop_line = marked_line(&script, "# LOOP-LINE");
     let (grow_line, call_line) = (
         marked_line(&script, "# GROW-LINE"),
         marked_line(&script, "# CALL-LINE"),
@@ -308,8 +309,16 @@ fn python_lines_that_grew_until_killed_are_named_in_every_cpython() {
             !labels.iter().any(|l| l.contains("unavailable")),
             "{who}: {labels:?}"
         );
+        // The tip is the one fault that hit the limit, wherever in the loop
+        // it came: from 3.10 the loop's jump back (where the interpreter
+        // runs its periodic checks) is on the `while` line (seen once in
+        // CI, 3.11 in a thread).
         let tip = &kill["tipping_stack"]["frames"];
-        assert_eq!(at(tip, "grow"), Some((true, grow_line)), "{who}: {tip:#}");
+        let tip_line = at(tip, "grow");
+        assert!(
+            tip_line == Some((true, grow_line)) || tip_line == Some((true, loop_line)),
+            "{who}: {tip:#}"
+        );
         let text = tracer(&["explain", "--store", store_s, "--pid", &pid]);
         let text = String::from_utf8_lossy(&text.stdout);
         if std::env::var_os("SHOW").is_some() {
