@@ -513,8 +513,13 @@ pub struct SignalKill {
     pub target_comm: [u8; COMM_LEN],
     /// Target's start ([`ProcFork::child_start_ns`]).
     pub target_start_ns: u64,
+    /// Target's memory cgroup id (kernfs node id) from its task_struct at
+    /// the signal; 0 when unknown. A process killed a moment after it
+    /// joined a cgroup and exec'd is placed by this, not by what was read
+    /// of it before.
+    pub target_memcg_id: u64,
 }
-const _: () = assert!(size_of::<SignalKill>() == 88);
+const _: () = assert!(size_of::<SignalKill>() == 96);
 
 /// CUDA runtime (`cuda*`) and driver (`cu*`) functions tracer probes.
 /// The id is the uprobe's attach cookie and the `func` of [`CudaCall`];

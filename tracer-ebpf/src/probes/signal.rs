@@ -65,10 +65,11 @@ pub fn signal_generate(ctx: RawTracePointContext) -> u32 {
         )
     };
     let start = task_start_ns(task);
+    let memcg = task_memcg_id(task);
     // The kernel's own kill (the OOM killer's, just before its
     // mark_victim): the victim's cgroup and start, for that event.
     if code == SI_KERNEL {
-        let _ = KERNEL_KILLS.insert(&(tgid as u32), &[task_memcg_id(task), start], 0);
+        let _ = KERNEL_KILLS.insert(&(tgid as u32), &[memcg, start], 0);
     }
     let Some(slot) = Ring::Critical.reserve::<SignalKill>() else {
         return 1;
@@ -83,6 +84,7 @@ pub fn signal_generate(ctx: RawTracePointContext) -> u32 {
         _pad: 0,
         target_comm,
         target_start_ns: start,
+        target_memcg_id: memcg,
     });
     0
 }

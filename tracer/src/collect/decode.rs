@@ -429,6 +429,7 @@ impl Event {
                 "group": e.group,
                 "result": e.result,
                 "target_start_ns": start(e.target_start_ns),
+                "target_memcg_id": (e.target_memcg_id != 0).then_some(e.target_memcg_id),
             }),
         }
     }

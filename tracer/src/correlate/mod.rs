@@ -213,6 +213,18 @@ fn tasks_from_model(
     out
 }
 
+/// Puts the victim in `kernel_memcg`, its memory cgroup as the kernel had
+/// it at the kill, when known: it wins over the model's, which may be
+/// from before the victim joined it.
+fn place_by_kernel(ctx: &Context<'_>, victim: &mut Victim, kernel_memcg: Option<String>) {
+    if let Some(m) = kernel_memcg {
+        let o = ctx.model.owner_of(&m);
+        victim.owner = (!o.is_empty()).then_some(o);
+        victim.memcg = Some(m);
+        victim.memcg_source = Some(MemcgSource::Kernel);
+    }
+}
+
 /// A kill from `oom:mark_victim`, before the kernel's report is joined.
 /// `kernel_memcg` is the victim's memory cgroup as the kernel had it at the
 /// kill, when known; it wins over the model's.
@@ -231,12 +243,7 @@ pub fn kill_from_victim(
         String::new()
     };
     let mut victim = victim_from(ev.victim_pid, comm, p);
-    if let Some(m) = kernel_memcg {
-        let o = ctx.model.owner_of(&m);
-        victim.owner = (!o.is_empty()).then_some(o);
-        victim.memcg = Some(m);
-        victim.memcg_source = Some(MemcgSource::Kernel);
-    }
+    place_by_kernel(ctx, &mut victim, kernel_memcg);
     if has(victim_field::UID) {
         victim.uid = Some(ev.uid);
     }
@@ -347,27 +354,36 @@ pub fn kill_from_signal_lean(ctx: &Context<'_>, ev: &SignalKill) -> KillRecord {
 
 /// A kill by a SIGKILL from userspace; `None` for the kernel's own
 /// SIGKILLs (the OOM killer's are recorded from `mark_victim`) and for
-/// signals that were not delivered.
-pub fn kill_from_signal(ctx: &Context<'_>, ev: &SignalKill) -> Option<KillRecord> {
+/// signals that were not delivered. `kernel_memcg`: the target's cgroup
+/// as the probe read it (`target_memcg_id`), when known.
+pub fn kill_from_signal(
+    ctx: &Context<'_>,
+    ev: &SignalKill,
+    kernel_memcg: Option<String>,
+) -> Option<KillRecord> {
     if ev.code == SI_KERNEL || ev.result != 0 {
         return None;
     }
-    Some(signal_record(ctx, ev))
+    Some(signal_record(ctx, ev, kernel_memcg))
 }
 
 /// A kernel SIGKILL a process got from itself (see [`selfkill`]): `None`
 /// for any other signal.
-pub fn kill_from_self_signal(ctx: &Context<'_>, ev: &SignalKill) -> Option<KillRecord> {
+pub fn kill_from_self_signal(
+    ctx: &Context<'_>,
+    ev: &SignalKill,
+    kernel_memcg: Option<String>,
+) -> Option<KillRecord> {
     if ev.code != SI_KERNEL || ev.result != 0 || ev.header.pid != ev.target_pid {
         return None;
     }
-    let mut rec = signal_record(ctx, ev);
+    let mut rec = signal_record(ctx, ev, kernel_memcg);
     rec.killer.reason = Some(selfkill::REASON.into());
     Some(rec)
 }
 
 /// The record of a delivered SIGKILL, from the sender's point of view.
-fn signal_record(ctx: &Context<'_>, ev: &SignalKill) -> KillRecord {
+fn signal_record(ctx: &Context<'_>, ev: &SignalKill, kernel_memcg: Option<String>) -> KillRecord {
     let ts_ns = ctx.clock.boot_to_wall(ev.header.ts_boot_ns);
     let sender_pid = ev.header.pid;
     let sender = proc_ref(
@@ -378,6 +394,7 @@ fn signal_record(ctx: &Context<'_>, ev: &SignalKill) -> KillRecord {
     let start = StartTime::kernel(ev.target_start_ns);
     let (p, reused) = ctx.model.holder(ev.target_pid, ts_ns, start);
     let mut victim = victim_from(ev.target_pid, c_str(&ev.target_comm), p);
+    place_by_kernel(ctx, &mut victim, kernel_memcg);
     let mut gaps = Vec::new();
     if reused {
         gaps.push(reused_pid_gap(ev.target_pid));
@@ -775,7 +792,7 @@ mod tests {
             now_ns: 7_000_000_000,
             procs: &procs,
         };
-        let rec = kill_from_signal(&ctx, &signal(100, 200, 0)).expect("a kill");
+        let rec = kill_from_signal(&ctx, &signal(100, 200, 0), None).expect("a kill");
         assert_eq!(rec.killer.kind, KillerKind::Userspace);
         assert_eq!(rec.killer.sender.as_ref().unwrap().comm, "supervisor");
         assert_eq!(rec.source, Seen::SIGNAL);
@@ -795,10 +812,10 @@ mod tests {
             procs: &gone,
             ..ctx
         };
-        let rec = kill_from_signal(&ctx, &signal(100, 200, 0)).expect("a kill");
+        let rec = kill_from_signal(&ctx, &signal(100, 200, 0), None).expect("a kill");
         assert!(rec.gaps.contains(&Gap::MemoryUnknown));
         // The kernel's own SIGKILL (the OOM killer's) is not a userspace kill.
-        assert!(kill_from_signal(&ctx, &signal(100, 200, SI_KERNEL)).is_none());
+        assert!(kill_from_signal(&ctx, &signal(100, 200, SI_KERNEL), None).is_none());
     }
 
     #[test]

@@ -164,11 +164,13 @@ impl Kills {
         }
         if s.code != SI_KERNEL {
             if !self.storm.admit(ts_ns) {
-                let memcg = env
-                    .model
-                    .holder(s.target_pid, ts_ns, StartTime::kernel(s.target_start_ns))
-                    .0
-                    .and_then(|p| p.memcg.clone());
+                // Past the rate: no walk of the cgroups for an id not known.
+                let memcg = env.model.memcg_by_id(s.target_memcg_id, false).or_else(|| {
+                    env.model
+                        .holder(s.target_pid, ts_ns, StartTime::kernel(s.target_start_ns))
+                        .0
+                        .and_then(|p| p.memcg.clone())
+                });
                 let comm = c_str(&s.target_comm);
                 let ctx = env.ctx(ts_ns);
                 self.storm
@@ -179,7 +181,8 @@ impl Kills {
             }
             env.model.get_or_read(s.header.pid);
             env.model.read_pending(s.target_pid);
-            if let Some(rec) = kill_from_signal(&env.ctx(now_ns), s) {
+            let memcg = env.model.memcg_by_id(s.target_memcg_id, true);
+            if let Some(rec) = kill_from_signal(&env.ctx(now_ns), s, memcg) {
                 self.book.queue(rec);
             }
         } else if s.header.pid == s.target_pid {
@@ -375,7 +378,8 @@ impl Kills {
     pub fn self_kills_due(&mut self, env: &mut Env<'_>, due_ns: i64, now_ns: i64, page_kb: u64) {
         for (ev, pages) in self.self_kills.due(due_ns) {
             env.model.read_pending(ev.target_pid);
-            let Some(mut rec) = kill_from_self_signal(&env.ctx(now_ns), &ev) else {
+            let memcg = env.model.memcg_by_id(ev.target_memcg_id, true);
+            let Some(mut rec) = kill_from_self_signal(&env.ctx(now_ns), &ev, memcg) else {
                 continue;
             };
             if let Some(pages) = pages {
