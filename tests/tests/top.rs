@@ -110,6 +110,24 @@ fn top_on_a_terminal_warns_sorts_filters_and_shows_a_cgroups_sparkline() {
         .unwrap_or_else(|| panic!("{line}"));
     assert!((10.0..=60.0).contains(&secs), "{line}");
     assert!(screen.contains("sort: closeness to a limit"), "{screen}");
+    // The node's own line: in use, available, and PSI where the kernel has it.
+    let node = screen
+        .lines()
+        .find(|l| l.contains("node: "))
+        .unwrap_or_else(|| panic!("no node line: {screen}"));
+    assert!(
+        node.contains(" in use (") && node.contains(" available"),
+        "{node}"
+    );
+    assert_eq!(
+        node.contains("PSI some"),
+        std::path::Path::new("/proc/pressure/memory").exists(),
+        "{node}"
+    );
+    assert!(
+        screen.contains(" USE ") && screen.contains(" PSI "),
+        "{screen}"
+    );
     // Under a minute from its limit: drawn in red and bold.
     let colored = tmux.screen(true);
     let warned = colored
@@ -162,6 +180,22 @@ fn top_on_a_terminal_warns_sorts_filters_and_shows_a_cgroups_sparkline() {
         screen.chars().any(|c| ('▁'..='█').contains(&c)),
         "a sparkline: {screen}"
     );
+    // Scaled to the 256 MiB limit: a cgroup well under it never reaches
+    // the top of the chart.
+    let usage_mib: f64 = screen
+        .split("usage over the last")
+        .nth(1)
+        .and_then(|r| r.split(": ").nth(1))
+        .and_then(|r| r.split(" MiB").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{screen}"));
+    if usage_mib < 128.0 {
+        let detail: String = screen
+            .lines()
+            .skip_while(|l| !l.contains("usage over the last"))
+            .collect();
+        assert!(!detail.contains('█'), "not scaled to the limit: {screen}");
+    }
     assert!(screen.contains("growing"), "{screen}");
     // `q`: top ends, and the terminal is given back.
     tmux.keys(&["q"]);

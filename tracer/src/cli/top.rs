@@ -13,7 +13,7 @@ use crate::{
     explain::gpu::short,
     nvml,
     record::GpuView,
-    recorder::live::top::{Row, pct, snapshot},
+    recorder::live::top::{NodeRow, NodeTrend, Row, pct, snapshot},
     store::Store,
     util::term,
     util::time::{format_wall, wall_now_ns},
@@ -46,7 +46,12 @@ pub struct TopArgs {
     pub host_root: PathBuf,
 }
 
-fn render(rows: &[Row], view: &GpuView, nvml_note: &Option<String>) -> String {
+fn render(
+    rows: &[Row],
+    view: &GpuView,
+    node: Option<&NodeRow>,
+    nvml_note: &Option<String>,
+) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
     let _ = writeln!(
@@ -54,6 +59,9 @@ fn render(rows: &[Row], view: &GpuView, nvml_note: &Option<String>) -> String {
         "tracer top  {}  (sorted by closeness to the tightest limit: memcg or GPU)",
         format_wall(wall_now_ns())
     );
+    if let Some(n) = node {
+        let _ = writeln!(o, "{}", NodeTrend::line(n));
+    }
     for d in &view.devices {
         let _ = writeln!(
             o,
@@ -72,7 +80,7 @@ fn render(rows: &[Row], view: &GpuView, nvml_note: &Option<String>) -> String {
     let opt = |v: Option<u64>| v.map(bytes).unwrap_or_else(|| "-".into());
     let _ = writeln!(
         o,
-        "{:<9} {:>8}  {:<24} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6}  CONTAINER",
+        "{:<9} {:>8}  {:<24} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5} {:>6}  CONTAINER",
         "TYPE",
         "PID",
         "NAME",
@@ -82,12 +90,13 @@ fn render(rows: &[Row], view: &GpuView, nvml_note: &Option<String>) -> String {
         "GPU NVML",
         "GPU TRACED",
         "GPU ALLOC",
-        "PRESS%"
+        "USE%",
+        "PSI%"
     );
     for r in rows {
         let _ = writeln!(
             o,
-            "{:<9} {:>8}  {:<24} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>5.0}%  {}",
+            "{:<9} {:>8}  {:<24} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>4.0}% {:>6}  {}",
             r.kind,
             r.pid.map(|p| p.to_string()).unwrap_or_default(),
             short(&term::escape(&r.name), 24),
@@ -98,6 +107,9 @@ fn render(rows: &[Row], view: &GpuView, nvml_note: &Option<String>) -> String {
             opt(r.gpu_traced),
             opt(r.gpu_allocated),
             r.pressure_pct,
+            r.psi_some_avg10
+                .map(|p| format!("{p:.1}"))
+                .unwrap_or_else(|| "-".into()),
             // A container row's name in full (NAME keeps only its end).
             term::escape(if r.kind == "process" {
                 r.container.as_deref().unwrap_or_default()
@@ -106,6 +118,10 @@ fn render(rows: &[Row], view: &GpuView, nvml_note: &Option<String>) -> String {
             })
         );
     }
+    let _ = writeln!(
+        o,
+        "USE%: usage over the tightest limit (memcg or GPU); PSI%: the memory cgroup's PSI some avg10 (cgroup v2 only, else -)"
+    );
     o
 }
 
@@ -126,10 +142,15 @@ pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let mut out = std::io::stdout().lock();
+    let mut trend = NodeTrend::default();
     loop {
         let t0 = Instant::now();
         let (rows, view) = snapshot(store.as_ref(), nvml.as_ref(), args.rows, &mut kube);
+        let node = trend.refresh();
         if args.json {
+            if let Some(n) = &node {
+                writeln!(out, "{}", serde_json::to_string(n)?)?;
+            }
             for d in &view.devices {
                 let v = serde_json::json!({ "type": "device", "device": d.device, "total": d.total, "used": d.used, "free": d.free, "containers": d.containers });
                 writeln!(out, "{v}")?;
@@ -143,7 +164,7 @@ pub fn run(args: TopArgs) -> anyhow::Result<ExitCode> {
             if std::io::IsTerminal::is_terminal(&out) {
                 write!(out, "\x1b[H\x1b[2J")?;
             }
-            write!(out, "{}", render(&rows, &view, &nvml_note))?;
+            write!(out, "{}", render(&rows, &view, node.as_ref(), &nvml_note))?;
         }
         out.flush()?;
         if args.once {

@@ -23,7 +23,7 @@ use ratatui::{
 use crate::{
     model::sampler::CgroupSample,
     record::GpuView,
-    recorder::live::top::Row,
+    recorder::live::top::{NodeRow, NodeTrend, Row},
     util::{
         term,
         time::{format_wall, wall_now_ns},
@@ -79,6 +79,8 @@ struct Shown {
 
 struct App {
     rows: Vec<Row>,
+    node: Option<NodeRow>,
+    trend: NodeTrend,
     view: GpuView,
     note: Option<String>,
     history: HashMap<String, VecDeque<(i64, u64)>>,
@@ -108,6 +110,7 @@ impl App {
         self.history.retain(|m, _| seen.contains(m));
         self.rows = rows;
         self.view = view;
+        self.node = self.trend.refresh();
     }
 
     fn rate(&self, memcg: &str) -> Option<f64> {
@@ -209,7 +212,9 @@ impl App {
 
     fn draw(&mut self, f: &mut Frame) {
         let shown = self.shown();
-        let gpu_lines = self.view.devices.len() as u16 + u16::from(self.note.is_some());
+        let gpu_lines = self.view.devices.len() as u16
+            + u16::from(self.note.is_some())
+            + u16::from(self.node.is_some());
         let detail_h = if self.detail { 9 } else { 0 };
         let [head, gpus, table, detail] = Layout::vertical([
             Constraint::Length(2),
@@ -239,20 +244,24 @@ impl App {
             ]),
             head,
         );
-        let mut g: Vec<Line> = self
-            .view
-            .devices
-            .iter()
-            .map(|d| {
-                Line::from(format!(
-                    "gpu {}: {} of {} used, {} processes",
-                    d.device,
-                    bytes(d.used),
-                    bytes(d.total),
-                    d.processes.len()
-                ))
-            })
-            .collect();
+        let mut g: Vec<Line> = Vec::new();
+        if let Some(n) = &self.node {
+            let style = if n.oom_in_s.is_some_and(|s| s < WARN_S) {
+                Style::default().fg(Color::Red).add_modifier(Modifier::BOLD)
+            } else {
+                Style::default()
+            };
+            g.push(Line::from(Span::styled(NodeTrend::line(n), style)));
+        }
+        g.extend(self.view.devices.iter().map(|d| {
+            Line::from(format!(
+                "gpu {}: {} of {} used, {} processes",
+                d.device,
+                bytes(d.used),
+                bytes(d.total),
+                d.processes.len()
+            ))
+        }));
         if let Some(n) = &self.note {
             g.push(Line::from(term::escape(n).into_owned()));
         }
@@ -295,6 +304,11 @@ impl App {
                     Cell::from(bytes(r.gpu_nvml)),
                     Cell::from(format!("{:.0}%", r.pressure_pct)),
                     Cell::from(
+                        r.psi_some_avg10
+                            .map(|p| format!("{p:.1}%"))
+                            .unwrap_or_else(|| "-".into()),
+                    ),
+                    Cell::from(
                         term::escape(r.container.as_deref().unwrap_or(if r.kind == "container" {
                             &r.name
                         } else {
@@ -316,7 +330,8 @@ impl App {
             "GROWTH",
             "LIMIT IN",
             "GPU",
-            "PRESS",
+            "USE",
+            "PSI",
             "CONTAINER",
         ])
         .style(Style::default().add_modifier(Modifier::UNDERLINED));
@@ -331,6 +346,7 @@ impl App {
             Constraint::Length(14),
             Constraint::Length(9),
             Constraint::Length(5),
+            Constraint::Length(6),
             Constraint::Min(10),
         ];
         if self.table.selected().is_none() {
@@ -386,9 +402,16 @@ impl App {
             let [line, spark] =
                 Layout::vertical([Constraint::Length(1), Constraint::Min(1)]).areas(inner);
             f.render_widget(Paragraph::new(text), line);
+            // Scaled to the limit, so that the top of the chart is the kill.
+            let max = sel
+                .and_then(|s| s.row.memcg_limit)
+                .map(|l| l / 1024)
+                .filter(|l| *l > 0 && *l < u64::MAX / 2048)
+                .unwrap_or_else(|| data.iter().copied().max().unwrap_or(1));
             f.render_widget(
                 Sparkline::default()
                     .data(&data)
+                    .max(max)
                     .style(Style::default().fg(Color::Cyan)),
                 spark,
             );
@@ -404,6 +427,8 @@ pub fn run(
 ) -> anyhow::Result<()> {
     let mut app = App {
         rows: Vec::new(),
+        node: None,
+        trend: NodeTrend::default(),
         view: GpuView::default(),
         note,
         history: HashMap::new(),

@@ -51,6 +51,49 @@ impl CgroupSample {
 /// Limits at or above this are "no limit" (v1 prints PAGE_COUNTER_MAX pages).
 const UNLIMITED: u64 = 1 << 62;
 
+/// The node's memory: /proc/meminfo's `MemTotal` and `MemAvailable`
+/// (bytes), and PSI `some avg10` of /proc/pressure/memory where the kernel
+/// has PSI.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NodeMemory {
+    /// MemTotal.
+    pub total: u64,
+    /// MemAvailable: what can be had without swapping or killing.
+    pub available: u64,
+    /// PSI `some avg10`, percent.
+    pub psi_some_avg10: Option<f64>,
+}
+
+/// Reads the node's memory (`None` without a readable /proc/meminfo).
+pub fn read_node() -> Option<NodeMemory> {
+    let meminfo = fs::read_to_string("/proc/meminfo").ok()?;
+    let (total, available) = parse_meminfo(&meminfo)?;
+    let psi = fs::read_to_string("/proc/pressure/memory")
+        .ok()
+        .and_then(|t| parse_psi(&t).0);
+    Some(NodeMemory {
+        total,
+        available,
+        psi_some_avg10: psi,
+    })
+}
+
+/// `MemTotal` and `MemAvailable` of /proc/meminfo's text, bytes.
+fn parse_meminfo(text: &str) -> Option<(u64, u64)> {
+    let kb = |key: &str| -> Option<u64> {
+        let rest = text.lines().find_map(|l| l.strip_prefix(key))?;
+        Some(
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()?
+                * 1024,
+        )
+    };
+    Some((kb("MemTotal:")?, kb("MemAvailable:")?))
+}
+
 /// Reads one memory cgroup directory.
 pub fn read_cgroup(dir: &Path, v1: bool, ts_ns: i64) -> Option<CgroupSample> {
     let num =
@@ -217,6 +260,29 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_nodes_memory_is_read_from_this_kernels_meminfo() {
+        // This machine's own file: the keys are there, in kB.
+        let real = fs::read_to_string("/proc/meminfo").unwrap();
+        let (total, available) = parse_meminfo(&real).unwrap();
+        assert!(
+            total > 64 << 20 && available <= total,
+            "{total} {available}"
+        );
+        assert_eq!(
+            parse_meminfo(
+                "MemTotal:       24590440 kB\nMemFree:  1 kB\nMemAvailable:   20000000 kB\n"
+            ),
+            Some((24_590_440 * 1024, 20_000_000 * 1024))
+        );
+        assert_eq!(
+            parse_meminfo("MemTotal: 1 kB\n"),
+            None,
+            "a kernel before 3.14 has no MemAvailable"
+        );
+        assert!(read_node().is_some());
+    }
 
     #[test]
     fn v1_and_v2_files() {

@@ -2,7 +2,7 @@
 //! with its host, memory cgroup and GPU memory, most pressed first. The
 //! plain and the full-screen views both draw these rows.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use serde::Serialize;
 
@@ -13,7 +13,7 @@ use crate::{
         cgroup::CgroupLayout,
         ledger::{AllocKind, LedgerSummary},
         proc,
-        sampler::read_cgroup,
+        sampler::{CgroupSample, NodeMemory, read_cgroup},
     },
     nvml,
     record::GpuView,
@@ -53,8 +53,104 @@ pub struct Row {
     /// GPU memory in live blocks of its caching allocator (PyTorch's,
     /// through its probes), bytes; what it reserved is in `gpu_traced`.
     pub gpu_allocated: Option<u64>,
-    /// How close to its tightest limit, percent (memcg or GPU).
+    /// How close to its tightest limit, percent (memcg or GPU): usage
+    /// over limit, not pressure.
     pub pressure_pct: f64,
+    /// Its memory cgroup's PSI `some avg10`, percent (cgroup v2 only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psi_some_avg10: Option<f64>,
+}
+
+/// The node's memory at one refresh (a JSON line of its own).
+#[derive(Clone, Debug, Serialize)]
+pub struct NodeRow {
+    /// `node`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// MemTotal, bytes.
+    pub mem_total: u64,
+    /// MemAvailable, bytes.
+    pub mem_available: u64,
+    /// PSI `some avg10` of the node, percent, where the kernel has PSI.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psi_some_avg10: Option<f64>,
+    /// Growth of what is in use (MemTotal - MemAvailable), bytes/s, over
+    /// the last refreshes.
+    pub growth_bytes_per_s: Option<f64>,
+    /// Seconds until MemAvailable is gone at that rate, when growing.
+    pub oom_in_s: Option<f64>,
+}
+
+/// The node's memory over the refreshes of one `top`: for its growth rate
+/// and the time until it runs out.
+#[derive(Default)]
+pub struct NodeTrend {
+    history: VecDeque<(i64, u64)>,
+}
+
+impl NodeTrend {
+    /// Samples kept (a window of [`crate::correlate::warning::RATE_WINDOW_NS`] is used).
+    const KEPT: usize = 300;
+
+    /// The node now, with its trend.
+    pub fn refresh(&mut self) -> Option<NodeRow> {
+        let n = crate::model::sampler::read_node()?;
+        Some(self.take(wall_now_ns(), n))
+    }
+
+    fn take(&mut self, ts_ns: i64, n: NodeMemory) -> NodeRow {
+        let used = n.total.saturating_sub(n.available);
+        self.history.push_back((ts_ns, used));
+        if self.history.len() > Self::KEPT {
+            self.history.pop_front();
+        }
+        let since = ts_ns - crate::correlate::warning::RATE_WINDOW_NS;
+        let samples: Vec<CgroupSample> = self
+            .history
+            .iter()
+            .filter(|(t, _)| *t >= since)
+            .map(|&(ts_ns, usage_bytes)| CgroupSample {
+                ts_ns,
+                usage_bytes,
+                ..Default::default()
+            })
+            .collect();
+        let rate = crate::correlate::warning::growth_rate(&samples);
+        NodeRow {
+            kind: "node",
+            mem_total: n.total,
+            mem_available: n.available,
+            psi_some_avg10: n.psi_some_avg10,
+            growth_bytes_per_s: rate,
+            oom_in_s: rate.filter(|r| *r > 0.0).map(|r| n.available as f64 / r),
+        }
+    }
+
+    /// The node's line in `top`.
+    pub fn line(n: &NodeRow) -> String {
+        use crate::util::units::bytes;
+        let used = n.mem_total.saturating_sub(n.mem_available);
+        let trend = match (n.growth_bytes_per_s, n.oom_in_s) {
+            (Some(r), Some(s)) => format!(
+                "; growing {}/s: node out of memory in ~{s:.0} s",
+                bytes(r as u64)
+            ),
+            (Some(r), None) if r < -1024.0 => format!("; shrinking {}/s", bytes(-r as u64)),
+            (Some(_), None) => "; not growing".into(),
+            (None, _) => String::new(),
+        };
+        let psi = n
+            .psi_some_avg10
+            .map(|p| format!("; PSI some {p:.1}%"))
+            .unwrap_or_else(|| "; no PSI in this kernel".into());
+        format!(
+            "node: {} of {} in use ({:.0}%), {} available{trend}{psi}",
+            bytes(used),
+            bytes(n.mem_total),
+            pct(used, Some(n.mem_total)),
+            bytes(n.mem_available)
+        )
+    }
 }
 
 /// Traced figures from the recorder's latest ledger snapshots.
@@ -117,13 +213,13 @@ pub fn snapshot(
         .as_ref()
         .map(|s| gpuview::build(s, &model, None, traced, &crate::model::proc::LiveProc, now))
         .unwrap_or_default();
-    let memcg = |path: &Option<String>| -> (Option<u64>, Option<u64>) {
+    let memcg = |path: &Option<String>| -> (Option<u64>, Option<u64>, Option<f64>) {
         let Some(dir) = path.as_deref().and_then(|p| layout.memcg_dir(p)) else {
-            return (None, None);
+            return (None, None, None);
         };
         match read_cgroup(&dir, v1, now) {
-            Some(s) => (Some(s.usage_bytes), s.limit_bytes),
-            None => (None, None),
+            Some(s) => (Some(s.usage_bytes), s.limit_bytes, s.psi_some_avg10),
+            None => (None, None, None),
         }
     };
     // Processes: every one on a GPU, and the largest by RSS.
@@ -147,7 +243,7 @@ pub fn snapshot(
             .iter()
             .map(|(d, _)| pct(d.used, Some(d.total)))
             .fold(0.0, f64::max);
-        let (usage, limit) = memcg(&p.memcg);
+        let (usage, limit, psi) = memcg(&p.memcg);
         let traced: Option<u64> = if on_gpu.is_empty() {
             None
         } else {
@@ -172,6 +268,7 @@ pub fn snapshot(
                 .and_then(|l| l.allocator.as_ref())
                 .map(|a| a.allocated),
             pressure_pct: pct(usage.unwrap_or(0), limit).max(gpu_pct),
+            psi_some_avg10: psi,
         });
     }
     // Containers: processes grouped by container (or memory cgroup).
@@ -197,6 +294,7 @@ pub fn snapshot(
         // Processes of one container share its memory cgroup, or its parent.
         if g.memcg_usage.is_none() {
             (g.memcg_usage, g.memcg_limit) = (r.memcg_usage, r.memcg_limit);
+            g.psi_some_avg10 = r.psi_some_avg10;
             g.memcg = r.memcg.clone();
         }
         g.pressure_pct = g.pressure_pct.max(r.pressure_pct);
@@ -232,4 +330,50 @@ pub fn snapshot(
     shown.sort_by(by_pressure);
     containers.extend(shown);
     (containers, view)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_node_row_says_when_memory_runs_out_at_its_growth_rate() {
+        const GIB: u64 = 1 << 30;
+        let mut t = NodeTrend::default();
+        let t0 = 1_750_000_000_000_000_000i64;
+        // 22 GiB in use of 24, growing 40 MiB/s.
+        let mut row = None;
+        for i in 0..6u64 {
+            let used = 22 * GIB + i * 40 * (1 << 20);
+            row = Some(t.take(
+                t0 + i as i64 * 1_000_000_000,
+                NodeMemory {
+                    total: 24 * GIB,
+                    available: 24 * GIB - used,
+                    psi_some_avg10: Some(3.5),
+                },
+            ));
+        }
+        let row = row.unwrap();
+        let rate = row.growth_bytes_per_s.unwrap();
+        assert!((rate - 40.0 * (1 << 20) as f64).abs() < 1024.0, "{rate}");
+        // 2 GiB - 200 MiB left at 40 MiB/s: 46 s.
+        assert_eq!(row.oom_in_s.map(|s| s.round()), Some(46.0));
+        let line = NodeTrend::line(&row);
+        assert!(line.contains("node out of memory in ~46 s"), "{line}");
+        assert!(line.contains("PSI some 3.5%"), "{line}");
+        // A node that is not growing has no time to OOM.
+        let mut flat = NodeTrend::default();
+        for i in 0..3 {
+            let r = flat.take(
+                t0 + i * 1_000_000_000,
+                NodeMemory {
+                    total: 24 * GIB,
+                    available: 2 * GIB,
+                    psi_some_avg10: None,
+                },
+            );
+            assert_eq!(r.oom_in_s, None);
+        }
+    }
 }
