@@ -752,6 +752,40 @@ impl Scenario {
     }
 }
 
+/// Debian's headless Chromium, or `None` where it is not installed (never
+/// in CI: there that fails).
+pub fn chromium() -> Option<PathBuf> {
+    let p = PathBuf::from("/usr/bin/chromium");
+    if p.exists() {
+        return Some(p);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "chromium missing: cargo xtask setup installs it"
+    );
+    eprintln!("skipped: no chromium (cargo xtask setup)");
+    None
+}
+
+/// The DOM headless `chromium` builds of the page at `page`, with its
+/// profile in `profile`.
+pub fn browser_dom(chromium: &Path, page: &Path, profile: &Path) -> String {
+    let out = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("run chromium");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).expect("a DOM in UTF-8")
+}
+
 /// A running `tracer record`, stopped with SIGINT on drop.
 pub struct Recorder {
     child: Option<Child>,

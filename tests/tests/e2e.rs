@@ -1181,7 +1181,7 @@ fn saved_logs_that_cannot_be_explained_say_why() {
                 b"[    0.000000] Linux version 6.18.0 (gcc 14.2.0)\n[    1.234567] EXT4-fs (vda1): mounted filesystem\n",
             ),
             1,
-            "no kills in",
+            "no OOM kills in",
         ),
         (
             dir.path().join("missing.log").to_str().unwrap().to_string(),
@@ -1347,7 +1347,7 @@ fn explain_reads_the_kernel_messages_of_a_saved_journal() {
     assert_eq!(recent.status.code(), Some(1), "{recent:?}");
     assert!(
         String::from_utf8_lossy(&recent.stderr)
-            .contains("no kills in the last 1h in the journal in")
+            .contains("no OOM kills in the last 1h in the journal in")
     );
     let empty = dir.path().join("empty");
     fs::create_dir(&empty).unwrap();

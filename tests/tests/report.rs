@@ -7,22 +7,9 @@
 
 use std::{path::PathBuf, process::Command, time::Duration};
 
-use tracer_e2e::{Proc, Recorder, Scenario, TestCgroup, explain_json, tracer};
+use tracer_e2e::{Proc, Recorder, Scenario, TestCgroup, chromium, explain_json, tracer};
 
 const MIB: u64 = 1 << 20;
-
-fn chromium() -> Option<PathBuf> {
-    let p = PathBuf::from("/usr/bin/chromium");
-    if p.exists() {
-        return Some(p);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "chromium missing: cargo xtask setup installs it"
-    );
-    eprintln!("skipped: no chromium (cargo xtask setup)");
-    None
-}
 
 /// The opening tag of the element with `id` in `dom`.
 fn tag<'a>(dom: &'a str, id: &str) -> Option<&'a str> {

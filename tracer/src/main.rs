@@ -13,6 +13,12 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false)
+        // Colour only for a person at a terminal: a journal, a file or a
+        // pipe gets plain text (and NO_COLOR turns it off anywhere).
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        )
         // A closed or full stderr must not panic the recorder (the default
         // reports a failed write with eprintln!, which panics then).
         .log_internal_errors(false)

@@ -4,7 +4,10 @@ use std::{process::ExitCode, time::Duration};
 
 use anyhow::Context as _;
 
-use super::{Format, StoreArg};
+use super::{
+    Format, StoreArg,
+    kills::{KillFilter, KillerArg, Subject},
+};
 use crate::{
     collect::kmsg,
     correlate::kill_from_report,
@@ -20,9 +23,19 @@ use crate::{
 pub struct ExplainArgs {
     #[command(flatten)]
     store: StoreArg,
-    /// Every kill in the window, not only the latest.
+    #[command(flatten)]
+    filter: KillFilter,
+    /// Every kill in the window, not only the latest; a crash loop's
+    /// kills are shown once, as its latest (text).
     #[arg(long)]
     pub all: bool,
+    /// Frames shown of each stack in text (growth sites, the tipping
+    /// allocation, device memory by stack); JSON has them all.
+    #[arg(long, value_name = "N", default_value_t = crate::explain::DEFAULT_DEPTH, value_parser = depth)]
+    pub depth: usize,
+    /// With --all: every kill of a crash loop, not only its latest.
+    #[arg(long, requires = "all")]
+    pub each: bool,
     /// Only kills this recent (e.g. 10m, 6h, 2d).
     #[arg(long, value_parser = super::parse_duration)]
     pub since: Option<Duration>,
@@ -64,6 +77,14 @@ pub struct ExplainArgs {
     /// profile in pprof's format (gzipped protobuf).
     #[arg(long, value_name = "PATH", requires = "gpu_oom")]
     pub pprof: Option<std::path::PathBuf>,
+}
+
+/// `--depth`: 1 to 256 frames.
+fn depth(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n @ 1..=256) => Ok(n),
+        _ => Err(format!("{s:?}: give a number of frames from 1 to 256")),
+    }
 }
 
 /// What a kernel log gave: its kills, latest first, and its Xid lines.
@@ -370,20 +391,37 @@ fn user_kill_record(u: &crate::collect::logfile::LogUserKill) -> crate::record::
     }
 }
 
+/// Kills left out by a filter or a limit, counted by killer.
+pub(super) type Others = std::collections::BTreeMap<&'static str, usize>;
+
 /// The explanations of the kills `store` holds since `since_ns` (of
-/// `pid`, at most `limit`, latest first), each record passed through
-/// `prepare` first; a damaged record is said and left out.
+/// `pid`, that `filter` passes, at most `limit`, latest first), each
+/// record passed through `prepare` first, and the other kills of the
+/// window; a damaged record is said and left out.
 pub(super) fn stored(
     store: &Store,
     since_ns: i64,
     pid: Option<u32>,
+    filter: &KillFilter,
     limit: usize,
     prepare: impl Fn(crate::record::KillRecord) -> crate::record::KillRecord,
-) -> anyhow::Result<Vec<Explanation>> {
+) -> anyhow::Result<(Vec<Explanation>, Others)> {
     let sessions = store.sessions()?;
     let (kills, damaged) = store
-        .kills_lenient(since_ns, pid, limit.min(i64::MAX as usize))
+        .kills_lenient(since_ns, pid, i64::MAX as usize)
         .context("reading kills")?;
+    let mut others = Others::new();
+    let (mut shown, mut left) = (Vec::new(), 0);
+    for (id, k) in kills {
+        if shown.len() < limit && filter.matches(&Subject::of_kill(&k)) {
+            shown.push((id, k));
+        } else {
+            left += 1;
+            *others.entry(k.killer.name()).or_default() += 1;
+        }
+    }
+    debug_assert_eq!(left, others.values().sum::<usize>());
+    let kills = shown;
     for (id, why) in &damaged {
         say!(
             "tracer: kill record {id} in {} is damaged and left out: {}",
@@ -393,7 +431,10 @@ pub(super) fn stored(
     }
     let mut out = Vec::with_capacity(kills.len());
     for (id, k) in kills {
-        let drops = store.drops_between(k.ts_ns - 60_000_000_000, k.ts_ns + 5_000_000_000)?;
+        // Losses in the minute before the kill (each drop row spans the
+        // interval its losses came in): what came after cannot have
+        // changed what is known of it.
+        let drops = store.drops_between(k.ts_ns - 60_000_000_000, k.ts_ns)?;
         // A kill a session recorded itself had that recorder running;
         // for one found in the kernel log later, the sessions tell.
         let cover = match k.session_id {
@@ -416,34 +457,84 @@ pub(super) fn stored(
         e.join_incident(near.iter().map(|(id, k)| (Some(*id), k)));
         out.push(e);
     }
-    Ok(out)
+    Ok((out, others))
+}
+
+/// The filter a command that shows one kill applies: without --pid or
+/// --all, an OOM killer's kills unless another killer is asked for.
+pub(super) fn effective(filter: &KillFilter, pid: Option<u32>, all: bool) -> KillFilter {
+    match (pid, all) {
+        (None, false) => filter.or_killer(KillerArg::Oom),
+        _ => filter.clone(),
+    }
+}
+
+/// Says how many kills of `source` were not shown, and how to see them.
+pub(super) fn say_others(others: &Others, source: &str, window: &str, from_store: bool) {
+    let n: usize = others.values().sum();
+    if n == 0 {
+        return;
+    }
+    let by: Vec<String> = others
+        .iter()
+        .map(|(k, n)| {
+            format!(
+                "{n} {}",
+                if *k == "process" {
+                    "SIGKILL from a process"
+                } else {
+                    k
+                }
+            )
+        })
+        .collect();
+    let how = if from_store {
+        "`tracer kills` lists them; `tracer explain --killer any` shows the latest of any kind"
+    } else {
+        "`--all --killer any` shows them"
+    };
+    say!(
+        "tracer: {n} other kill(s) in {}{window} not shown ({}): {how}",
+        term::escape(source),
+        by.join(", ")
+    );
 }
 
 /// Runs `explain`.
 pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     let (since_ns, limit) = super::window(args.since, args.all);
-    if args.gpu_oom {
-        return gpu_ooms(&args, since_ns, limit);
+    args.filter.check()?;
+    crate::explain::set_depth(args.depth);
+    let filter = effective(&args.filter, args.pid, args.all);
+    if filter.killer == Some(KillerArg::Gpu) && (args.log.is_some() || args.journal || args.kmsg) {
+        anyhow::bail!(
+            "--killer gpu: CUDA out-of-memory errors are recorded by `tracer record --cuda`, they are not in a kernel log"
+        );
+    }
+    if args.gpu_oom || filter.killer == Some(KillerArg::Gpu) {
+        return gpu_ooms(&args, &filter, since_ns, limit);
     }
     if args.xid {
         return xids(&args, since_ns, limit);
     }
     // A kernel log's kills, each with the rest of its incident.
-    let from_log = |all: Vec<crate::record::KillRecord>| -> Vec<Explanation> {
+    let from_log = |all: Vec<crate::record::KillRecord>| -> (Vec<Explanation>, Others) {
         let incidents = crate::explain::Incidents::new(&all);
-        all.iter()
-            // A kill whose time cannot be read is in every window.
-            .filter(|k| {
-                (k.ts_ns >= since_ns || k.time_unreadable)
-                    && args.pid.is_none_or(|p| p == k.victim.pid)
-            })
-            .take(limit)
-            .map(|k| {
-                let mut e = explain(None, printable_if(&args, k.clone()), Vec::new(), None);
-                incidents.join(&mut e);
-                e
-            })
-            .collect()
+        let mut others = Others::new();
+        let mut found = Vec::new();
+        // A kill whose time cannot be read is in every window.
+        for k in all.iter().filter(|k| {
+            (k.ts_ns >= since_ns || k.time_unreadable) && args.pid.is_none_or(|p| p == k.victim.pid)
+        }) {
+            if found.len() >= limit || !filter.matches(&Subject::of_kill(k)) {
+                *others.entry(k.killer.name()).or_default() += 1;
+                continue;
+            }
+            let mut e = explain(None, printable_if(&args, k.clone()), Vec::new(), None);
+            incidents.join(&mut e);
+            found.push(e);
+        }
+        (found, others)
     };
     let (mut faults, mut units) = (0, Vec::new());
     let mut from_log = |log: FromLog| {
@@ -451,7 +542,7 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         units = log.units;
         from_log(log.kills)
     };
-    let found: Vec<Explanation> = if let Some(path) = &args.log {
+    let (found, others): (Vec<Explanation>, Others) = if let Some(path) = &args.log {
         from_log(kills_from_log(path)?)
     } else if args.journal {
         from_log(kills_from_journal(args.journal_dir.as_deref(), args.since)?)
@@ -470,15 +561,20 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     } else {
         let store = Store::open_ro(&args.store.path)?;
         say_if_spilled(&args.store.path);
-        stored(&store, since_ns, args.pid, limit, |k| {
+        stored(&store, since_ns, args.pid, &filter, limit, |k| {
             printable_if(&args, k)
         })?
     };
     let source = source_name(&args);
-    let what = match args.pid {
-        Some(p) => format!("no kill of pid {p}"),
-        None => "no kills".to_string(),
+    let kind = match filter.killer {
+        Some(KillerArg::Oom) if args.filter.killer.is_none() => "OOM kill",
+        _ => "kill",
     };
+    let what = match args.pid {
+        Some(p) => format!("no {kind} of pid {p}"),
+        None => format!("no {kind}s"),
+    };
+    let what = format!("{what}{}", args.filter.said());
     let window = args
         .since
         .map(|d| format!(" in the last {}", humantime::format_duration(d)))
@@ -495,12 +591,76 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
             units.join(", ")
         ));
     }
-    output(
+    let found = fold_loops(&args, found);
+    let code = output(
         &args,
         &found,
         &format!("{what}{window} in {source}{faults}"),
-        render_text,
-    )
+        |s: &Shown| match &s.repeats {
+            Some(r) => format!("{}{r}\n", render_text(&s.e)),
+            None => render_text(&s.e),
+        },
+    )?;
+    say_others(
+        &others,
+        &source,
+        &window,
+        !(args.log.is_some() || args.journal || args.kmsg),
+    );
+    Ok(code)
+}
+
+/// A kill as `explain` shows it, with the rest of its crash loop.
+#[derive(serde::Serialize)]
+#[serde(transparent)]
+struct Shown {
+    e: Explanation,
+    /// The line that says how many times it was killed, in text only.
+    #[serde(skip)]
+    repeats: Option<String>,
+}
+
+/// With --all, as text: a crash loop's kills as its latest one, with a
+/// line saying how many there were (--each, or JSON: every kill).
+fn fold_loops(args: &ExplainArgs, found: Vec<Explanation>) -> Vec<Shown> {
+    if !args.all || args.each || args.format == Format::Json {
+        return found
+            .into_iter()
+            .map(|e| Shown { e, repeats: None })
+            .collect();
+    }
+    use crate::explain::loops;
+    let groups = loops::loops(
+        &found,
+        |e| loops::key(&e.kill, e.verdict.cause),
+        |e| e.kill.ts_ns,
+    );
+    let mut slots: Vec<Option<Explanation>> = found.into_iter().map(Some).collect();
+    groups
+        .into_iter()
+        .map(|g| {
+            let latest = slots[g[0]].take().expect("each kill in one group");
+            let repeats = (g.len() > 1).then(|| {
+                let first = slots[*g.last().expect("never empty")]
+                    .as_ref()
+                    .map_or(latest.kill.ts_ns, |e| e.kill.ts_ns);
+                let ids: Vec<String> = g[1..]
+                    .iter()
+                    .filter_map(|&i| slots[i].as_ref()?.id.map(|id| id.to_string()))
+                    .collect();
+                format!(
+                    "  crash loop: {} up to this one, the same verdict each time{} (--each shows every one)",
+                    loops::span(g.len(), first, latest.kill.ts_ns),
+                    match ids.len() {
+                        0 => String::new(),
+                        n if n <= 8 => format!("; the others are kills {}", ids.join(", ")),
+                        n => format!("; the others are kills {} and {} more", ids[..8].join(", "), n - 8),
+                    }
+                )
+            });
+            Shown { e: latest, repeats }
+        })
+        .collect()
 }
 
 /// What `explain` read, as its messages name it.
@@ -633,12 +793,23 @@ fn say_if_spilled(store: &std::path::Path) {
     }
 }
 
-fn gpu_ooms(args: &ExplainArgs, since_ns: i64, limit: usize) -> anyhow::Result<ExitCode> {
+fn gpu_ooms(
+    args: &ExplainArgs,
+    filter: &KillFilter,
+    since_ns: i64,
+    limit: usize,
+) -> anyhow::Result<ExitCode> {
     use crate::explain::gpu::{GpuOomExplanation, render, verdict};
     let store = Store::open_ro(&args.store.path)?;
+    let filter = KillFilter {
+        killer: Some(KillerArg::Gpu),
+        ..filter.clone()
+    };
     let found: Vec<GpuOomExplanation> = store
-        .gpu_ooms(since_ns, args.pid, limit)?
+        .gpu_ooms(since_ns, args.pid, i64::MAX as usize)?
         .into_iter()
+        .filter(|(_, r)| filter.matches(&Subject::of_gpu_oom(r)))
+        .take(limit)
         .map(|(id, r)| {
             let r = printable_if(args, r);
             GpuOomExplanation {

@@ -6,6 +6,7 @@ pub mod doctor;
 pub mod events;
 pub mod explain;
 pub mod growth;
+pub mod kills;
 pub mod record;
 pub mod report;
 pub mod top;
@@ -40,6 +41,8 @@ pub enum Command {
     Growth(growth::GrowthArgs),
     /// Explain the latest OOM kill, or every kill in a window.
     Explain(explain::ExplainArgs),
+    /// One line per kill (time, killer, victim, where, memory, verdict), crash loops grouped.
+    Kills(kills::KillsArgs),
     /// Write kills as a self-contained HTML page: the explanation, memory over time against the limit, the cgroup's tasks, GPU timelines, where memory grew.
     Report(report::ReportArgs),
     /// Processes and containers with host and GPU memory, live, closest to a limit first.
@@ -84,6 +87,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Attach(a) => attach::run(a),
         Command::Growth(a) => growth::run(a),
         Command::Explain(a) => explain::run(a),
+        Command::Kills(a) => kills::run(a),
         Command::Report(a) => report::run(a),
         Command::Events(a) => events::run(a),
         Command::Top(a) => top::run(a),

@@ -15,6 +15,8 @@ use crate::{
 pub struct ReportArgs {
     #[command(flatten)]
     store: StoreArg,
+    #[command(flatten)]
+    filter: super::kills::KillFilter,
     /// Write the page here (created 0600: it holds command lines).
     #[arg(long, value_name = "FILE")]
     pub html: PathBuf,
@@ -68,12 +70,15 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let store = Store::open_ro(&args.store.path)?;
     // Redacted before it is explained: the verdict quotes command lines.
     let redactor = (!args.no_redact).then(|| crate::export::redact::Redactor::new(&args.redact));
-    let found = super::explain::stored(&store, since_ns, args.pid, limit, |mut k| {
-        if let Some(r) = &redactor {
-            redact_kill(r, &mut k);
-        }
-        k
-    })?;
+    args.filter.check()?;
+    let filter = super::explain::effective(&args.filter, args.pid, args.all);
+    let (found, _) =
+        super::explain::stored(&store, since_ns, args.pid, &filter, limit, |mut k| {
+            if let Some(r) = &redactor {
+                redact_kill(r, &mut k);
+            }
+            k
+        })?;
     if found.is_empty() {
         crate::say!(
             "tracer: no kills{} in {}: no report written",

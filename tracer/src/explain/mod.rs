@@ -2,11 +2,13 @@
 //! text or JSON, with a short verdict and everything that is not known.
 
 pub mod gpu;
+pub mod loops;
 mod text;
 pub mod xid;
 
+pub(crate) use text::one_line;
 use text::*;
-pub use text::{frame_chain, render_text};
+pub use text::{DEFAULT_DEPTH, frame_chain, render_text, set_depth};
 
 use std::fmt::Write as _;
 
@@ -248,16 +250,36 @@ pub fn owner_tag(owner: Option<&crate::model::cgroup::Owner>) -> String {
         .unwrap_or_default()
 }
 
-/// Growth of the memcg over the lead-up: (first, last, bytes per second).
+/// Growth of the memcg up to the kill: (first, last, bytes per second).
+/// It starts after the lead-up's last fall (the previous kill of a crash
+/// loop, a restart: what came before it was another life), and ends at the
+/// kernel's own figure at the kill where its report gave one (a burst
+/// shorter than the sampling period shows there, not in the samples).
 pub fn growth(k: &KillRecord) -> Option<(u64, u64, f64)> {
-    let first = k.leadup.first()?;
-    let last = k.leadup.last()?;
-    let dt = (last.ts_ns - first.ts_ns) as f64 / 1e9;
+    let samples = &k.leadup;
+    // A fall of a quarter or more of what was charged.
+    let start = (1..samples.len())
+        .rev()
+        .find(|&i| samples[i].usage_bytes * 4 < samples[i - 1].usage_bytes * 3)
+        .unwrap_or(0);
+    let first = samples.get(start)?;
+    let at_kill = k
+        .memcg
+        .as_ref()
+        .filter(|m| m.source == FiguresFrom::Kmsg)
+        .and_then(|m| m.usage_bytes)
+        .filter(|_| k.ts_ns > first.ts_ns);
+    let (last_ns, last) = match (at_kill, samples.last()) {
+        (Some(u), _) => (k.ts_ns, u),
+        (None, Some(s)) => (s.ts_ns, s.usage_bytes),
+        (None, None) => return None,
+    };
+    let dt = (last_ns - first.ts_ns) as f64 / 1e9;
     (dt > 0.0).then(|| {
         (
             first.usage_bytes,
-            last.usage_bytes,
-            (last.usage_bytes as f64 - first.usage_bytes as f64) / dt,
+            last,
+            (last as f64 - first.usage_bytes as f64) / dt,
         )
     })
 }
@@ -572,6 +594,48 @@ pub fn explain(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn growth_leaves_out_the_previous_kill_and_ends_at_the_kernels_figure() {
+        const MIB: u64 = 1 << 20;
+        let t0 = 1_750_000_000_000_000_000i64;
+        let sample = |s: i64, mib: u64| crate::model::sampler::CgroupSample {
+            ts_ns: t0 + s * 1_000_000_000,
+            usage_bytes: mib * MIB,
+            ..Default::default()
+        };
+        // A crash loop: the previous life grew to 100 MiB and was killed
+        // at +4 s; this one grew 10 MiB/s from +5 s.
+        let mut k = KillRecord {
+            ts_ns: t0 + 9_000_000_000,
+            leadup: vec![
+                sample(0, 60),
+                sample(2, 80),
+                sample(4, 100),
+                sample(5, 5),
+                sample(7, 25),
+                sample(8, 35),
+            ],
+            ..Default::default()
+        };
+        let (a, b, rate) = growth(&k).unwrap();
+        assert_eq!((a, b), (5 * MIB, 35 * MIB));
+        assert!((rate - 10.0 * MIB as f64).abs() < 1.0, "{rate}");
+        // The kernel's report at the kill: a burst after the last sample.
+        k.memcg = Some(crate::record::MemcgAtKill {
+            path: "/job".into(),
+            usage_bytes: Some(100 * MIB),
+            limit_bytes: Some(100 * MIB),
+            source: FiguresFrom::Kmsg,
+            ..Default::default()
+        });
+        let (a, b, rate) = growth(&k).unwrap();
+        assert_eq!((a, b), (5 * MIB, 100 * MIB));
+        assert!((rate - 23.75 * MIB as f64).abs() < 1.0, "{rate}");
+        // Only a sample's figure is not the kernel's: the samples decide.
+        k.memcg.as_mut().unwrap().source = FiguresFrom::Sample;
+        assert_eq!(growth(&k).unwrap().1, 35 * MIB);
+    }
     use crate::record::{Killer, MemcgAtKill, Victim, VictimMemory};
 
     fn task(pid: u32, rss_kb: u64, victim: bool) -> TaskAtKill {

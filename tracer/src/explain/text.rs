@@ -55,19 +55,32 @@ pub(super) fn render_heap(o: &mut String, h: &crate::record::HeapSnapshot, kill_
     }
 }
 
-/// `f (file:line) <- caller <- ...`: up to four frames, none past `main`
+/// Frames a text stack shows (`explain --depth`).
+static DEPTH: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(DEFAULT_DEPTH);
+
+/// Frames a text stack shows unless told otherwise.
+pub const DEFAULT_DEPTH: usize = 4;
+
+/// Sets how many frames text stacks show from now on (at least 1): a
+/// display setting of this process, as a terminal's width is.
+pub fn set_depth(frames: usize) {
+    DEPTH.store(frames.max(1), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// `f (file:line) <- caller <- ...`: up to four frames (`set_depth`), none past `main`
 /// (the C runtime's start-up frames say nothing). Where the stack has
 /// Python frames: the frame that allocated, then the first Python frames,
 /// each with its file and line (the interpreter's own frames between say
 /// nothing to the person who wrote the script).
 pub fn frame_chain(frames: &[crate::stacks::symbols::Frame]) -> String {
+    let depth = DEPTH.load(std::sync::atomic::Ordering::Relaxed);
     let mut names = Vec::new();
     if let Some(first) = frames.iter().position(|f| f.python) {
         let mut shown: Vec<String> = Vec::new();
         if first > 0 {
             shown.push(frames[0].label());
         }
-        let room = 4 - shown.len();
+        let room = depth.saturating_sub(shown.len()).max(1);
         shown.extend(
             frames[first..]
                 .iter()
@@ -82,7 +95,7 @@ pub fn frame_chain(frames: &[crate::stacks::symbols::Frame]) -> String {
         );
         return names.join(" <- ");
     }
-    for (i, f) in frames.iter().take(4).enumerate() {
+    for (i, f) in frames.iter().take(depth).enumerate() {
         let name = if i == 0 { f.label() } else { f.short() };
         names.push(crate::util::term::escape(&name).into_owned());
         if f.function.as_deref() == Some("main") {
@@ -365,7 +378,9 @@ pub fn render_text(e: &Explanation) -> String {
             pid_text(t.task.pid)
         );
     }
-    if let Some(m) = &k.memcg {
+    if let Some(m) = k.memcg.as_ref().filter(|m| {
+        m.source != FiguresFrom::Sample || m.usage_bytes.is_some() || m.limit_bytes.is_some()
+    }) {
         let limit = m
             .limit_bytes
             .map(|l| format!(" of limit {}", bytes(l)))
@@ -383,6 +398,15 @@ pub fn render_text(e: &Explanation) -> String {
         let _ = writeln!(
             o,
             "  memcg      {}: usage {usage}{limit}{fail} ({src})",
+            m.path
+        );
+    } else if let Some(m) = &k.memcg {
+        // Not sampled before the kill (made a moment before), and no
+        // kernel report joined: nothing is known of its figures, not even
+        // whether it had a limit.
+        let _ = writeln!(
+            o,
+            "  memcg      {}: usage and limit not known (no sample of it before the kill, and no kernel report)",
             m.path
         );
     }

@@ -72,28 +72,13 @@ pub struct KillKey {
 /// The `killer` label of a kill: the kernel, a userspace OOM killer known
 /// by its name, or another process.
 pub fn killer_name(k: &KillRecord) -> &'static str {
-    match k.killer.kind {
-        crate::record::KillerKind::KernelOom => "kernel_oom",
-        crate::record::KillerKind::Userspace => {
-            match k.killer.sender.as_ref().map(|s| s.comm.as_str()) {
-                Some("systemd-oomd") => "systemd_oomd",
-                Some("kubelet") => "kubelet",
-                Some("earlyoom") => "earlyoom",
-                _ => "process",
-            }
-        }
-    }
+    k.killer.name()
 }
 
 impl KillKey {
     /// The series a stored kill counts in.
     pub fn of(k: &KillRecord) -> Self {
-        let cgroup = k
-            .memcg
-            .as_ref()
-            .map(|m| m.path.clone())
-            .or_else(|| k.victim.memcg.clone())
-            .unwrap_or_default();
+        let cgroup = k.cgroup().unwrap_or_default().to_string();
         let owner = k.victim.owner.as_ref();
         let kube = owner.and_then(|o| o.kube.clone());
         let cgroup = match &kube {

@@ -425,6 +425,42 @@ pub struct KillRecord {
     pub warning: Option<super::warning::PressureEvent>,
 }
 
+impl Killer {
+    /// Who killed, in a word: `kernel_oom`, a userspace OOM killer known
+    /// by its name (`systemd_oomd`, `kubelet`, `earlyoom`), or `process`
+    /// (a SIGKILL from any other process, or one the kernel generated for
+    /// the victim itself).
+    pub fn name(&self) -> &'static str {
+        match self.kind {
+            KillerKind::KernelOom => "kernel_oom",
+            KillerKind::Userspace => match self.sender.as_ref().map(|s| s.comm.as_str()) {
+                Some("systemd-oomd") => "systemd_oomd",
+                Some("kubelet") => "kubelet",
+                Some("earlyoom") => "earlyoom",
+                _ => "process",
+            },
+        }
+    }
+
+    /// Whether an OOM killer killed: the kernel's, or a userspace one
+    /// that acts on memory pressure (systemd-oomd, earlyoom, kubelet's
+    /// eviction), not a plain `kill -9`.
+    pub fn is_oom(&self) -> bool {
+        self.name() != "process"
+    }
+}
+
+impl KillRecord {
+    /// Its memory cgroup: the one the kernel named at the kill, else the
+    /// victim's own.
+    pub fn cgroup(&self) -> Option<&str> {
+        self.memcg
+            .as_ref()
+            .map(|m| m.path.as_str())
+            .or(self.victim.memcg.as_deref())
+    }
+}
+
 /// Userspace kills by one sender in one memory cgroup, folded into one
 /// record because they came faster than kills are recorded one by one.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -336,11 +336,39 @@ fn utc_offset() -> String {
     format!("{sign}{:02}:{:02}", off.abs() / 3600, off.abs() % 3600 / 60)
 }
 
-fn kill_section(p: &KillPage) -> Markup {
-    let e = &p.explanation;
-    let k = &e.kill;
+/// From this many kills on, a page has an index and each kill's section
+/// is kept under [`KILL_BUDGET`] bytes.
+pub const BUDGET_FROM: usize = 10;
+/// Bytes a kill's section may take in a page of many kills.
+pub const KILL_BUDGET: usize = 48 * 1024;
+
+/// What a kill's section holds; parts are left out, in this order, to keep
+/// it under its budget.
+#[derive(Clone, Copy)]
+struct Parts {
+    flame: bool,
+    charts: bool,
+    /// The explanation's text, cut at this many bytes.
+    text_max: Option<usize>,
+}
+
+impl Parts {
+    const ALL: Parts = Parts {
+        flame: true,
+        charts: true,
+        text_max: None,
+    };
+}
+
+/// The id of a kill's section.
+fn section_id(e: &Explanation) -> String {
+    e.id.map(|i| format!("kill-{i}"))
+        .unwrap_or_else(|| format!("kill-pid-{}", e.kill.victim.pid))
+}
+
+fn kill_title(k: &KillRecord) -> String {
     let v = &k.victim;
-    let title = format!(
+    format!(
         "{} (pid {}) killed {}",
         v.comm,
         v.pid,
@@ -351,43 +379,178 @@ fn kill_section(p: &KillPage) -> Markup {
         } else {
             format!("{:.6} s after boot", k.ts_ns as f64 / 1e9)
         }
-    );
-    let id =
-        e.id.map(|i| format!("kill-{i}"))
-            .unwrap_or_else(|| format!("kill-pid-{}", v.pid));
+    )
+}
+
+/// A kill's section, open or folded; with a budget, parts are left out
+/// (and said to be) until it fits.
+fn kill_section(p: &KillPage, open: bool, budget: Option<usize>) -> Markup {
+    let full = kill_section_with(p, open, Parts::ALL, &[]);
+    let Some(budget) = budget else {
+        return full;
+    };
+    if full.0.len() <= budget {
+        return full;
+    }
+    let mut parts = Parts::ALL;
+    let mut left = Vec::new();
+    for step in 0..3 {
+        match step {
+            0 => {
+                parts.flame = false;
+                left.push("the flame graph of where its memory grew");
+            }
+            1 => {
+                parts.charts = false;
+                left.push("the charts of its cgroup, tasks and GPUs");
+            }
+            _ => {
+                // What the rest takes, and the text gets what is left.
+                let bare = kill_section_with(
+                    p,
+                    open,
+                    Parts {
+                        text_max: Some(0),
+                        ..parts
+                    },
+                    &left,
+                );
+                parts.text_max = Some(budget.saturating_sub(bare.0.len() + 256));
+                left.push("the end of its explanation");
+            }
+        }
+        let m = kill_section_with(p, open, parts, &left);
+        if m.0.len() <= budget {
+            return m;
+        }
+    }
+    kill_section_with(p, open, parts, &left)
+}
+
+fn kill_section_with(p: &KillPage, open: bool, parts: Parts, left: &[&str]) -> Markup {
+    let e = &p.explanation;
+    let k = &e.kill;
+    let v = &k.victim;
+    let id = section_id(e);
+    let mut text = render_text(e);
+    if let Some(max) = parts.text_max
+        && text.len() > max
+    {
+        let mut cut = max;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str("\n...");
+    }
     html! {
         section.kill id=(id) data-pid=(v.pid) data-ts-ns=(k.ts_ns) {
-            h2 { (title) }
-            p.verdict { strong { "Verdict: " } (e.verdict.summary) }
-            details open {
-                summary { "Explanation" }
-                pre { (render_text(e)) }
-            }
-            h3 { "Memory cgroup" }
-            @match memcg_plot(&id, k) {
-                Some(svg) => {
-                    p.caption {
-                        "Usage of " code { (k.memcg.as_ref().map(|m| m.path.as_str()).or(v.memcg.as_deref()).unwrap_or("?")) }
-                        " against its limit over the stored lead-up; the dashed line is the kill."
+            details.kill open[open] {
+                summary { h2 { (kill_title(k)) } }
+                p.verdict { strong { "Verdict: " } (e.verdict.summary) }
+                @if !left.is_empty() {
+                    p.none.budget data-budget=(KILL_BUDGET) {
+                        "Left out to keep this kill under " (bytes(KILL_BUDGET as u64)) " of the page: "
+                        (left.join(", ")) ". "
+                        code { "tracer report --pid " (v.pid) } " (or " code { "tracer explain --pid " (v.pid) } ") has it whole."
                     }
+                }
+                details open {
+                    summary { "Explanation" }
+                    pre { (text) }
+                }
+                @if parts.charts {
+                    h3 { "Memory cgroup" }
+                    @match memcg_plot(&id, k) {
+                        Some(svg) => {
+                            p.caption {
+                                "Usage of " code { (k.memcg.as_ref().map(|m| m.path.as_str()).or(v.memcg.as_deref()).unwrap_or("?")) }
+                                " against its limit over the stored lead-up; the dashed line is the kill."
+                            }
+                            (PreEscaped(svg))
+                        }
+                        None => p.none { "No samples of its memory cgroup were stored before this kill." }
+                    }
+                    @if let Some(svg) = tasks_chart(&id, k) {
+                        h3 { "Tasks of the cgroup at the kill (RSS)" }
+                        (PreEscaped(svg))
+                    }
+                    @for g in &p.gpu {
+                        @if let Some(svg) = gpu_plot(&id, g, k.ts_ns) {
+                            h3 { "GPU " (g.device) }
+                            p.caption { "Device memory in use (blue), what NVML charged the victim (red) and what its traced CUDA calls held (purple)." }
+                            (PreEscaped(svg))
+                        }
+                    }
+                }
+                @if parts.flame && let Some(svg) = growth_flame(&id, k) {
+                    h3 { "Where its memory grew" }
                     (PreEscaped(svg))
                 }
-                None => p.none { "No samples of its memory cgroup were stored before this kill." }
             }
-            @if let Some(svg) = tasks_chart(&id, k) {
-                h3 { "Tasks of the cgroup at the kill (RSS)" }
-                (PreEscaped(svg))
+        }
+    }
+}
+
+/// The index of a page of many kills: by place (pod, container or
+/// cgroup), the place with the latest kill first; in each, its crash loops
+/// as one row that heads their kills.
+fn index(pages: &[KillPage]) -> Markup {
+    use crate::explain::loops;
+    let groups = loops::loops(
+        pages,
+        |p| loops::key(&p.explanation.kill, p.explanation.verdict.cause),
+        |p| p.explanation.kill.ts_ns,
+    );
+    let mut places: Vec<(String, Vec<Vec<usize>>)> = Vec::new();
+    for g in groups {
+        let k = &pages[g[0]].explanation.kill;
+        let place = loops::place(k.victim.owner.as_ref(), k.cgroup());
+        match places.iter_mut().find(|(p, _)| *p == place) {
+            Some((_, gs)) => gs.push(g),
+            None => places.push((place, vec![g])),
+        }
+    }
+    let row = |i: usize| {
+        let e = &pages[i].explanation;
+        let k = &e.kill;
+        html! {
+            tr.kill {
+                td { a href=(format!("#{}", section_id(e))) { (format_wall(k.ts_ns)) } }
+                td { (k.victim.comm) " (" (k.victim.pid) ")" }
+                td { (k.killer.name()) }
+                td { (e.verdict.summary) }
             }
-            @for g in &p.gpu {
-                @if let Some(svg) = gpu_plot(&id, g, k.ts_ns) {
-                    h3 { "GPU " (g.device) }
-                    p.caption { "Device memory in use (blue), what NVML charged the victim (red) and what its traced CUDA calls held (purple)." }
-                    (PreEscaped(svg))
+        }
+    };
+    html! {
+        nav #index {
+            h2 { "Index" }
+            p.caption {
+                (pages.len()) " kill(s) in " (places.len()) " place(s), by place; a crash loop's kills "
+                "(one killer, one program, one place, one verdict, each within "
+                (loops::GAP_NS / 60_000_000_000) " min of the next) under one row."
+            }
+            table {
+                thead { tr { th { "Time (UTC)" } th { "Victim" } th { "Killer" } th { "Verdict" } } }
+                @for (place, gs) in &places {
+                    tbody.place data-place=(place) data-kills=(gs.iter().map(Vec::len).sum::<usize>()) {
+                        tr.place { th colspan="4" { (place) ": " (gs.iter().map(Vec::len).sum::<usize>()) " kill(s)" } }
+                        @for g in gs {
+                            @if g.len() > 1 {
+                                @let first = pages[*g.last().expect("never empty")].explanation.kill.ts_ns;
+                                @let last = &pages[g[0]].explanation;
+                                tr.loop data-kills=(g.len()) {
+                                    td colspan="4" {
+                                        strong { "Crash loop: " } (last.kill.victim.comm) " "
+                                        (loops::span(g.len(), first, last.kill.ts_ns)) ", the same verdict"
+                                    }
+                                }
+                            }
+                            @for &i in g { (row(i)) }
+                        }
+                    }
                 }
-            }
-            @if let Some(svg) = growth_flame(&id, k) {
-                h3 { "Where its memory grew" }
-                (PreEscaped(svg))
             }
         }
     }
@@ -396,6 +559,7 @@ fn kill_section(p: &KillPage) -> Markup {
 /// The page for `pages` (latest first), made on `host`.
 pub fn html(pages: &[KillPage], host: &str) -> String {
     let now = crate::util::time::wall_now_ns();
+    let many = pages.len() >= BUDGET_FROM;
     let page = html! {
         (DOCTYPE)
         html lang="en" {
@@ -411,9 +575,16 @@ pub fn html(pages: &[KillPage], host: &str) -> String {
                     p.meta {
                         (pages.len()) " kill(s). Made " (format_wall(now))
                         ". Times are UTC (this node's clock is UTC" (utc_offset()) ")."
+                        @if many {
+                            " Each kill is kept under " (bytes(KILL_BUDGET as u64))
+                            " of the page: past it, its flame graph, then its charts, then the end of its explanation are left out, and it says so."
+                        }
                     }
                 }
-                @for p in pages { (kill_section(p)) }
+                @if pages.len() > 1 { (index(pages)) }
+                @for (i, p) in pages.iter().enumerate() {
+                    (kill_section(p, i == 0 || !many, many.then_some(KILL_BUDGET)))
+                }
             }
         }
     };
@@ -428,7 +599,9 @@ const CSS: &str = "body{font-family:system-ui,sans-serif;margin:2rem auto;max-wi
 h1{font-size:1.5rem}h2{font-size:1.2rem;border-top:1px solid #d0d7de;padding-top:1rem}\
 h3{font-size:1rem;margin-bottom:.3rem}pre{background:#f6f8fa;padding:.8rem;overflow-x:auto;font-size:12px}\
 .verdict{background:#fff8c5;padding:.5rem}.caption,.meta,.none{color:#57606a;font-size:.9rem}\
-svg{display:block;max-width:100%;height:auto}iframe.flame{border:0;display:block}";
+svg{display:block;max-width:100%;height:auto}iframe.flame{border:0;display:block}\
+details.kill>summary h2{display:inline}table{border-collapse:collapse;font-size:.85rem;width:100%}\
+td,th{text-align:left;padding:.15rem .4rem;vertical-align:top}tr.place th{background:#eaeef2}tr.loop td{background:#fff8c5}";
 
 #[cfg(test)]
 mod tests {
@@ -469,6 +642,77 @@ mod tests {
             }],
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_page_of_many_kills_has_an_index_a_loop_row_and_kills_within_their_budget() {
+        // A crash loop of 12 kills, each with 400 growth sites (a flame
+        // graph and an explanation well past the budget), and one other.
+        let big = |id: i64, ts_s: i64, comm: &str, path: &str| {
+            let mut k = kill();
+            k.ts_ns += ts_s * 1_000_000_000;
+            k.victim.comm = comm.into();
+            k.memcg.as_mut().unwrap().path = path.into();
+            k.growth = Some(crate::record::growth::GrowthReport {
+                pid: 42,
+                sites: (0..400)
+                    .map(|i| crate::record::growth::GrowthSite {
+                        frames: (0..8)
+                            .map(|d| crate::stacks::symbols::Frame {
+                                function: Some(format!(
+                                    "function_{i}_at_depth_{d}_with_a_long_name"
+                                )),
+                                ..Default::default()
+                            })
+                            .collect(),
+                        bytes: (400 - i) * MIB,
+                        samples: 16,
+                    })
+                    .collect(),
+                ..Default::default()
+            });
+            KillPage {
+                explanation: crate::explain::explain(Some(id), k, Vec::new(), None),
+                gpu: Vec::new(),
+            }
+        };
+        let mut pages: Vec<KillPage> = (0..12)
+            .map(|i| big(20 - i, 60 * (12 - i), "trainer", "/job"))
+            .collect();
+        pages.push(big(1, 0, "other", "/elsewhere"));
+        let page = html(&pages, "node-1");
+        assert!(page.contains(r#"<nav id="index">"#));
+        assert_eq!(page.matches(r#"<tr class="kill">"#).count(), 13);
+        assert!(
+            page.contains(r#"<tbody class="place" data-place="/job" data-kills="12">"#),
+            "{page}"
+        );
+        assert!(page.contains(r#"<tr class="loop" data-kills="12">"#));
+        assert!(page.contains("killed 12 times in 11m"));
+        let starts: Vec<usize> = page
+            .match_indices(r#"<section class="kill""#)
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(starts.len(), 13);
+        for (n, &at) in starts.iter().enumerate() {
+            let end = starts.get(n + 1).copied().unwrap_or(page.len());
+            let section = &page[at..end];
+            assert!(
+                section.len() <= KILL_BUDGET + 256,
+                "section {n}: {} bytes",
+                section.len()
+            );
+            assert!(
+                section.contains("Left out to keep this kill under 48.0 KiB"),
+                "section {n}"
+            );
+        }
+        // The latest is open, the others folded.
+        assert_eq!(page.matches(r#"<details class="kill" open>"#).count(), 1);
+        // A page of few kills keeps everything.
+        let few = html(&pages[..2], "node-1");
+        assert!(!few.contains("Left out"));
+        assert!(few.contains("kill-20-growth-flame"));
     }
 
     #[test]

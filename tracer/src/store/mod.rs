@@ -43,6 +43,17 @@ pub enum StoreError {
         /// The path.
         path: PathBuf,
     },
+    /// The store is there, but this user may not read it.
+    #[error(
+        "cannot read store {path}: permission denied (it is the recorder's, usually root's: run this as root, with sudo, or as a user its file and directory let read)"
+    )]
+    NotReadable {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The directory or file cannot be written.
     #[error("store {path} is not writable; pick another path with --store")]
     NotWritable {
@@ -405,8 +416,23 @@ impl Store {
     /// read-only mount, or whose -shm file this user cannot write, is read
     /// as it is on disk.
     pub fn open_ro(path: &Path) -> Result<Self, StoreError> {
-        if !path.exists() {
-            return Err(StoreError::NotFound { path: path.into() });
+        // A store this user may not reach or read is said to be so, not
+        // taken for no store (which `exists()` would say).
+        if let Err(e) = std::fs::File::open(path) {
+            return Err(match e.kind() {
+                std::io::ErrorKind::NotFound => StoreError::NotFound { path: path.into() },
+                std::io::ErrorKind::PermissionDenied => StoreError::NotReadable {
+                    path: path.into(),
+                    source: e,
+                },
+                _ => StoreError::Sql {
+                    op: "open",
+                    source: rusqlite::Error::SqliteFailure(
+                        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
+                        Some(e.to_string()),
+                    ),
+                },
+            });
         }
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
             | OpenFlags::SQLITE_OPEN_NO_MUTEX

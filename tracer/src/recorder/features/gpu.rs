@@ -188,7 +188,9 @@ impl KillEnricher for Gpu {
     fn enrich(&self, kill: &mut KillRecord) {
         match &self.view {
             Some(v) => v.enrich(kill),
-            None => {
+            // Said only of a victim that used a GPU (its CUDA calls were
+            // traced): for any other, on a node with no GPU, it is noise.
+            None if kill.victim.gpu.is_some() => {
                 if let Some(why) = &self.nvml_missing {
                     let gap = Gap::Note(format!("GPU data unavailable: {why}"));
                     if !kill.gaps.contains(&gap) {
@@ -196,6 +198,7 @@ impl KillEnricher for Gpu {
                     }
                 }
             }
+            None => {}
         }
     }
 }
@@ -229,7 +232,12 @@ mod tests {
     #[test]
     fn without_nvml_a_kill_and_a_gpu_oom_say_why_once() {
         let g = Gpu::new(Some("no NVIDIA driver".into()), None, None);
+        // A victim that never used a GPU: nothing to say.
+        let mut host_only = KillRecord::default();
+        g.enrich(&mut host_only);
+        assert!(host_only.gaps.is_empty(), "{:?}", host_only.gaps);
         let mut k = KillRecord::default();
+        k.victim.gpu = Some(Default::default());
         g.enrich(&mut k);
         g.enrich(&mut k);
         let notes: Vec<_> = k
