@@ -255,11 +255,28 @@ fn many_kills_are_listed_a_line_each_filtered_and_their_crash_loops_grouped() {
         text.lines()
             .find(|l| l.contains("memhog::main"))
             .map(|l| l.matches(" <- ").count() + 1)
-            .unwrap_or_else(|| panic!("no growth site: {text}"))
     };
-    assert_eq!(growth_line("2"), 2);
-    assert_eq!(growth_line("4"), 4);
-    assert!(growth_line("12") > 4);
+    // Where growth attribution ran (this host; not every guest kernel
+    // under emulation samples a cgroup made a moment before).
+    if let Some(all) = growth_line("64") {
+        // As deep as asked, or as deep as the stack is.
+        assert_eq!(growth_line("2"), Some(all.min(2)));
+        assert_eq!(growth_line("4"), Some(all.min(4)));
+        if std::env::var_os("TRACER_VM_GUEST").is_none() {
+            // Here memhog's stack reaches Rust's runtime and main.
+            assert!(all > 4, "{all} frames");
+        }
+    } else {
+        let v = latest_of(&["--pid", &plain_pid.to_string()]);
+        assert!(
+            v["kill"]["growth"].is_null(),
+            "a growth site not shown: {v}"
+        );
+        assert!(
+            std::env::var_os("TRACER_VM_GUEST").is_some(),
+            "no growth sites on the host: {v}"
+        );
+    }
     assert!(
         !tracer(&[
             "explain",

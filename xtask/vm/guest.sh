@@ -35,7 +35,7 @@ grep cgroup /proc/mounts
 mountpoint -q /tmp || mount -t tmpfs tmpfs /tmp
 # Software emulation runs the tests some twenty times slower: their waits
 # stretch as much (tests/src/lib.rs, scaled).
-export TMPDIR=/tmp CI=true RUST_BACKTRACE=1 TRACER_E2E_TIME_SCALE=${TRACER_E2E_TIME_SCALE:-20}
+export TMPDIR=/tmp CI=true TRACER_VM_GUEST=1 RUST_BACKTRACE=1 TRACER_E2E_TIME_SCALE=${TRACER_E2E_TIME_SCALE:-20}
 # The table on stdout; the debug log (with any verifier log) apart.
 "$BIN/tracer" --log-level debug doctor > "$OUT/doctor.txt" 2> "$OUT/doctor.log"
 echo "doctor exit $?"

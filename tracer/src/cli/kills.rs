@@ -453,7 +453,12 @@ mod tests {
             &format!("/kubepods/burstable/pod1b2c/0123{}", "ab".repeat(30)),
             1,
         );
-        let oomd = kill(Some("systemd-oomd"), "java", "/machine.slice/app.service", 2);
+        let oomd = kill(
+            Some("systemd-oomd"),
+            "java",
+            "/machine.slice/app.service",
+            2,
+        );
         let signal = kill(Some("bash"), "sleep", "/user.slice/user-0.slice", 3);
         let f = |args: &[&str]| {
             let mut all = vec!["tracer", "kills"];
