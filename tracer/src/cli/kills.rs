@@ -440,7 +440,7 @@ mod tests {
             });
         }
         k.victim.comm = comm.into();
-        k.victim.memcg = Some(cgroup.into());
+        k.victim.memcg = (!cgroup.is_empty()).then(|| cgroup.into());
         k.victim.owner = Some(crate::model::cgroup::owner_of(cgroup));
         k
     }
@@ -522,13 +522,19 @@ mod tests {
             // Long after: a new loop.
             kill(None, "trainer", "/a", 300 + gap + 1),
             kill(None, "other", "/a", 301),
+            // Places not known: never one loop.
+            kill(None, "lost", "", 302),
+            kill(None, "lost", "", 303),
         ];
         let groups = loops(
             &ks,
             |k| loops::key(k, crate::explain::verdict(k).cause),
             |k| k.ts_ns,
         );
-        assert_eq!(groups, vec![vec![4], vec![5], vec![3, 1, 0], vec![2]]);
+        assert_eq!(
+            groups,
+            vec![vec![4], vec![7], vec![6], vec![5], vec![3, 1, 0], vec![2]]
+        );
         assert_eq!(
             loops::span(3, 100_000_000_000, 300_000_000_000),
             "killed 3 times in 3m 20s"

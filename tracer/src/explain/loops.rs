@@ -31,33 +31,35 @@ pub fn place(owner: Option<&Owner>, cgroup: Option<&str>) -> String {
 
 /// What stays the same across the restarts of a crash loop: the pod's
 /// container by name, else the pod (each restart is a new container), the
-/// container, or the cgroup.
-fn home(owner: Option<&Owner>, cgroup: Option<&str>) -> String {
+/// container, or the cgroup; none when no place is known.
+fn home(owner: Option<&Owner>, cgroup: Option<&str>) -> Option<String> {
     if owner.and_then(|o| o.kube.as_ref()).is_some() {
-        return place(owner, cgroup);
+        return Some(place(owner, cgroup));
     }
     owner
         .and_then(|o| o.pod_uid.clone().or_else(|| o.container_id.clone()))
         .or_else(|| cgroup.map(str::to_string))
-        .unwrap_or_default()
 }
 
-/// The crash-loop key of a kill whose verdict's cause is `cause`.
-pub fn key(k: &KillRecord, cause: Cause) -> String {
-    format!(
-        "{}\0{}\0{}\0{cause:?}",
+/// The crash-loop key of a kill whose verdict's cause is `cause`; none
+/// for a kill whose place is not known (kills of one name in places not
+/// known are not said to be one loop).
+pub fn key(k: &KillRecord, cause: Cause) -> Option<String> {
+    let home = home(k.victim.owner.as_ref(), k.cgroup())?;
+    Some(format!(
+        "{}\0{home}\0{}\0{cause:?}",
         k.killer.name(),
-        home(k.victim.owner.as_ref(), k.cgroup()),
         k.victim.comm
-    )
+    ))
 }
 
 /// Groups `items` into crash loops: the same [`key`], each within
-/// [`GAP_NS`] of the next. Returns the groups as indices into `items`,
-/// each latest first, the group with the latest kill first.
+/// [`GAP_NS`] of the next (an item with no key is a group of its own).
+/// Returns the groups as indices into `items`, each latest first, the
+/// group with the latest kill first.
 pub fn loops<T>(
     items: &[T],
-    key: impl Fn(&T) -> String,
+    key: impl Fn(&T) -> Option<String>,
     ts_ns: impl Fn(&T) -> i64,
 ) -> Vec<Vec<usize>> {
     let mut order: Vec<usize> = (0..items.len()).collect();
@@ -66,7 +68,10 @@ pub fn loops<T>(
     // The open group of each key, by index into `groups`.
     let mut open: BTreeMap<String, usize> = BTreeMap::new();
     for i in order {
-        let k = key(&items[i]);
+        let Some(k) = key(&items[i]) else {
+            groups.push(vec![i]);
+            continue;
+        };
         let t = ts_ns(&items[i]);
         match open.get(&k) {
             Some(&g) if ts_ns(&items[*groups[g].last().expect("never empty")]) - t <= GAP_NS => {
