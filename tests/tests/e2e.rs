@@ -253,6 +253,51 @@ fn noisy_neighbour_lists_both_and_blames_the_grower() {
     drop(rec);
 }
 
+/// The kernel's own choice of a small victim over the big grower beside
+/// it (its oom_score_adj is 1000, the grower's 0): the verdict says so,
+/// names the grower by its command line and place, and shows that the
+/// allocation that hit the limit was the grower's.
+#[test]
+fn a_small_victim_chosen_for_its_oom_score_adj_names_the_grower() {
+    let Some(sc) = Scenario::new() else {
+        return;
+    };
+    let store = sc.store.clone();
+    let cg = TestCgroup::new("adj", 96 * MIB);
+    let rec = Recorder::on(&store).start();
+    let mut small = memhog(&cg, 8, 10, Some(16));
+    small.wait_line("held 16 MiB");
+    fs::write(format!("/proc/{}/oom_score_adj", small.pid()), "1000").unwrap();
+    let mut big = memhog(&cg, 4, 50, Some(88));
+    assert_eq!(
+        small.wait_signal(Duration::from_secs(30)),
+        Some(libc::SIGKILL),
+        "the kernel chose the small task with oom_score_adj 1000"
+    );
+    let v = explain_json(
+        &[
+            "--store",
+            store.to_str().unwrap(),
+            "--pid",
+            &small.pid().to_string(),
+        ],
+        |v| v["verdict"]["cause"] == "neighbour" && v["kill"]["tipping_stack"].is_object(),
+    );
+    let said = v["verdict"]["summary"].as_str().unwrap();
+    if std::env::var_os("SHOW").is_some() {
+        eprintln!("verdict: {said}");
+    }
+    assert!(
+        said.contains(&format!("memhog (pid {}, `", big.pid()))
+            && said.contains(&format!("in {}", cg.path))
+            && said.contains("its oom_score_adj (1000) is higher than memhog's (0)")
+            && said.contains("the allocation that hit the limit was the neighbour's: memhog::main"),
+        "{said}"
+    );
+    let _ = big.child.kill();
+    drop(rec);
+}
+
 #[test]
 fn explain_kmsg_finds_a_kill_without_any_store() {
     let Some(_scenario) = Scenario::new() else {

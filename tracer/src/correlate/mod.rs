@@ -167,6 +167,23 @@ fn sampled_memcg(
 /// Most tasks of a cgroup whose /proc is read for one kill record.
 const MAX_TASKS_READ: usize = 256;
 
+/// A task's command line (cut) and place, from its model entry.
+fn named(p: Option<&crate::model::Process>) -> (Option<String>, Option<String>) {
+    let Some(p) = p else {
+        return (None, None);
+    };
+    let cmd: &str = &p.info.cmdline;
+    let mut cut = cmd.len().min(TaskAtKill::CMDLINE_KEPT);
+    while !cmd.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let cmdline = (!cmd.is_empty()).then(|| cmd[..cut].to_string());
+    let place = (p.memcg.is_some() || !p.owner.is_empty()).then(|| {
+        crate::explain::loops::place(Some(&p.owner).filter(|o| !o.is_empty()), p.memcg.as_deref())
+    });
+    (cmdline, place)
+}
+
 /// Tasks of the memcg from the model, with RSS read from /proc now (at
 /// most [`MAX_TASKS_READ`] of them).
 fn tasks_from_model(
@@ -194,9 +211,11 @@ fn tasks_from_model(
                     shmem_kb: victim_mem.shmem_rss_kb,
                     oom_score_adj: None,
                     victim: true,
+                    ..Default::default()
                 });
             }
             let m = ctx.procs.status_mem(pid)?;
+            let (cmdline, place) = named(Some(p));
             Some(TaskAtKill {
                 pid,
                 comm: p.info.comm.clone(),
@@ -206,6 +225,8 @@ fn tasks_from_model(
                 shmem_kb: Some(m.shmem_kb),
                 oom_score_adj: None,
                 victim: false,
+                cmdline,
+                place,
             })
         })
         .collect();
@@ -624,6 +645,19 @@ pub fn merge_report(
                 shmem_kb: t.rss_shmem_pages.map(|p| p * page_kb),
                 oom_score_adj: Some(t.oom_score_adj),
                 victim: t.tgid == k.pid,
+                ..Default::default()
+            })
+            .map(|mut t| {
+                // The kernel's table has names only: the model, where it
+                // has the task, says what it was and where it ran.
+                if !t.victim {
+                    (t.cmdline, t.place) = named(
+                        model
+                            .and_then(|m| m.get(t.pid))
+                            .filter(|p| p.exited_ns.is_none() && p.info.comm == t.comm),
+                    );
+                }
+                t
             })
             .collect();
         tasks.sort_by_key(|t| std::cmp::Reverse(t.rss_kb));

@@ -495,11 +495,20 @@ fn base_verdict(k: &KillRecord) -> Verdict {
         return Verdict {
             cause: Cause::Neighbour,
             summary: format!(
-                "a neighbour in the same cgroup: {} (pid {}) held {}, the victim only {}{grew}",
+                "a neighbour in the same cgroup: {}{} held {}, the victim only {}{grew}{}{}",
                 big.comm,
-                big.pid,
+                neighbour_said(big),
                 bytes(big.rss_kb * 1024),
-                bytes(victim_kb * 1024)
+                bytes(victim_kb * 1024),
+                why_not_the_neighbour(k, big),
+                k.tipping_stack
+                    .as_ref()
+                    .filter(|t| t.pid == big.pid && !t.frames.is_empty())
+                    .map(|t| format!(
+                        "; the allocation that hit the limit was the neighbour's: {}",
+                        frame_chain(&t.frames)
+                    ))
+                    .unwrap_or_default()
             ),
         };
     }
@@ -523,6 +532,45 @@ fn base_verdict(k: &KillRecord) -> Verdict {
                 bytes(big.map_or(0, |b| b.rss_kb) * 1024)
             ),
         }
+    }
+}
+
+/// ` (pid N, `cmd`, in PLACE)`: a neighbour as the model knew it.
+fn neighbour_said(t: &TaskAtKill) -> String {
+    let mut s = format!(" (pid {}", t.pid);
+    if let Some(c) = &t.cmdline {
+        let c = one_line(c, 80);
+        s.push_str(&format!(", `{c}`"));
+    }
+    if let Some(p) = &t.place {
+        s.push_str(&format!(", in {p}"));
+    }
+    s.push(')');
+    s
+}
+
+/// Why the kernel chose the smaller victim over `big`, where
+/// oom_score_adj says: the kernel adds adj/1000 of the memory the cgroup
+/// may use to each task's score, and never chooses a task at -1000.
+fn why_not_the_neighbour(k: &KillRecord, big: &TaskAtKill) -> String {
+    let victim_adj = k
+        .tasks
+        .iter()
+        .find(|t| t.victim || t.pid == k.victim.pid)
+        .and_then(|t| t.oom_score_adj)
+        .or(k.victim.oom_score_adj);
+    match (victim_adj, big.oom_score_adj) {
+        (_, Some(-1000)) => format!(
+            "; the kernel chose the victim because it never chooses {} (oom_score_adj -1000)",
+            big.comm
+        ),
+        (Some(v), Some(n)) if v > n => format!(
+            "; the kernel chose the victim because its oom_score_adj ({v}) is higher than {}'s ({n}): \
+             each point adds a thousandth of the memory the cgroup may use to a task's score \
+             (kubelet sets it by QoS class: BestEffort 1000, Burstable 2 to 999, Guaranteed -997)",
+            big.comm
+        ),
+        _ => String::new(),
     }
 }
 

@@ -355,6 +355,20 @@ pub struct TaskAtKill {
     pub oom_score_adj: Option<i32>,
     /// Whether this is the victim.
     pub victim: bool,
+    /// Its command line, from the process model, when known (cut at
+    /// [`TaskAtKill::CMDLINE_KEPT`] bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmdline: Option<String>,
+    /// Where it ran, from the process model: its pod's container, its
+    /// container or unit, or its memory cgroup (a child of the one at its
+    /// limit, in a pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub place: Option<String>,
+}
+
+impl TaskAtKill {
+    /// Bytes of a task's command line kept.
+    pub const CMDLINE_KEPT: usize = 256;
 }
 
 /// Reaping by the kernel's oom_reaper.
