@@ -21,9 +21,8 @@ use ratatui::{
 };
 
 use crate::{
-    model::sampler::CgroupSample,
     record::GpuView,
-    recorder::live::top::{NodeRow, NodeTrend, Row},
+    recorder::live::top::{NodeRow, NodeTrend, Row, rate_of},
     util::{
         term,
         time::{format_wall, wall_now_ns},
@@ -114,18 +113,7 @@ impl App {
     }
 
     fn rate(&self, memcg: &str) -> Option<f64> {
-        let h = self.history.get(memcg)?;
-        let since = h.back()?.0 - crate::correlate::warning::RATE_WINDOW_NS;
-        let samples: Vec<CgroupSample> = h
-            .iter()
-            .filter(|(t, _)| *t >= since)
-            .map(|&(ts_ns, usage_bytes)| CgroupSample {
-                ts_ns,
-                usage_bytes,
-                ..Default::default()
-            })
-            .collect();
-        crate::correlate::warning::growth_rate(&samples)
+        rate_of(self.history.get(memcg)?)
     }
 
     fn shown(&self) -> Vec<Shown> {

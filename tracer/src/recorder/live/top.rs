@@ -81,6 +81,22 @@ pub struct NodeRow {
     pub oom_in_s: Option<f64>,
 }
 
+/// The growth rate (bytes/s) of a series of (wall ns, bytes), over its
+/// last [`crate::correlate::warning::RATE_WINDOW_NS`].
+pub fn rate_of(history: &VecDeque<(i64, u64)>) -> Option<f64> {
+    let since = history.back()?.0 - crate::correlate::warning::RATE_WINDOW_NS;
+    let samples: Vec<CgroupSample> = history
+        .iter()
+        .filter(|(t, _)| *t >= since)
+        .map(|&(ts_ns, usage_bytes)| CgroupSample {
+            ts_ns,
+            usage_bytes,
+            ..Default::default()
+        })
+        .collect();
+    crate::correlate::warning::growth_rate(&samples)
+}
+
 /// The node's memory over the refreshes of one `top`: for its growth rate
 /// and the time until it runs out.
 #[derive(Default)]
@@ -104,18 +120,7 @@ impl NodeTrend {
         if self.history.len() > Self::KEPT {
             self.history.pop_front();
         }
-        let since = ts_ns - crate::correlate::warning::RATE_WINDOW_NS;
-        let samples: Vec<CgroupSample> = self
-            .history
-            .iter()
-            .filter(|(t, _)| *t >= since)
-            .map(|&(ts_ns, usage_bytes)| CgroupSample {
-                ts_ns,
-                usage_bytes,
-                ..Default::default()
-            })
-            .collect();
-        let rate = crate::correlate::warning::growth_rate(&samples);
+        let rate = rate_of(&self.history);
         NodeRow {
             kind: "node",
             mem_total: n.total,
