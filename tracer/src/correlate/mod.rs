@@ -179,7 +179,7 @@ fn named(p: Option<&crate::model::Process>) -> (Option<String>, Option<String>) 
     }
     let cmdline = (!cmd.is_empty()).then(|| cmd[..cut].to_string());
     let place = (p.memcg.is_some() || !p.owner.is_empty()).then(|| {
-        crate::explain::loops::place(Some(&p.owner).filter(|o| !o.is_empty()), p.memcg.as_deref())
+        crate::model::cgroup::place(Some(&p.owner).filter(|o| !o.is_empty()), p.memcg.as_deref())
     });
     (cmdline, place)
 }

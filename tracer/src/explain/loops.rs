@@ -12,22 +12,7 @@ use crate::{model::cgroup::Owner, record::KillRecord};
 /// time to grow into a limit again.
 pub const GAP_NS: i64 = 30 * 60 * 1_000_000_000;
 
-/// Where a process ran, for people: its pod's container by name, its
-/// container or unit, else its memory cgroup.
-pub fn place(owner: Option<&Owner>, cgroup: Option<&str>) -> String {
-    if let Some(k) = owner.and_then(|o| o.kube.as_ref()) {
-        return format!(
-            "{}/{}/{}",
-            k.namespace,
-            k.pod,
-            k.container.as_deref().unwrap_or("-")
-        );
-    }
-    owner
-        .and_then(Owner::short)
-        .or_else(|| cgroup.map(str::to_string))
-        .unwrap_or_else(|| "-".into())
-}
+pub use crate::model::cgroup::place;
 
 /// What stays the same across the restarts of a crash loop: the pod's
 /// container by name, else the pod (each restart is a new container), the

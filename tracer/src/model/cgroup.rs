@@ -272,6 +272,23 @@ impl Owner {
     }
 }
 
+/// Where a process ran, for people: its pod's container by name, its
+/// container or unit, else its memory cgroup.
+pub fn place(owner: Option<&Owner>, cgroup: Option<&str>) -> String {
+    if let Some(k) = owner.and_then(|o| o.kube.as_ref()) {
+        return format!(
+            "{}/{}/{}",
+            k.namespace,
+            k.pod,
+            k.container.as_deref().unwrap_or("-")
+        );
+    }
+    owner
+        .and_then(Owner::short)
+        .or_else(|| cgroup.map(str::to_string))
+        .unwrap_or_else(|| "-".into())
+}
+
 fn is_container_id(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
