@@ -856,10 +856,7 @@ fn gpu_oom_exports(
             .held
             .by_kind
             .iter()
-            .filter(|(k, _)| {
-                use crate::model::ledger::AllocKind::*;
-                matches!(k, Device | Managed | AsyncPool)
-            })
+            .filter(|(k, _)| k.in_device_space())
             .map(|(_, t)| t.outstanding)
             .sum();
         say!(

@@ -165,11 +165,7 @@ impl Input {
                 }
             }
         }
-        let device_kind = |k| {
-            use crate::model::ledger::AllocKind::*;
-            matches!(k, Device | Managed | AsyncPool)
-        };
-        for a in r.held.largest.iter().filter(|a| device_kind(a.kind)) {
+        for a in r.held.largest.iter().filter(|a| a.kind.in_device_space()) {
             if let Some(ptr) = parse_ptr(&a.ptr) {
                 segments.entry(ptr).or_insert_with(|| Segment {
                     address: ptr,

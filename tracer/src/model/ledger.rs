@@ -58,6 +58,13 @@ impl AllocKind {
         })
     }
 
+    /// Whether its pointers are device addresses (device, managed and
+    /// stream-ordered memory; not pinned host memory, nor the handles of
+    /// the virtual memory API): what a device memory snapshot holds.
+    pub fn in_device_space(self) -> bool {
+        self.space() == Space::Device
+    }
+
     /// The address space its pointers live in.
     fn space(self) -> Space {
         match self {
