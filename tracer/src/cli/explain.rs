@@ -407,28 +407,26 @@ pub(super) fn stored(
     prepare: impl Fn(crate::record::KillRecord) -> crate::record::KillRecord,
 ) -> anyhow::Result<(Vec<Explanation>, Others)> {
     let sessions = store.sessions()?;
-    let (kills, damaged) = store
-        .kills_lenient(since_ns, pid, i64::MAX as usize)
-        .context("reading kills")?;
+    // Read one at a time: only the kills shown are kept.
     let mut others = Others::new();
-    let (mut shown, mut left) = (Vec::new(), 0);
-    for (id, k) in kills {
-        if shown.len() < limit && filter.matches(&Subject::of_kill(&k)) {
-            shown.push((id, k));
-        } else {
-            left += 1;
-            *others.entry(k.killer.name()).or_default() += 1;
-        }
-    }
-    debug_assert_eq!(left, others.values().sum::<usize>());
+    let mut shown = Vec::new();
+    store
+        .each_kill(since_ns, pid, |id, rec| {
+            match rec {
+                Ok(k) if shown.len() < limit && filter.matches(&Subject::of_kill(&k)) => {
+                    shown.push((id, k))
+                }
+                Ok(k) => *others.entry(k.killer.name()).or_default() += 1,
+                Err(why) => say!(
+                    "tracer: kill record {id} in {} is damaged and left out: {}",
+                    store.path().display(),
+                    term::escape(&why)
+                ),
+            }
+            true
+        })
+        .context("reading kills")?;
     let kills = shown;
-    for (id, why) in &damaged {
-        say!(
-            "tracer: kill record {id} in {} is damaged and left out: {}",
-            store.path().display(),
-            term::escape(why)
-        );
-    }
     let mut out = Vec::with_capacity(kills.len());
     for (id, k) in kills {
         // Losses in the minute before the kill (each drop row spans the

@@ -223,7 +223,7 @@ pub struct KillsArgs {
 }
 
 /// One line of `tracer kills`: a kill, or a crash loop of them.
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Row {
     /// Store ids, latest first (of `gpu_ooms` for `gpu_oom` rows).
     pub ids: Vec<i64>,
@@ -288,67 +288,66 @@ pub fn run(args: KillsArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn kill_rows(store: &Store, since_ns: i64, args: &KillsArgs) -> anyhow::Result<Vec<Row>> {
-    let (kills, damaged) = store.kills_lenient(since_ns, args.pid, i64::MAX as usize)?;
-    for (id, why) in &damaged {
-        say!(
-            "tracer: kill record {id} in {} is damaged and left out: {}",
-            store.path().display(),
-            term::escape(why)
-        );
-    }
-    let kills: Vec<(i64, KillRecord, crate::explain::Verdict)> = kills
-        .into_iter()
-        .filter(|(_, k)| args.filter.matches(&Subject::of_kill(k)))
-        .map(|(id, k)| {
-            let v = crate::explain::verdict(&k);
-            (id, k, v)
-        })
-        .collect();
+    // Each kill becomes its row (and its loop key) as it is read: a store
+    // of many kills is never held whole.
+    let mut one: Vec<(Row, Option<String>)> = Vec::new();
+    store.each_kill(since_ns, args.pid, |id, rec| {
+        match rec {
+            Ok(k) if args.filter.matches(&Subject::of_kill(&k)) => {
+                let v = crate::explain::verdict(&k);
+                let key = loops::key(&k, v.cause);
+                one.push((row_of(id, &k, v), key));
+            }
+            Ok(_) => {}
+            Err(why) => say!(
+                "tracer: kill record {id} in {} is damaged and left out: {}",
+                store.path().display(),
+                term::escape(&why)
+            ),
+        }
+        true
+    })?;
     let groups = if args.each {
-        (0..kills.len()).map(|i| vec![i]).collect()
+        (0..one.len()).map(|i| vec![i]).collect()
     } else {
-        loops(
-            &kills,
-            |(_, k, v)| loops::key(k, v.cause),
-            |(_, k, _)| k.ts_ns,
-        )
+        loops(&one, |(_, key)| key.clone(), |(r, _)| r.ts_ns)
     };
     Ok(groups
         .into_iter()
         .map(|g| {
-            let (_, k, v) = &kills[g[0]];
-            let s = Subject::of_kill(k);
-            // A folded SIGKILL storm is itself many kills.
-            let folded: usize = g
-                .iter()
-                .map(|&i| {
-                    kills[i]
-                        .1
-                        .aggregate
-                        .as_ref()
-                        .map_or(1, |a| a.count.max(1) as usize)
-                })
-                .sum();
-            Row {
-                ids: g.iter().map(|&i| kills[i].0).collect(),
-                count: folded,
-                ts_ns: k.ts_ns,
-                first_ns: kills[*g.last().expect("never empty")].1.ts_ns,
-                killer: s.killer,
-                pid: k.victim.pid,
-                comm: k.victim.comm.clone(),
-                place: s.place(),
-                cgroup: s.cgroup.map(str::to_string),
-                rss_kb: k.victim.memory.rss_kb().or(k.victim.memory.anon_rss_kb),
-                asked_bytes: None,
-                cause: serde_json::to_value(v.cause)
-                    .ok()
-                    .and_then(|c| c.as_str().map(str::to_string))
-                    .unwrap_or_default(),
-                verdict: v.summary.clone(),
+            let mut row = one[g[0]].0.clone();
+            if g.len() > 1 {
+                row.ids = g.iter().map(|&i| one[i].0.ids[0]).collect();
+                row.count = g.iter().map(|&i| one[i].0.count).sum();
+                row.first_ns = one[*g.last().expect("never empty")].0.ts_ns;
             }
+            row
         })
         .collect())
+}
+
+/// The row of one kill.
+fn row_of(id: i64, k: &KillRecord, v: crate::explain::Verdict) -> Row {
+    let s = Subject::of_kill(k);
+    Row {
+        ids: vec![id],
+        // A folded SIGKILL storm is itself many kills.
+        count: k.aggregate.as_ref().map_or(1, |a| a.count.max(1) as usize),
+        ts_ns: k.ts_ns,
+        first_ns: k.ts_ns,
+        killer: s.killer,
+        pid: k.victim.pid,
+        comm: k.victim.comm.clone(),
+        place: s.place(),
+        cgroup: s.cgroup.map(str::to_string),
+        rss_kb: k.victim.memory.rss_kb().or(k.victim.memory.anon_rss_kb),
+        asked_bytes: None,
+        cause: serde_json::to_value(v.cause)
+            .ok()
+            .and_then(|c| c.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        verdict: v.summary,
+    }
 }
 
 fn gpu_rows(store: &Store, since_ns: i64, args: &KillsArgs) -> anyhow::Result<Vec<Row>> {

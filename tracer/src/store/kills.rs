@@ -135,27 +135,45 @@ impl Store {
         pid: Option<u32>,
         limit: usize,
     ) -> Result<KillsRead, StoreError> {
+        let (mut good, mut damaged) = (Vec::new(), Vec::new());
+        self.each_kill(since_ns, pid, |id, rec| {
+            match rec {
+                Ok(rec) => good.push((id, rec)),
+                Err(why) => damaged.push((id, why)),
+            }
+            good.len() + damaged.len() < limit
+        })?;
+        Ok((good, damaged))
+    }
+
+    /// Each kill since `since_ns` (of `pid`), latest first, read one at a
+    /// time (a store of many kills is never held whole): `f` gets its id
+    /// and its record, or why the record cannot be read back; it returns
+    /// whether to go on.
+    pub fn each_kill(
+        &self,
+        since_ns: i64,
+        pid: Option<u32>,
+        mut f: impl FnMut(i64, Result<KillRecord, String>) -> bool,
+    ) -> Result<(), StoreError> {
         let mut st = self
             .conn
             .prepare(
                 "SELECT id, CAST(record AS BLOB) FROM kills WHERE ts_ns >= ?1 AND (?2 IS NULL OR pid = ?2)
-                 ORDER BY ts_ns DESC, id DESC LIMIT ?3",
+                 ORDER BY ts_ns DESC, id DESC",
             )
             .map_err(sql("kills"))?;
-        let rows = st
-            .query_map(params![since_ns, pid, limit as i64], |r| {
-                Ok((r.get::<_, i64>(0)?, r.get::<_, Option<Vec<u8>>>(1)?))
-            })
-            .map_err(sql("kills"))?;
-        let (mut good, mut damaged) = (Vec::new(), Vec::new());
-        for row in rows {
-            let (id, json) = row.map_err(sql("kills"))?;
-            match serde_json::from_slice(json.as_deref().unwrap_or_default()) {
-                Ok(rec) => good.push((id, rec)),
-                Err(e) => damaged.push((id, e.to_string())),
+        let mut rows = st.query(params![since_ns, pid]).map_err(sql("kills"))?;
+        while let Some(r) = rows.next().map_err(sql("kills"))? {
+            let id: i64 = r.get(0).map_err(sql("kills"))?;
+            let json: Option<Vec<u8>> = r.get(1).map_err(sql("kills"))?;
+            let rec = serde_json::from_slice(json.as_deref().unwrap_or_default())
+                .map_err(|e| e.to_string());
+            if !f(id, rec) {
+                break;
             }
         }
-        Ok((good, damaged))
+        Ok(())
     }
 
     /// The readable kills from `from_ns` to `to_ns` (wall ns), oldest
