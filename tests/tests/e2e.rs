@@ -424,9 +424,16 @@ fn a_sigkill_from_a_bpf_program_is_named_as_such() {
     std::thread::sleep(Duration::from_millis(2500));
     rec.stop();
     let all = tracer_e2e::explain_all(&store);
+    // Its pid in its cgroup: CI forks past pid_max (32768 here), and the
+    // kernel log the recorder reads at start can hold a kill of an earlier
+    // holder of the same pid, in another test's cgroup.
     let of_oom: Vec<&Value> = all
         .iter()
-        .filter(|e| e["kill"]["victim"]["pid"] == oom)
+        .filter(|e| {
+            e["kill"]["victim"]["pid"] == oom
+                && (e["kill"]["victim"]["memcg"] == cg.path.as_str()
+                    || e["kill"]["memcg"]["path"] == cg.path.as_str())
+        })
         .collect();
     assert_eq!(of_oom.len(), 1, "{of_oom:#?}");
     assert_eq!(of_oom[0]["kill"]["killer"]["kind"], "kernel_oom");
