@@ -5,7 +5,7 @@ path is the first argument: the simulated one in tests), from known lines:
 which allocations always carry their stack). `init` picks device 0, `go`
 allocates, `small N` allocates N x 16 KiB (SMALL-LINE), `free` frees the
 workspace, `oom` asks for more than the device has (it prints the error),
-`exit` ends."""
+`reset` calls cudaDeviceReset (every allocation freed), `exit` ends."""
 import ctypes
 import sys
 
@@ -65,5 +65,9 @@ for line in sys.stdin:
     elif cmd == "oom":
         p = ctypes.c_void_p()
         print("err", rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(64 << 30)), flush=True)
+    elif cmd == "reset":
+        check(rt.cudaDeviceReset())
+        held.clear()
+        print("done", flush=True)
     elif cmd == "exit":
         break

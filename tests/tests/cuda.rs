@@ -865,6 +865,51 @@ fn small_device_allocations_are_sampled_by_bytes_and_estimated() {
     prog.exit();
 }
 
+/// A context reset (cudaDeviceReset) frees every allocation of the
+/// device: the device memory by stack goes to nothing with the ledger.
+#[test]
+fn a_context_reset_takes_the_device_memory_by_stack_with_it() {
+    let Some(_scenario) = Scenario::new() else {
+        return;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("py/cuda_alloc.py");
+    let mut cmd = Command::new("/usr/bin/python3.11");
+    cmd.arg(&script)
+        .arg(simcuda_dir().join("libcudart.so.12"))
+        .env("SIMCUDA_DEVICE_MEM", (1u64 << 30).to_string());
+    let mut prog = CudaLoad::spawn(cmd);
+    let attach = Attach::start(prog.pid(), &["--by", "stack", "--summary-only"]);
+    assert_eq!(prog.cmd("init"), "done");
+    assert_eq!(prog.cmd("go"), "done");
+    let held = |bytes: u64| {
+        wait_for(Duration::from_secs(20), || {
+            let all = attach.of_type("stacks");
+            let last = all.last()?;
+            (last["live_bytes"].as_u64() == Some(bytes)).then(|| last.clone())
+        })
+    };
+    // The weights and the workspace, each with its stack (the 64 KiB
+    // scratch is sampled, so not counted here exactly).
+    wait_for(Duration::from_secs(20), || {
+        let all = attach.of_type("stacks");
+        (all.last()?["live_bytes"].as_u64()? >= 160 * MIB).then_some(())
+    })
+    .unwrap_or_else(|| panic!("no stacks of 160 MiB: {}", attach.stderr()));
+    assert_eq!(prog.cmd("reset"), "done");
+    let after = held(0).unwrap_or_else(|| {
+        panic!(
+            "the reset left stacks: {:#}",
+            attach.of_type("stacks").last().cloned().unwrap_or_default()
+        )
+    });
+    assert!(
+        after["sites"].as_array().is_none_or(|s| s.is_empty()),
+        "{after:#}"
+    );
+    attach.stop();
+    prog.exit();
+}
+
 /// `record --cuda`: a GPU out-of-memory failure of a Python program says
 /// which of its lines hold the device memory.
 #[test]

@@ -641,6 +641,12 @@ pub mod cuda {
         matches!(shape(func), Some(Shape::Free))
     }
 
+    /// Whether a successful call of `func` resets a device's context (and
+    /// so frees every allocation on it).
+    pub const fn resets(func: u32) -> bool {
+        matches!(shape(func), Some(Shape::Reset))
+    }
+
     /// Offset of `location.id` in `CUmemAllocationProp` (`type`,
     /// `requestedHandleTypes`, then `CUmemLocation { type, id }`): a stable
     /// part of the CUDA driver ABI.

@@ -174,6 +174,14 @@ impl CudaLedgers {
         })
     }
 
+    /// The pointers a context reset of `device` frees in `pid`'s ledger.
+    pub fn reset_ptrs(&self, pid: u32, device: i32) -> Vec<u64> {
+        self.ledgers
+            .get(&pid)
+            .map(|t| t.ledger.reset_ptrs(device))
+            .unwrap_or_default()
+    }
+
     /// The ledger of `pid`, if it used CUDA.
     pub fn ledger(&self, pid: u32) -> Option<LedgerSummary> {
         self.ledgers.get(&pid).map(|t| t.ledger.summary())

@@ -305,14 +305,26 @@ impl Ledger {
         }
     }
 
-    /// A context reset frees every device-space allocation on `device`.
-    fn reset(&mut self, device: i32) -> Change {
-        let gone: Vec<(Space, u64)> = self
-            .live
+    /// The pointers a context reset of `device` (every device when
+    /// negative) frees: its device-space allocations.
+    pub fn reset_ptrs(&self, device: i32) -> Vec<u64> {
+        self.reset_keys(device)
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect()
+    }
+
+    fn reset_keys(&self, device: i32) -> Vec<(Space, u64)> {
+        self.live
             .iter()
             .filter(|((space, _), a)| *space == Space::Device && (device < 0 || a.device == device))
             .map(|(k, _)| *k)
-            .collect();
+            .collect()
+    }
+
+    /// A context reset frees every device-space allocation on `device`.
+    fn reset(&mut self, device: i32) -> Change {
+        let gone = self.reset_keys(device);
         let mut bytes = 0;
         for k in &gone {
             if let Some(a) = self.live.remove(k) {
@@ -614,6 +626,11 @@ mod tests {
         l.apply(&call(cuda::MALLOC_MANAGED, 0, 20, 0x20, 0), 6);
         l.apply(&call(cuda::MALLOC, 0, 40, 0x40, 1), 7);
         l.apply(&call(cuda::MALLOC_HOST, 0, 5, 0x50, 0), 8);
+        // What the reset will free, as told to the stacks' worker first.
+        let mut gone = l.reset_ptrs(0);
+        gone.sort();
+        assert_eq!(gone, [0x10, 0x20]);
+        assert_eq!(l.reset_ptrs(-1).len(), 3, "every device");
         assert_eq!(
             l.apply(&call(cuda::DEVICE_RESET, 0, 0, 0, 0), 9),
             Change::Reset(2, 30)

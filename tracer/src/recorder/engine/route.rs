@@ -112,6 +112,17 @@ impl Engine {
                     } else if c.ret == 0 {
                         h.cuda_free(Of::Cuda, c.header.pid, c.ptr);
                     }
+                    // A context reset frees what the ledger holds on the
+                    // device: their stacks go with them (read before the
+                    // ledger applies it).
+                    if c.ret == 0
+                        && tracer_common::cuda::resets(c.func)
+                        && let Some(f) = &self.cuda
+                    {
+                        for ptr in f.ledgers.reset_ptrs(c.header.pid, c.device) {
+                            h.cuda_free(Of::Cuda, c.header.pid, ptr);
+                        }
+                    }
                 }
                 if let Some(cuda) = &mut self.cuda {
                     let env = env!(self);

@@ -150,6 +150,16 @@ impl<V: View> Session<V> {
         {
             w.cuda_free(Of::Cuda, c.header.pid, c.ptr);
         }
+        // A context reset frees the ledger's device memory, and the
+        // stacks of what it frees (read before the ledger applies it).
+        if c.ret == 0
+            && cuda::resets(c.func)
+            && let Some(w) = &self.stacks
+        {
+            for ptr in self.ledger.reset_ptrs(c.device) {
+                w.cuda_free(Of::Cuda, c.header.pid, ptr);
+            }
+        }
         let ts = self.clock.boot_to_wall(c.header.ts_boot_ns);
         let change = self.ledger.apply(c, ts);
         self.calls_this_second += 1;
