@@ -30,6 +30,21 @@ fn start_time(pid: u32) -> String {
         .to_string()
 }
 
+/// tests/py/cuda_alloc.py.
+fn cuda_alloc_script() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("py/cuda_alloc.py")
+}
+
+/// Debian's CPython running tests/py/cuda_alloc.py on the simulated
+/// runtime, with a 1 GiB device.
+fn cuda_alloc_py() -> CudaLoad {
+    let mut cmd = Command::new("/usr/bin/python3.11");
+    cmd.arg(cuda_alloc_script())
+        .arg(simcuda_dir().join("libcudart.so.12"))
+        .env("SIMCUDA_DEVICE_MEM", (1u64 << 30).to_string());
+    CudaLoad::spawn(cmd)
+}
+
 #[test]
 fn real_libcudart_calls_are_seen_with_their_return_code() {
     let Some(_scenario) = Scenario::new() else {
@@ -689,7 +704,7 @@ fn device_memory_by_stack_names_the_python_lines_that_allocated_it() {
         sc.dir.path().join("snap.pickle"),
         sc.dir.path().join("cuda.pb.gz"),
     );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("py/cuda_alloc.py");
+    let script = cuda_alloc_script();
     let text = std::fs::read_to_string(&script).unwrap();
     let line = |m: &str| text.lines().position(|l| l.contains(m)).unwrap() as u64 + 1;
     let (weights, workspace, scratch) = (
@@ -697,11 +712,7 @@ fn device_memory_by_stack_names_the_python_lines_that_allocated_it() {
         line("# WORKSPACE-LINE"),
         line("# SCRATCH-LINE"),
     );
-    let mut cmd = Command::new("/usr/bin/python3.11");
-    cmd.arg(&script)
-        .arg(simcuda_dir().join("libcudart.so.12"))
-        .env("SIMCUDA_DEVICE_MEM", (1u64 << 30).to_string());
-    let mut prog = CudaLoad::spawn(cmd);
+    let mut prog = cuda_alloc_py();
     let attach = Attach::start(
         prog.pid(),
         &[
@@ -822,18 +833,13 @@ fn small_device_allocations_are_sampled_by_bytes_and_estimated() {
     let Some(_scenario) = Scenario::new() else {
         return;
     };
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("py/cuda_alloc.py");
-    let text = std::fs::read_to_string(&script).unwrap();
+    let text = std::fs::read_to_string(cuda_alloc_script()).unwrap();
     let small = text
         .lines()
         .position(|l| l.contains("# SMALL-LINE"))
         .unwrap() as u64
         + 1;
-    let mut cmd = Command::new("/usr/bin/python3.11");
-    cmd.arg(&script)
-        .arg(simcuda_dir().join("libcudart.so.12"))
-        .env("SIMCUDA_DEVICE_MEM", (1u64 << 30).to_string());
-    let mut prog = CudaLoad::spawn(cmd);
+    let mut prog = cuda_alloc_py();
     let attach = Attach::start(prog.pid(), &["--by", "stack", "--summary-only"]);
     assert_eq!(prog.cmd("small 4096"), "done");
     // Two pictures a second apart that agree: every sample is in.
@@ -872,12 +878,7 @@ fn a_context_reset_takes_the_device_memory_by_stack_with_it() {
     let Some(_scenario) = Scenario::new() else {
         return;
     };
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("py/cuda_alloc.py");
-    let mut cmd = Command::new("/usr/bin/python3.11");
-    cmd.arg(&script)
-        .arg(simcuda_dir().join("libcudart.so.12"))
-        .env("SIMCUDA_DEVICE_MEM", (1u64 << 30).to_string());
-    let mut prog = CudaLoad::spawn(cmd);
+    let mut prog = cuda_alloc_py();
     let attach = Attach::start(prog.pid(), &["--by", "stack", "--summary-only"]);
     assert_eq!(prog.cmd("init"), "done");
     assert_eq!(prog.cmd("go"), "done");
@@ -917,8 +918,7 @@ fn a_gpu_oom_names_the_python_lines_that_hold_the_device_memory() {
     let Some(sc) = Scenario::new() else {
         return;
     };
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("py/cuda_alloc.py");
-    let text = std::fs::read_to_string(&script).unwrap();
+    let text = std::fs::read_to_string(cuda_alloc_script()).unwrap();
     let weights = text
         .lines()
         .position(|l| l.contains("# WEIGHTS-LINE"))
@@ -927,11 +927,7 @@ fn a_gpu_oom_names_the_python_lines_that_hold_the_device_memory() {
     let rec = tracer_e2e::Recorder::on(&sc.store)
         .args(&["--cuda"])
         .start();
-    let mut cmd = Command::new("/usr/bin/python3.11");
-    cmd.arg(&script)
-        .arg(simcuda_dir().join("libcudart.so.12"))
-        .env("SIMCUDA_DEVICE_MEM", (1u64 << 30).to_string());
-    let mut prog = CudaLoad::spawn(cmd);
+    let mut prog = cuda_alloc_py();
     wait_attached(&rec);
     // A program's first CUDA call has the recorder look for its
     // interpreter; its allocations come later.

@@ -417,11 +417,7 @@ pub(super) fn stored(
                     shown.push((id, k))
                 }
                 Ok(k) => *others.entry(k.killer.name()).or_default() += 1,
-                Err(why) => say!(
-                    "tracer: kill record {id} in {} is damaged and left out: {}",
-                    store.path().display(),
-                    term::escape(&why)
-                ),
+                Err(why) => super::kills::say_damaged(store, id, &why),
             }
             true
         })

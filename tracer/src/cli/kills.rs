@@ -299,11 +299,7 @@ fn kill_rows(store: &Store, since_ns: i64, args: &KillsArgs) -> anyhow::Result<V
                 one.push((row_of(id, &k, v), key));
             }
             Ok(_) => {}
-            Err(why) => say!(
-                "tracer: kill record {id} in {} is damaged and left out: {}",
-                store.path().display(),
-                term::escape(&why)
-            ),
+            Err(why) => say_damaged(store, id, &why),
         }
         true
     })?;
@@ -324,6 +320,16 @@ fn kill_rows(store: &Store, since_ns: i64, args: &KillsArgs) -> anyhow::Result<V
             row
         })
         .collect())
+}
+
+/// Says that kill record `id` of `store` cannot be read back and is left
+/// out.
+pub(super) fn say_damaged(store: &Store, id: i64, why: &str) {
+    say!(
+        "tracer: kill record {id} in {} is damaged and left out: {}",
+        store.path().display(),
+        term::escape(why)
+    );
 }
 
 /// The row of one kill.

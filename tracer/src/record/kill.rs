@@ -455,13 +455,6 @@ impl Killer {
             },
         }
     }
-
-    /// Whether an OOM killer killed: the kernel's, or a userspace one
-    /// that acts on memory pressure (systemd-oomd, earlyoom, kubelet's
-    /// eviction), not a plain `kill -9`.
-    pub fn is_oom(&self) -> bool {
-        self.name() != "process"
-    }
 }
 
 impl KillRecord {

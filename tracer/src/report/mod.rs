@@ -464,7 +464,7 @@ fn kill_section_with(p: &KillPage, open: bool, parts: Parts, left: &[&str]) -> M
                     @match memcg_plot(&id, k) {
                         Some(svg) => {
                             p.caption {
-                                "Usage of " code { (k.memcg.as_ref().map(|m| m.path.as_str()).or(v.memcg.as_deref()).unwrap_or("?")) }
+                                "Usage of " code { (k.cgroup().unwrap_or("?")) }
                                 " against its limit over the stored lead-up; the dashed line is the kill."
                             }
                             (PreEscaped(svg))

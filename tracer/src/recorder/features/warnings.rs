@@ -139,12 +139,7 @@ impl Warnings {
 impl KillEnricher for Warnings {
     fn enrich(&self, k: &mut KillRecord) {
         let Some(gate) = &self.warn else { return };
-        let memcg = k
-            .memcg
-            .as_ref()
-            .map(|m| m.path.as_str())
-            .or(k.victim.memcg.as_deref());
-        if let Some(w) = memcg.and_then(|m| gate.standing(m))
+        if let Some(w) = k.cgroup().and_then(|m| gate.standing(m))
             && k.kmsg.as_ref().is_none_or(|r| warning::applies(w, r))
         {
             k.warning = Some(w.clone());
