@@ -110,6 +110,9 @@ for ep in pm["spec"]["podMetricsEndpoints"]:
 assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
 assert c["readinessProbe"]["httpGet"]["path"] == "/healthz"
 assert pod["spec"]["hostPID"] is True and c["securityContext"]["privileged"] is True
+# The image `cargo xtask dist` builds, by its name and tag, and its binary.
+assert c["image"] == "tracer:" + sys.argv[3], c["image"]
+assert c["command"] == ["/usr/bin/tracer"], c["command"]
 print("ok", " ".join(c["args"]))
 "#;
     let out = Command::new(bin.join("python"))
@@ -117,6 +120,7 @@ print("ok", " ".join(c["args"]))
         .arg(check)
         .arg(k8s.join("daemonset.yaml"))
         .arg(k8s.join("podmonitor.yaml"))
+        .arg(env!("CARGO_PKG_VERSION"))
         .output()
         .unwrap();
     assert!(
@@ -134,5 +138,32 @@ print("ok", " ".join(c["args"]))
         help.status.success(),
         "{}",
         String::from_utf8_lossy(&help.stderr)
+    );
+}
+
+#[test]
+fn the_front_door_installs_what_cargo_xtask_dist_builds() {
+    let root = deploy().join("..");
+    let version = env!("CARGO_PKG_VERSION");
+    let deb = format!("sudo apt install ./tracer_{version}_amd64.deb");
+    let image = format!("tracer:{version}");
+    for doc in ["README.md", "docs/operate/install.md"] {
+        let text = std::fs::read_to_string(root.join(doc)).unwrap();
+        assert!(text.contains(&deb), "{doc} does not install {deb:?}");
+        assert!(
+            text.contains(&image),
+            "{doc} does not name the image {image}"
+        );
+    }
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let install = readme
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .unwrap();
+    assert_eq!(
+        install.lines().count(),
+        2,
+        "the README's first commands are the install, in two lines:\n{install}"
     );
 }

@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod dist;
 mod progstats;
 mod setup;
 mod vm;
@@ -44,6 +45,8 @@ enum Verb {
     Demo,
     /// Run the privileged end-to-end tests on other kernels, in guests.
     VmTest(vm::Options),
+    /// Build the release artifacts (static binary, .deb, OCI image, sums).
+    Dist(dist::Options),
 }
 
 fn main() -> ExitCode {
@@ -57,6 +60,7 @@ fn main() -> ExitCode {
         Verb::Doctor => run_tracer(&["doctor".to_string()]),
         Verb::Demo => demo::run(),
         Verb::VmTest(opts) => vm::run(opts),
+        Verb::Dist(opts) => dist::run(opts),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -121,6 +125,12 @@ fn build_release() -> anyhow::Result<Bins> {
         memhog: dir.join("memhog"),
         killstorm: dir.join("killstorm"),
     })
+}
+
+/// The release memhog alone (the artifacts' checks OOM-kill it).
+pub fn build_memhog() -> anyhow::Result<PathBuf> {
+    sh(cargo().args(["build", "--release", "-p", "tracer-e2e", "--bin", "memhog"]))?;
+    Ok(root().join("target/release/memhog"))
 }
 
 fn is_root() -> bool {

@@ -52,6 +52,15 @@ pub enum NvmlUnavailable {
         "no NVIDIA driver libraries ({LIBRARY} not found by the dynamic loader); GPU figures are off, host tracing works"
     )]
     NotInstalled,
+    /// The static build, on a node with an NVIDIA kernel module: a static
+    /// binary has no dynamic loader, and the driver's library needs one.
+    #[error(
+        "this is tracer's static build, which cannot load the NVIDIA driver's {LIBRARY} (a static binary has no dynamic loader); GPU figures are off, host and CUDA tracing work. Fix: on GPU nodes install the .deb or run the image (docs/operate/install.md)"
+    )]
+    StaticBuild,
+    /// The static build on a node with no NVIDIA kernel module.
+    #[error("no NVIDIA driver (no kernel module loaded); GPU figures are off, host tracing works")]
+    NoDriver,
     /// The libraries are there, the kernel module is not (a GPU node whose
     /// driver did not load, or libraries without a GPU).
     #[error(
@@ -156,6 +165,13 @@ pub fn locate(name: &str, symbol: &str) -> Option<DriverLibrary> {
 pub fn open(lib: Option<&Path>) -> Result<Nvml, NvmlUnavailable> {
     let module = std::fs::read_to_string(MODULE_VERSION).ok();
     let module_loaded = module.is_some() || Path::new("/sys/module/nvidia").exists();
+    if cfg!(target_feature = "crt-static") {
+        return Err(if module_loaded {
+            NvmlUnavailable::StaticBuild
+        } else {
+            NvmlUnavailable::NoDriver
+        });
+    }
     let library = match lib {
         Some(p) => {
             let path = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());

@@ -365,10 +365,8 @@ impl Probes {
             .map_max_entries(maps::DATA_RING, data_ring_bytes)
             .load(EBPF_OBJECT)
             .map_err(|source| ProbeError::Load { source })?;
-        // Parsing kernel BTF and the object left large freed heap blocks;
-        // hand them back so the recorder's steady RSS stays small.
-        // SAFETY: malloc_trim only releases free memory; no preconditions.
-        unsafe { libc::malloc_trim(0) };
+        // Parsing kernel BTF and the object left large freed heap blocks.
+        crate::util::sys::give_back_free_heap();
         Ok(Self {
             ebpf,
             notes,

@@ -130,8 +130,7 @@ impl Upkeep {
             j.store
                 .downsample_timeline(now - DOWNSAMPLE_AFTER_NS, AGED_RES_S)?;
             // Bursts (churn, kill storms) grow the heap; give it back.
-            // SAFETY: malloc_trim only releases free memory.
-            unsafe { libc::malloc_trim(0) };
+            crate::util::sys::give_back_free_heap();
         }
         Ok(())
     }

@@ -321,6 +321,9 @@ fn growth_flame(p: &str, k: &KillRecord) -> Option<String> {
 }
 
 /// The node's offset from UTC now, as `+01:00`.
+// libc marks musl's time_t deprecated ahead of a change that does not
+// touch x86_64 or aarch64, where it is already 64 bits.
+#[allow(deprecated)]
 fn utc_offset() -> String {
     let now = libc::time_t::try_from(crate::util::time::wall_now_ns() / 1_000_000_000).unwrap_or(0);
     // SAFETY: localtime_r writes into the tm given; both live on the stack.

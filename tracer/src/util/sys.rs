@@ -7,6 +7,17 @@ pub fn page_kb() -> u64 {
     (if size > 0 { size as u64 } else { 4096 }) / 1024
 }
 
+/// Hands large freed heap blocks back to the kernel, so the recorder's
+/// steady RSS stays small after a burst. glibc's allocator keeps them;
+/// musl's (the static build) returns them itself and has no such call.
+pub fn give_back_free_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free memory; no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Every process id in /proc now.
 pub fn all_pids() -> Vec<u32> {
     std::fs::read_dir("/proc")
