@@ -490,8 +490,7 @@ fn base_verdict(k: &KillRecord) -> Verdict {
             )
         })
         .unwrap_or_default();
-    let big = neighbours.iter().max_by_key(|t| t.rss_kb);
-    if let Some(big) = big.filter(|b| b.rss_kb > victim_kb) {
+    if let Some(big) = k.biggest_neighbour() {
         return Verdict {
             cause: Cause::Neighbour,
             summary: format!(
@@ -529,7 +528,7 @@ fn base_verdict(k: &KillRecord) -> Verdict {
                 neighbours.len(),
                 bytes(neighbour_kb * 1024),
                 bytes(victim_kb * 1024),
-                bytes(big.map_or(0, |b| b.rss_kb) * 1024)
+                bytes(neighbours.iter().map(|t| t.rss_kb).max().unwrap_or(0) * 1024)
             ),
         }
     }

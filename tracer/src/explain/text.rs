@@ -108,17 +108,26 @@ pub fn frame_chain(frames: &[crate::stacks::symbols::Frame]) -> String {
     names.join(" <- ")
 }
 
-/// Where the victim's memory grew before the kill (sampled page faults).
-pub(super) fn render_growth(o: &mut String, g: &crate::record::GrowthReport) {
+/// Where the victim's memory grew before the kill (sampled page faults);
+/// with `neighbour`, where that neighbour's did.
+pub(super) fn render_growth(o: &mut String, g: &crate::record::GrowthReport, neighbour: bool) {
     let sampling = sampling(
         g.sample_bytes,
         "every fault",
         "~1 sample per",
         g.lost_samples,
     );
+    let (label, whose) = if neighbour {
+        (
+            "neighbour",
+            format!("{} (pid {}): ", crate::util::term::escape(&g.comm), g.pid),
+        )
+    } else {
+        ("growth", String::new())
+    };
     let _ = writeln!(
         o,
-        "  growth     {} faulted in over the last {} s before the kill (sampled page faults, {sampling}):",
+        "  {label:<9}  {whose}{} faulted in over the last {} s before the kill (sampled page faults, {sampling}):",
         bytes(g.bytes),
         g.window_s
     );
@@ -337,7 +346,10 @@ pub fn render_text(e: &Explanation) -> String {
         render_heap(&mut o, h, k.ts_ns);
     }
     if let Some(g) = &k.growth {
-        render_growth(&mut o, g);
+        render_growth(&mut o, g, false);
+    }
+    if let Some(g) = &k.neighbour_growth {
+        render_growth(&mut o, g, true);
     }
     if let Some(t) = &k.tipping_stack {
         render_tip(&mut o, t);

@@ -425,6 +425,10 @@ pub struct KillRecord {
     /// (sampled page faults).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub growth: Option<super::growth::GrowthReport>,
+    /// Where the neighbour the verdict blames (see
+    /// [`KillRecord::biggest_neighbour`]) grew in the same window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub neighbour_growth: Option<super::growth::GrowthReport>,
     /// The allocation that hit the limit: the stack of the task that
     /// triggered a kernel OOM kill.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -458,6 +462,21 @@ impl Killer {
 }
 
 impl KillRecord {
+    /// The biggest other task at the kill, when it held more than the
+    /// victim: the neighbour a verdict blames for the kill.
+    pub fn biggest_neighbour(&self) -> Option<&TaskAtKill> {
+        let victim_kb = self
+            .victim
+            .memory
+            .rss_kb()
+            .or_else(|| self.tasks.iter().find(|t| t.victim).map(|t| t.rss_kb))?;
+        self.tasks
+            .iter()
+            .filter(|t| !t.victim && t.pid != self.victim.pid)
+            .max_by_key(|t| t.rss_kb)
+            .filter(|t| t.rss_kb > victim_kb)
+    }
+
     /// Its memory cgroup: the one the kernel named at the kill, else the
     /// victim's own.
     pub fn cgroup(&self) -> Option<&str> {

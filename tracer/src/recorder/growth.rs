@@ -7,9 +7,23 @@ use std::collections::HashMap;
 
 use crate::{
     correlate::{growth::GrowthProfile, heap::StackId},
-    record::GrowthSite,
+    record::{GrowthReport, GrowthSite, TipStack},
     stacks::symbols::Frame,
 };
+
+/// What the worker found for a kill: where its victim grew, and the stack
+/// that tipped it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KillGrowth {
+    /// Wall time of the kill, ns.
+    pub ts_ns: u64,
+    /// The victim's growth in the window before the kill.
+    pub growth: Option<GrowthReport>,
+    /// The blamed neighbour's growth in the same window.
+    pub neighbour: Option<GrowthReport>,
+    /// The tipping stack.
+    pub tip: Option<TipStack>,
+}
 
 /// Seconds of growth a kill carries (the minute before it).
 pub const KILL_WINDOW_S: u64 = 60;

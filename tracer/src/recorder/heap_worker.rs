@@ -12,6 +12,7 @@ use tracer_common::{
 
 mod cuda;
 
+pub use super::growth::KillGrowth;
 use super::{
     heap::{HeapTracer, Of, View},
     heap_maps::{MapsAgain, first_read},
@@ -51,21 +52,11 @@ enum Msg {
     /// perf map is.
     Maps(u32, Vec<Mapping>, Option<crate::stacks::perfmap::Root>),
     Kill(u32, u64),
+    /// The neighbour a kill's verdict blames: (victim, neighbour).
+    Neighbour(u32, u32),
     Growth(u32, u64, tokio::sync::oneshot::Sender<GrowthReport>),
     Settle(std::sync::mpsc::SyncSender<()>),
     Exec(u32),
-}
-
-/// What the worker found for a kill: where its victim grew, and the stack
-/// that tipped it.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct KillGrowth {
-    /// Wall time of the kill, ns.
-    pub ts_ns: u64,
-    /// The victim's growth in the window before the kill.
-    pub growth: Option<GrowthReport>,
-    /// The tipping stack.
-    pub tip: Option<TipStack>,
 }
 
 /// How long after a kill its growth report is still brought up to date
@@ -373,6 +364,12 @@ impl HeapWorker {
         self.send(Msg::Kill(pid, ts_ns));
     }
 
+    /// The kill of `victim` blames `neighbour`: its growth in the window
+    /// before the kill is reported with the victim's.
+    pub fn kill_neighbour(&self, victim: u32, neighbour: u32) {
+        self.send(Msg::Neighbour(victim, neighbour));
+    }
+
     /// What the worker has found so far for the kill of `pid`.
     /// Never waits: `None` while the worker holds the map (it runs
     /// niced, and on a busy node a wait for it was a wait of seconds for
@@ -540,6 +537,9 @@ impl crate::correlate::KillEnricher for HeapWorker {
             if k.growth.is_some() {
                 kill.growth = k.growth;
             }
+            if k.neighbour.is_some() {
+                kill.neighbour_growth = k.neighbour;
+            }
             if k.tip.is_some() {
                 kill.tipping_stack = k.tip;
             }
@@ -595,6 +595,8 @@ fn work(
     // here yet (the kill is sent after its commit, the tip as soon as it
     // is read) waits for it.
     let mut tips: HashMap<u32, (TipStack, u64)> = HashMap::new();
+    // Blamed neighbours by victim, while their kills are reported.
+    let neighbours: std::cell::RefCell<HashMap<u32, u32>> = Default::default();
     let mut next = Instant::now() + Duration::from_secs(1);
     let publish = |tracer: &mut HeapTracer, comms: &HashMap<u32, String>, pid: u32, now: u64| {
         if !tracer.pids().contains(&pid) {
@@ -616,21 +618,26 @@ fn work(
         let lost = out.dropped.load(std::sync::atomic::Ordering::Relaxed);
         for (pid, ts) in kills {
             let grew = tracer.has_growth(pid);
-            if !grew && !tips.contains_key(&pid) {
+            let neighbour = neighbours.borrow().get(&pid).copied();
+            let neighbour = neighbour.filter(|&n| tracer.has_growth(n));
+            if !grew && !tips.contains_key(&pid) && neighbour.is_none() {
                 continue;
             }
-            let comm = comms.get(&pid).cloned().unwrap_or_default();
-            let growth = grew.then(|| {
+            let mut report = |pid: u32| {
+                let comm = comms.get(&pid).cloned().unwrap_or_default();
                 let mut r = tracer.growth_report(pid, &comm, ts, super::growth::KILL_WINDOW_S, 10);
                 r.lost_samples = lost;
                 r
-            });
+            };
+            let growth = grew.then(|| report(pid));
+            let neighbour = neighbour.map(report);
             if let Ok(mut m) = out.kills.lock() {
                 m.insert(
                     pid,
                     KillGrowth {
                         ts_ns: ts,
                         growth,
+                        neighbour,
                         tip: tips.get(&pid).map(|(t, _)| t.clone()),
                     },
                 );
@@ -658,6 +665,7 @@ fn work(
             report_kills(tracer, comms, &mut std::iter::once((pid, k)), tips);
         }
         tips.remove(&pid);
+        neighbours.borrow_mut().remove(&pid);
         forget_exited(tracer, comms, &out, pid);
     };
     loop {
@@ -729,6 +737,12 @@ fn work(
                 kills.insert(pid, ts);
                 report_kills(&mut tracer, &comms, &mut std::iter::once((pid, ts)), &tips);
             }
+            Ok(Msg::Neighbour(pid, n)) => {
+                neighbours.borrow_mut().insert(pid, n);
+                if let Some(&ts) = kills.get(&pid) {
+                    report_kills(&mut tracer, &comms, &mut std::iter::once((pid, ts)), &tips);
+                }
+            }
             Ok(Msg::Settle(done)) => {
                 report_kills(
                     &mut tracer,
@@ -795,6 +809,7 @@ fn work(
             &tips,
         );
         kills.retain(|_, ts| now.saturating_sub(*ts) < KILL_SETTLE_NS);
+        neighbours.borrow_mut().retain(|v, _| kills.contains_key(v));
         // A tip is kept while its kill is, or, kill not come yet, for as
         // long as a kill is; dropping it at the next second's tick lost
         // the tip of a kill whose commit came just after that tick.

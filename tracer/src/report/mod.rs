@@ -270,9 +270,10 @@ fn gpu_plot(p: &str, g: &GpuTimeline, kill_ns: i64) -> Option<String> {
     Some(s)
 }
 
-/// The growth sites as a flame graph (inferno), bytes in KiB.
+/// The growth sites as a flame graph (inferno), bytes in KiB: the
+/// victim's, else the blamed neighbour's (the title names whose).
 fn growth_flame(p: &str, k: &KillRecord) -> Option<String> {
-    let g = k.growth.as_ref()?;
+    let g = k.growth.as_ref().or(k.neighbour_growth.as_ref())?;
     let folded: Vec<String> = g
         .sites
         .iter()

@@ -25,15 +25,19 @@ impl Engine {
         self.write_dirty()
     }
 
-    /// Kills committed in the last seconds get where their victim grew and
-    /// the stack that tipped them, as the heap worker finds them (after
+    /// Kills committed in the last seconds get where their victim (and the
+    /// neighbour their verdict blames) grew and the stack that tipped them, as the heap worker finds them (after
     /// the kill's commit: unwinding never delays it).
     pub(super) fn refresh_kill_growth(&mut self) -> Result<(), StoreError> {
         let Some(h) = &self.heap else { return Ok(()) };
         let since = wall_now_ns() - 20_000_000_000;
+        for (victim, neighbour) in self.kills.neighbours_to_ask(since) {
+            h.kill_neighbour(victim, neighbour);
+        }
         self.kills.re_enrich(h, since, |r| {
             (
                 r.growth.clone(),
+                r.neighbour_growth.clone(),
                 r.tipping_stack.clone(),
                 r.victim.heap.is_some(),
             )

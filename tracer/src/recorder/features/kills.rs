@@ -48,6 +48,8 @@ pub struct Kills {
     pending_groups: Vec<OomGroup>,
     /// Kills re-enrichment changed, to store again.
     dirty: BTreeSet<i64>,
+    /// Kills whose blamed neighbour's growth was asked for.
+    neighbours_asked: BTreeSet<i64>,
     /// Kills found in the kernel log only.
     pub kmsg_only: u64,
     /// Whether the kernel's SIGKILLs are seen (the signal probe runs and
@@ -88,6 +90,7 @@ impl Kills {
             self_kills: SelfKills::default(),
             pending_groups: Vec::new(),
             dirty: BTreeSet::new(),
+            neighbours_asked: BTreeSet::new(),
             kmsg_only: 0,
             sees_kernel_kills: false,
             unsignalled: Vec::new(),
@@ -455,6 +458,24 @@ impl Kills {
     /// Forgets committed kills too old for later joins.
     pub fn prune(&mut self, now_ns: i64) {
         self.book.prune(now_ns);
+        let book = &self.book;
+        self.neighbours_asked.retain(|&id| book.get(id).is_some());
+    }
+
+    /// Kills committed since `since_ns` whose verdict will blame a
+    /// neighbour (see [`KillRecord::biggest_neighbour`]), each once:
+    /// (victim pid, neighbour pid). The kernel's report names the tasks,
+    /// so a kill is ready once it is joined.
+    pub fn neighbours_to_ask(&mut self, since_ns: i64) -> Vec<(u32, u32)> {
+        let mut ask = Vec::new();
+        for (id, rec) in self.book.recent_since(since_ns) {
+            if let Some(n) = rec.biggest_neighbour()
+                && self.neighbours_asked.insert(id)
+            {
+                ask.push((rec.victim.pid, n.pid));
+            }
+        }
+        ask
     }
 
     fn changed(&mut self, id: i64, out: &mut Outputs) {
