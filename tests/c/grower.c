@@ -11,6 +11,11 @@
  *   touch N   faults in N MiB of fresh anonymous memory, page by page, in
  *             touch_pages, unmaps it, and repeats for the rounds given on
  *             each further line ("round" -> prints "ns/page X").
+ *   churn     every round, format_report takes 40 MiB from malloc (past
+ *             glibc's largest mmap threshold: mapped), writes every page
+ *             and frees it (unmapped); build_index keeps 2 MiB; 20 ms
+ *             between rounds. Faults: mostly format_report's; memory
+ *             kept: build_index's. Run it in a memory cgroup with a limit.
  *   hold N    fills N MiB in fill_cache, prints "held", and keeps it until
  *             stdin ends (a large, idle process: the OOM killer's choice
  *             when another process of its cgroup hits the limit).
@@ -74,6 +79,18 @@ __attribute__((noinline)) static void fill_cache(size_t mib) {
     }
 }
 
+__attribute__((noinline)) static void format_report(void) {
+    size_t n = 40 << 20;
+    volatile char *p = malloc(n);
+    if (!p) {
+        fprintf(stderr, "allocation failed\n");
+        exit(2);
+    }
+    for (size_t i = 0; i < n; i += 4096)
+        p[i] = 5;
+    free((void *)p);
+}
+
 __attribute__((noinline)) static double touch_pages(size_t mib) {
     size_t n = mib << 20;
     struct timespec a, b;
@@ -115,6 +132,13 @@ int main(int argc, char **argv) {
         return 0;
     }
     struct timespec pause = {0, 20 * 1000 * 1000};
+    if (strcmp(mode, "churn") == 0) {
+        for (;;) {
+            format_report();
+            build_index(2);
+            nanosleep(&pause, NULL);
+        }
+    }
     reserve_arena();
     for (;;) {
         build_index(8);

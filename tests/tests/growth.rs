@@ -121,6 +121,68 @@ fn a_memcg_oom_kill_names_the_code_that_grew_and_the_allocation_that_tipped_it()
     assert_eq!(g["tips"], 1, "{summary}");
 }
 
+/// Growth is what was kept: a temporary buffer faulted in and unmapped
+/// every round (glibc maps and unmaps a 40 MiB block) faults in far more
+/// than the leak beside it, and is ranked below it.
+#[test]
+fn a_temporary_buffer_unmapped_again_ranks_below_the_leak_that_kept_its_memory() {
+    let Some(_scenario) = Scenario::new() else {
+        return;
+    };
+    // The leak is at least 150 MiB at the kill, the buffer in use at most
+    // 40: far apart, whatever the sampling's spread.
+    let limit = 192 * MIB;
+    let cg = TestCgroup::new("growth-net", limit);
+    let mut cmd = cg.command(grower());
+    cmd.arg("churn");
+    let (kill, text, _) = killed_while_recording(&cg, cmd);
+    if std::env::var_os("SHOW").is_some() {
+        eprintln!("{text}");
+    }
+    let g = &kill["growth"];
+    let sites = g["sites"].as_array().expect("sites");
+    // Where the map-lock tracepoint carries no memcg id (older kernels),
+    // memory given back is not traced, and the report says faulted in.
+    let format = std::fs::read_to_string(
+        "/sys/kernel/tracing/events/mmap_lock/mmap_lock_acquire_returned/format",
+    )
+    .unwrap_or_default();
+    if !format.contains("memcg_id") {
+        assert!(g["returned_bytes"].is_null(), "{g:#}");
+        assert_eq!(function(&sites[0]["frames"], 0), "format_report", "{g:#}");
+        assert!(!text.contains(" kept of "), "{text}");
+        return;
+    }
+    let at = |name: &str| {
+        sites
+            .iter()
+            .find(|s| function(&s["frames"], 0) == name)
+            .unwrap_or_else(|| panic!("no {name} site: {g:#}"))
+    };
+    let kept = |s: &Value| s["bytes"].as_u64().unwrap() - s["returned_bytes"].as_u64().unwrap();
+    let (index, report) = (at("build_index"), at("format_report"));
+    // Ranked by what was kept: the leak first.
+    assert_eq!(function(&sites[0]["frames"], 0), "build_index", "{g:#}");
+    // Faulted in, the temporary buffer leads by far; almost all of it was
+    // given back (what is kept is at most the one in use at the kill).
+    assert!(
+        report["bytes"].as_u64().unwrap() > 4 * index["bytes"].as_u64().unwrap(),
+        "{g:#}"
+    );
+    // (Sampled: one 40 MiB buffer, within the estimate's spread.)
+    assert!(kept(report) <= 64 * MIB, "{g:#}");
+    assert!(
+        kept(report) * 10 < report["bytes"].as_u64().unwrap(),
+        "{g:#}"
+    );
+    assert!(kept(index) >= 100 * MIB, "{g:#}");
+    assert!(g["returned_bytes"].as_u64().unwrap() >= 256 * MIB, "{g:#}");
+    assert!(
+        text.contains(" kept of ") && text.contains(" faulted in)  format_report (grower.c:"),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_kill_of_another_process_names_the_allocation_that_tipped_it() {
     let Some(sc) = Scenario::new() else {

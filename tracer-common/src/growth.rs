@@ -26,6 +26,25 @@ pub const TIP: u32 = 18;
 /// that faults in later); `size` is its length.
 pub const RESERVE: u32 = 19;
 
+/// A followed process gave memory back (`munmap`, or `madvise` that drops
+/// pages): the range, so that sampled faults in it stop counting as kept.
+/// Sent without a stack.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GrowthReturn {
+    /// Common header (`kind` = [`crate::kind::GROWTH_RETURN`]).
+    pub header: crate::EventHeader,
+    /// Start of the range.
+    pub start: u64,
+    /// Its length, bytes.
+    pub len: u64,
+}
+const _: () = assert!(size_of::<GrowthReturn>() == size_of::<crate::EventHeader>() + 16);
+
+/// `madvise` advice that drops a range's pages (they fault in anew):
+/// `MADV_DONTNEED`, `MADV_FREE` and `MADV_REMOVE`.
+pub const DROPPING_ADVICE: [u64; 3] = [4, 8, 9];
+
 /// Which processes the fault programs follow ([`GrowthConfig::mode`]).
 pub mod mode {
     /// None: the fault programs return at once.

@@ -166,6 +166,8 @@ pub mod programs {
     pub const GROWTH_MMAP: &str = "growth_mmap";
     /// `tracepoint/oom/mark_victim`: the stack that tipped an OOM kill.
     pub const GROWTH_OOM_TIP: &str = "growth_oom_tip";
+    /// `mmap_lock_acquire_returned` (memory given back: munmap, madvise).
+    pub const GROWTH_MMAP_LOCK: &str = "growth_mmap_lock";
     /// `uprobe` at every attached USDT probe (the cookie is its spec's index).
     pub const USDT_PROBE: &str = "usdt_probe";
 }
@@ -259,6 +261,9 @@ pub mod kind {
     /// ([`crate::heap::HeapAlloc`]: `addr` the device pointer, `size` its
     /// bytes, `func` the CUDA function).
     pub const CUDA_STACK: u32 = 17;
+    /// A followed process gave a range back
+    /// ([`crate::growth::GrowthReturn`]).
+    pub const GROWTH_RETURN: u32 = 18;
 }
 
 /// What every event starts with. The task fields describe `current`: the

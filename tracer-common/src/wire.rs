@@ -8,6 +8,7 @@ use core::mem::size_of;
 use crate::{
     CgroupDir, CudaCall, EventHeader, MemcgEvent, OomVictim, ProcExec, ProcExit, ProcFork, Reap,
     SignalKill,
+    growth::GrowthReturn,
     heap::{HeapAlloc, HeapFree},
     kind,
     usdt::UsdtEvent,
@@ -82,6 +83,7 @@ registry! {
         (kind::CUDA_STACK, "cuda_stack", false),
     ],
     HeapFree => [(kind::HEAP_FREE, "heap_free", false)],
+    GrowthReturn => [(kind::GROWTH_RETURN, "growth_return", false)],
     UsdtEvent => [(kind::USDT, "usdt", false)],
     CgroupDir => [
         (kind::CGROUP_MKDIR, "cgroup_mkdir", false),

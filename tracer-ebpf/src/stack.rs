@@ -62,6 +62,25 @@ pub fn syscall_args() -> Option<(u64, u64, u64)> {
     })
 }
 
+/// The current task's system call and its first three arguments, as its
+/// saved user registers hold them: `orig_ax`, `di`, `si`, `dx` on x86_64.
+#[inline(always)]
+pub fn syscall_args4() -> Option<[u64; 4]> {
+    // SAFETY: as in `saved_regs`.
+    unsafe {
+        let regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs;
+        if regs.is_null() {
+            return None;
+        }
+        Some([
+            bpf_probe_read_kernel(&raw const (*regs).orig_rax).ok()?,
+            bpf_probe_read_kernel(&raw const (*regs).rdi).ok()?,
+            bpf_probe_read_kernel(&raw const (*regs).rsi).ok()?,
+            bpf_probe_read_kernel(&raw const (*regs).rdx).ok()?,
+        ])
+    }
+}
+
 /// How far above the stack pointer a frame pointer may be: the default
 /// stack limit (8 MiB).
 const FP_PLAUSIBLE: u64 = 8 << 20;

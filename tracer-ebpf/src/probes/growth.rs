@@ -14,7 +14,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     field,
-    growth::{self, GrowthConfig, GrowthProc, GrowthSample, error_code, mode, stat},
+    growth::{self, GrowthConfig, GrowthProc, GrowthReturn, GrowthSample, error_code, mode, stat},
     heap::how,
     kind,
 };
@@ -323,6 +323,68 @@ pub fn growth_mmap(ctx: RawTracePointContext) -> u32 {
     send(&ctx, kind::GROWTH_FAULT, growth::RESERVE, 0, len, how::BIG);
     0
 }
+
+/// Sends the range a followed process gives back; no stack.
+#[inline(always)]
+fn gave_back(start: u64, len: u64) {
+    if cfg().mode == mode::OFF || len == 0 {
+        return;
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // SAFETY: reading a plain map value.
+    if unsafe { GROWTH_PROCS.get(&tgid) }.is_none_or(|e| e.on == 0) {
+        return;
+    }
+    let Some(mut slot) = Ring::Data.reserve::<GrowthReturn>() else {
+        count(stat::RING_FULL);
+        return;
+    };
+    let ev = slot.as_mut_ptr();
+    // SAFETY: `ev` points at a reserved ring slot of its size.
+    unsafe {
+        (&raw mut (*ev).header).write(header(kind::GROWTH_RETURN));
+        (*ev).start = start;
+        (*ev).len = len;
+    }
+    slot.submit();
+}
+
+/// `tracepoint/mmap_lock/mmap_lock_acquire_returned`, from
+/// `__mmap_lock_do_trace_acquire_returned()` in mm/mmap_lock.c: a task took
+/// a memory map's lock. When the task is in `munmap`, or in an `madvise`
+/// that drops pages (`MADV_DONTNEED`, `MADV_FREE`, `MADV_REMOVE`), the
+/// range is sent: its sampled faults stop counting as kept. The call and
+/// its arguments are the task's saved user registers (a lock the call did
+/// not get ends the process: a fatal signal). Not the syscall tracepoints:
+/// any one of them sends every system call of every task on the node
+/// through the slow path (+35 to 50 ns each here); this fires only where a
+/// map's lock is taken. Attached only where the tracepoint carries the
+/// memory cgroup's id (`memcg_id`): before that, the kernel builds the
+/// cgroup's path at every lock taken while it is on. An `madvise` served
+/// under a per-VMA lock (6.x kernels, one VMA) takes no map lock and is
+/// not seen.
+#[tracepoint(category = "mmap_lock", name = "mmap_lock_acquire_returned")]
+pub fn growth_mmap_lock(_ctx: TracePointContext) -> u32 {
+    if cfg().mode == mode::OFF {
+        return 0;
+    }
+    let Some([nr, start, len, advice]) = stack::syscall_args4() else {
+        return 0;
+    };
+    let drops = match nr {
+        SYS_MUNMAP => true,
+        SYS_MADVISE => growth::DROPPING_ADVICE.contains(&advice),
+        _ => false,
+    };
+    if drops {
+        gave_back(start, len);
+    }
+    0
+}
+
+/// `munmap`'s and `madvise`'s system call numbers on x86_64.
+const SYS_MUNMAP: u64 = 11;
+const SYS_MADVISE: u64 = 28;
 
 /// `mmap`'s system call number on x86_64.
 const SYS_MMAP: u64 = 9;

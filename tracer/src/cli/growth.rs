@@ -220,9 +220,13 @@ pub fn render(reports: &[GrowthReport], top: usize, time: &str, followed_ns: i64
     }
     for r in reports {
         let window = (r.window_s as f64).min(followed_ns.max(0) as f64 / 1e9);
+        let kept = r
+            .returned_bytes
+            .map(|g| format!(" ({} kept)", bytes(r.bytes.saturating_sub(g))))
+            .unwrap_or_default();
         let _ = writeln!(
             o,
-            "-- {time} pid {} ({}): {} faulted in over the last {window:.0} s, {} since followed",
+            "-- {time} pid {} ({}): {} faulted in{kept} over the last {window:.0} s, {} since followed",
             r.pid,
             term::escape(&r.comm),
             bytes(r.bytes),
@@ -231,8 +235,8 @@ pub fn render(reports: &[GrowthReport], top: usize, time: &str, followed_ns: i64
         for site in r.sites.iter().take(top) {
             let _ = writeln!(
                 o,
-                "   {:>10}  {}",
-                bytes(site.bytes),
+                "   {}  {}",
+                crate::explain::site_figure(r, site),
                 crate::explain::frame_chain(&site.frames)
             );
         }

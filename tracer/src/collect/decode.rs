@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use tracer_common::{
     CGROUP_PATH_LEN, COMM_LEN, CgroupDir, CudaCall, EventHeader, MAX_EVENT_SIZE, MemcgEvent,
     OomVictim, ProcExec, ProcExit, ProcFork, Reap, SignalKill, WireEvent,
-    growth::GrowthSample,
+    growth::{GrowthReturn, GrowthSample},
     heap::{HeapAlloc, HeapFree},
     kind,
     usdt::UsdtEvent,
@@ -63,6 +63,8 @@ pub enum EventKind {
     HeapFree,
     /// A sampled page fault (growth attribution).
     GrowthFault,
+    /// A followed process gave a range back (growth attribution).
+    GrowthReturn,
     /// The stack of the allocation that tipped an OOM kill.
     OomTip,
     /// The stack of a CUDA allocation.
@@ -91,6 +93,7 @@ impl TryFrom<u32> for EventKind {
             kind::HEAP_ALLOC => Self::HeapAlloc,
             kind::HEAP_FREE => Self::HeapFree,
             kind::GROWTH_FAULT => Self::GrowthFault,
+            kind::GROWTH_RETURN => Self::GrowthReturn,
             kind::OOM_TIP => Self::OomTip,
             kind::CUDA_STACK => Self::CudaStack,
             kind::USDT => Self::Usdt,
@@ -117,6 +120,7 @@ impl EventKind {
             Self::HeapAlloc => kind::HEAP_ALLOC,
             Self::HeapFree => kind::HEAP_FREE,
             Self::GrowthFault => kind::GROWTH_FAULT,
+            Self::GrowthReturn => kind::GROWTH_RETURN,
             Self::OomTip => kind::OOM_TIP,
             Self::CudaStack => kind::CUDA_STACK,
             Self::Usdt => kind::USDT,
@@ -157,6 +161,8 @@ pub enum Event {
     HeapFree(HeapFree),
     /// A sampled page fault, with its stack.
     GrowthFault(Box<GrowthSample>),
+    /// A range a followed process gave back.
+    GrowthReturn(GrowthReturn),
     /// The stack of the task whose allocation tipped an OOM kill.
     OomTip(Box<GrowthSample>),
     /// The stack of a CUDA allocation (`addr`: the device pointer).
@@ -239,6 +245,10 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             expect(size_of::<GrowthSample>())?;
             Event::GrowthFault(Box::new(read(bytes)))
         }
+        EventKind::GrowthReturn => {
+            expect(size_of::<GrowthReturn>())?;
+            Event::GrowthReturn(read(bytes))
+        }
         EventKind::OomTip => {
             expect(size_of::<GrowthSample>())?;
             Event::OomTip(Box::new(read(bytes)))
@@ -300,6 +310,7 @@ impl Event {
             Event::Cuda(e) => &e.header,
             Event::HeapAlloc(e) => &e.header,
             Event::HeapFree(e) => &e.header,
+            Event::GrowthReturn(e) => &e.header,
             Event::GrowthFault(e) | Event::OomTip(e) | Event::CudaStack(e) => &e.header,
             Event::Usdt(e) => &e.header,
             Event::CgroupDir(e) => &e.header,
@@ -325,6 +336,7 @@ impl Event {
             Event::HeapAlloc(e) => e.header.pid,
             Event::HeapFree(e) => e.header.pid,
             Event::GrowthFault(e) => e.header.pid,
+            Event::GrowthReturn(e) => e.header.pid,
             Event::OomTip(e) => e.addr as u32,
             Event::CudaStack(e) => e.header.pid,
             Event::Usdt(e) => e.header.pid,
@@ -398,6 +410,10 @@ impl Event {
             Event::GrowthFault(e) => json!({
                 "addr": format!("{:#x}", e.addr),
                 "kernel_mode": e.func == tracer_common::growth::FAULT_KERNEL,
+            }),
+            Event::GrowthReturn(e) => json!({
+                "start": format!("{:#x}", e.start),
+                "len": e.len,
             }),
             Event::OomTip(e) => json!({ "victim_pid": e.addr }),
             Event::CudaStack(e) => json!({

@@ -8,7 +8,7 @@ pub mod xid;
 
 pub(crate) use text::one_line;
 use text::*;
-pub use text::{DEFAULT_DEPTH, frame_chain, render_text, set_depth};
+pub use text::{DEFAULT_DEPTH, frame_chain, render_text, set_depth, site_figure};
 
 use std::fmt::Write as _;
 

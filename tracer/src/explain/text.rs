@@ -125,17 +125,29 @@ pub(super) fn render_growth(o: &mut String, g: &crate::record::GrowthReport, nei
     } else {
         ("growth", String::new())
     };
+    // Kept, where what was given back is traced: faults less the pages
+    // unmapped or dropped again (memory freed inside a heap is not seen).
+    let (kept, how) = match g.returned_bytes {
+        Some(r) => (
+            format!(
+                "{} kept of {} faulted in",
+                bytes(g.bytes.saturating_sub(r)),
+                bytes(g.bytes)
+            ),
+            "; kept: not unmapped again before the kill",
+        ),
+        None => (format!("{} faulted in", bytes(g.bytes)), ""),
+    };
     let _ = writeln!(
         o,
-        "  {label:<9}  {whose}{} faulted in over the last {} s before the kill (sampled page faults, {sampling}):",
-        bytes(g.bytes),
+        "  {label:<9}  {whose}{kept} over the last {} s before the kill (sampled page faults, {sampling}{how}):",
         g.window_s
     );
     for site in g.sites.iter().take(5) {
         let _ = writeln!(
             o,
-            "               {:>10}  {}",
-            bytes(site.bytes),
+            "               {}  {}",
+            site_figure(g, site),
             frame_chain(&site.frames)
         );
     }
@@ -156,6 +168,20 @@ pub(super) fn render_growth(o: &mut String, g: &crate::record::GrowthReport, nei
                 frame_chain(&site.frames)
             );
         }
+    }
+}
+
+/// A growth site's bytes: kept, and what it faulted in where some of that
+/// was given back (unmapped, dropped); right-aligned to 10.
+pub fn site_figure(g: &crate::record::GrowthReport, site: &crate::record::GrowthSite) -> String {
+    if g.returned_bytes.is_some() && site.returned_bytes > 0 {
+        format!(
+            "{:>10}  (of {} faulted in)",
+            bytes(site.bytes.saturating_sub(site.returned_bytes)),
+            bytes(site.bytes)
+        )
+    } else {
+        format!("{:>10}", bytes(site.bytes))
     }
 }
 

@@ -91,7 +91,7 @@ pub fn config(opts: &GrowthOptions, btf: &KernelBtf) -> (GrowthConfig, Option<St
 }
 
 /// The growth programs: (program, tracepoint, required for growth).
-pub const GROWTH_PROBES: [ProbeSpec; 5] = [
+pub const GROWTH_PROBES: [ProbeSpec; 6] = [
     ProbeSpec {
         program: programs::GROWTH_FAULT_USER,
         hook: Hook::RawTracePoint {
@@ -134,7 +134,39 @@ pub const GROWTH_PROBES: [ProbeSpec; 5] = [
         required: false,
         purpose: "growth attribution: the stack of the allocation that tipped an OOM kill",
     },
+    ProbeSpec {
+        program: programs::GROWTH_MMAP_LOCK,
+        hook: Hook::TracePoint {
+            category: "mmap_lock",
+            name: "mmap_lock_acquire_returned",
+        },
+        required: false,
+        purpose: "growth attribution: memory given back (munmap, madvise), for what each site kept",
+    },
 ];
+
+/// Whether the program that sees memory given back (munmap, madvise)
+/// attached: growth is then shown as what each site kept.
+pub fn returns_traced(statuses: &[ProbeStatus]) -> bool {
+    statuses
+        .iter()
+        .any(|s| s.spec.program == programs::GROWTH_MMAP_LOCK && s.error.is_none())
+}
+
+/// Why the map-lock tracepoint is not attached here, if it is not: it
+/// must carry the memory cgroup's id (`memcg_id`, recent kernels); where
+/// it carries a path instead, the kernel builds that path at every lock
+/// taken while the tracepoint is on, page faults included.
+fn map_lock_unfit(tracefs: &std::path::Path) -> Option<String> {
+    match super::tracefs::Format::read(tracefs, "mmap_lock", "mmap_lock_acquire_returned") {
+        Ok(f) if f.field("memcg_id").is_some() => None,
+        Ok(_) => Some(
+            "not attached: this kernel's mmap_lock tracepoints build the memory cgroup's path at every lock taken; growth is shown as faulted in, not kept"
+                .into(),
+        ),
+        Err(_) => Some("not on this kernel; growth is shown as faulted in, not kept".into()),
+    }
+}
 
 /// The growth programs' counters, summed over CPUs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -189,7 +221,23 @@ impl Probes {
     /// as [`Probes::attach`] does. Without `page_fault_user` (a kernel that
     /// is not x86) the error says so; recording goes on without growth.
     pub fn attach_growth(&mut self) -> Result<Vec<ProbeStatus>, ProbeError> {
-        self.attach_specs(&GROWTH_PROBES)
+        let unfit = map_lock_unfit(&self.tracefs);
+        let specs: Vec<ProbeSpec> = GROWTH_PROBES
+            .into_iter()
+            .filter(|s| unfit.is_none() || s.program != programs::GROWTH_MMAP_LOCK)
+            .collect();
+        let mut statuses = self.attach_specs(&specs)?;
+        if let Some(why) = unfit
+            && let Some(spec) = GROWTH_PROBES
+                .iter()
+                .find(|s| s.program == programs::GROWTH_MMAP_LOCK)
+        {
+            statuses.push(ProbeStatus {
+                spec: *spec,
+                error: Some(why),
+            });
+        }
+        Ok(statuses)
     }
 
     /// Takes the growth counters and the generation out of the object.

@@ -16,6 +16,10 @@ pub struct GrowthSite {
     pub bytes: u64,
     /// Samples within the window.
     pub samples: u64,
+    /// Estimated bytes of those the process gave back (munmap, madvise)
+    /// by the window's end; `bytes` less this is what it kept.
+    #[serde(default)]
+    pub returned_bytes: u64,
 }
 
 /// Where one process's memory grew over a window.
@@ -33,11 +37,17 @@ pub struct GrowthReport {
     pub sample_bytes: u64,
     /// Estimated bytes faulted in within the window, all sites.
     pub bytes: u64,
+    /// Estimated bytes of those given back by the window's end (munmap,
+    /// madvise that drops pages); `None` where that is not traced (the
+    /// sites are then ranked by bytes faulted in, not kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub returned_bytes: Option<u64>,
     /// Samples within the window.
     pub samples: u64,
     /// Estimated bytes faulted in since the process was first seen.
     pub total_bytes: u64,
-    /// The top sites of the window by bytes.
+    /// The top sites of the window by bytes kept (faulted in less given
+    /// back), then by bytes faulted in.
     pub sites: Vec<GrowthSite>,
     /// Sites beyond those listed.
     pub more_sites: usize,

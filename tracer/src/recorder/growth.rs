@@ -39,31 +39,38 @@ pub(super) struct Sites {
 }
 
 impl Sites {
-    /// Adds a sample; the stack's id and frames when it has no names yet.
+    /// Adds a sample (of the page at `addr`, 0: none); the stack's id and
+    /// frames when it has no names yet.
     pub(super) fn add(
         &mut self,
         pid: u32,
         frames: Vec<u64>,
         weight: f64,
         ts_ns: u64,
+        addr: u64,
     ) -> Option<(StackId, Vec<u64>)> {
-        let id = self.profile.add(pid, frames, weight, ts_ns)?;
+        let id = self.profile.add(pid, frames, weight, ts_ns, addr)?;
         (!self.named.contains_key(&id)).then(|| (id, self.profile.frames(id).to_vec()))
     }
 
+    /// `pid` gave a range back at `ts_ns`.
+    pub(super) fn returned(&mut self, pid: u32, start: u64, len: u64, ts_ns: u64) {
+        self.profile.returned(pid, start, len, ts_ns);
+    }
+
     /// The `top` sites of `pid` in `(until - window, until]`, named; with
-    /// the window's bytes, samples and the sites left out.
+    /// the window's bytes, samples, sites left out and bytes returned.
     pub(super) fn window(
         &self,
         pid: u32,
         until_ns: u64,
         window_ns: u64,
         top: usize,
-    ) -> (Vec<GrowthSite>, u64, u64, usize) {
+    ) -> (Vec<GrowthSite>, u64, u64, usize, u64) {
         let sites = self.profile.window(pid, until_ns, window_ns);
-        let (bytes, samples) = sites
-            .iter()
-            .fold((0.0, 0), |(b, n), v| (b + v.bytes, n + v.samples));
+        let (bytes, samples, returned) = sites.iter().fold((0.0, 0, 0.0), |(b, n, r), v| {
+            (b + v.bytes, n + v.samples, r + v.returned)
+        });
         let more = sites.len().saturating_sub(top);
         let listed = sites
             .into_iter()
@@ -74,9 +81,16 @@ impl Sites {
                 }),
                 bytes: v.bytes.round() as u64,
                 samples: v.samples,
+                returned_bytes: v.returned.round() as u64,
             })
             .collect();
-        (listed, bytes.round() as u64, samples, more)
+        (
+            listed,
+            bytes.round() as u64,
+            samples,
+            more,
+            returned.round() as u64,
+        )
     }
 
     /// Names a stack `add` returned.

@@ -63,6 +63,8 @@ pub struct HeapTracer {
     growth: Sites,
     /// Mean bytes faulted in between two growth samples.
     growth_sample_bytes: u64,
+    /// Whether memory given back is traced (growth is then shown net).
+    returns_traced: bool,
     /// Growth samples whose stack ended at its first frame, per process.
     growth_shallow: HashMap<u32, u64>,
     /// Large anonymous mappings (reservations).
@@ -96,6 +98,7 @@ impl HeapTracer {
             named: HashMap::new(),
             growth: Default::default(),
             growth_sample_bytes: crate::probes::growth::DEFAULT_SAMPLE_BYTES,
+            returns_traced: false,
             growth_shallow: HashMap::new(),
             reserve: Default::default(),
             python: Interpreters::default(),
@@ -417,6 +420,11 @@ impl HeapTracer {
 }
 
 impl HeapTracer {
+    /// Memory given back is traced: growth reports say what was kept.
+    pub fn set_returns_traced(&mut self) {
+        self.returns_traced = true;
+    }
+
     /// Sets the mean bytes between growth samples the programs run with.
     pub fn set_growth_sample_bytes(&mut self, b: u64) {
         self.growth_sample_bytes = b;
@@ -439,7 +447,8 @@ impl HeapTracer {
             (&mut self.growth, w)
         };
         self.python.append(pid, s, &mut frames);
-        if let Some((id, frames)) = sites.add(pid, frames, weight, ts_ns) {
+        let addr = if s.func == RESERVE { 0 } else { s.addr };
+        if let Some((id, frames)) = sites.add(pid, frames, weight, ts_ns, addr) {
             let names = name_with(
                 &self.unwinders,
                 &mut self.symbols,
@@ -451,6 +460,11 @@ impl HeapTracer {
             );
             sites.name(id, names);
         }
+    }
+
+    /// `pid` gave `[start, start + len)` back (munmap, madvise).
+    pub fn gave_back(&mut self, pid: u32, start: u64, len: u64, ts_ns: u64) {
+        self.growth.returned(pid, start, len, ts_ns);
     }
 
     /// The stack of a task that tipped an OOM kill.
@@ -479,9 +493,9 @@ impl HeapTracer {
         top: usize,
     ) -> GrowthReport {
         let window_ns = window_s * 1_000_000_000;
-        let (listed, bytes, samples, more_sites) =
+        let (listed, bytes, samples, more_sites, returned) =
             self.growth.window(pid, until_ns, window_ns, top);
-        let (reserved, reserved_bytes, _, _) =
+        let (reserved, reserved_bytes, _, _, _) =
             self.reserve.window(pid, until_ns, window_ns, top.min(3));
         GrowthReport {
             pid,
@@ -490,6 +504,7 @@ impl HeapTracer {
             window_s,
             sample_bytes: self.growth_sample_bytes,
             bytes,
+            returned_bytes: self.returns_traced.then_some(returned),
             samples,
             total_bytes: self.growth.total(pid).0.round() as u64,
             sites: listed,

@@ -11,6 +11,7 @@ use tracer_common::{
 };
 
 mod cuda;
+mod returns;
 
 pub use super::growth::KillGrowth;
 use super::{
@@ -34,6 +35,9 @@ enum Msg {
     Exit(u32, u64),
     Snapshot(u32, bool, tokio::sync::oneshot::Sender<Reply>),
     Fault(Box<GrowthSample>, u64),
+    /// A range given back: (pid, start, len, wall time).
+    Returned(u32, u64, u64, u64),
+    ReturnsTraced,
     /// A CUDA allocation's stack, its wall time, and the mean bytes
     /// between samples under 1 MiB.
     CudaAlloc(Box<HeapAlloc>, u64, u64),
@@ -713,6 +717,8 @@ fn work(
                 comms.insert(s.header.pid, crate::collect::decode::c_str(&s.header.comm));
                 tracer.fault(&s, ts);
             }
+            Ok(Msg::Returned(pid, start, len, ts)) => tracer.gave_back(pid, start, len, ts),
+            Ok(Msg::ReturnsTraced) => tracer.set_returns_traced(),
             Ok(Msg::CudaAlloc(a, ts, sample_bytes)) => {
                 comms
                     .entry(a.header.pid)

@@ -671,6 +671,7 @@ mod tests {
                             .collect(),
                         bytes: (400 - i) * MIB,
                         samples: 16,
+                        returned_bytes: 0,
                     })
                     .collect(),
                 ..Default::default()
@@ -807,6 +808,7 @@ mod tests {
                     }],
                     bytes: 64 * MIB,
                     samples: 16,
+                    ..Default::default()
                 }],
                 ..Default::default()
             });

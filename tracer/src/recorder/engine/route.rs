@@ -172,6 +172,13 @@ impl Engine {
                 }
                 return Ok(());
             }
+            Event::GrowthReturn(r) => {
+                if let Some(h) = &self.heap {
+                    let ts = wall(r.header.ts_boot_ns).max(0) as u64;
+                    h.gave_back(&r, ts);
+                }
+                return Ok(());
+            }
             Event::CudaStack(s) => {
                 if let Some(h) = &self.heap {
                     let ts = wall(s.header.ts_boot_ns).max(0) as u64;
@@ -270,6 +277,7 @@ impl Engine {
             | Event::HeapAlloc(_)
             | Event::HeapFree(_)
             | Event::GrowthFault(_)
+            | Event::GrowthReturn(_)
             | Event::OomTip(_)
             | Event::CudaStack(_)
             | Event::CgroupDir(_) => unreachable!("routed above"),

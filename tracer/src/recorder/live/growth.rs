@@ -118,7 +118,7 @@ pub async fn follow(
     };
     let (mut rx, mut tasks, drops) = start_readers(&mut probes, 4096)?;
     let mut maps = probes.take_growth_maps()?;
-    probes
+    let statuses = probes
         .attach_growth()
         .context("growth attribution needs the page fault tracepoints")?;
     if let Some(pid) = f.pid {
@@ -143,6 +143,9 @@ pub async fn follow(
     if let Some(pid) = f.pid {
         worker.follow(pid);
     }
+    if crate::probes::growth::returns_traced(&statuses) {
+        worker.returns_traced();
+    }
     crate::say!(
         "tracer: following the growth of {} (one sample per {} faulted in)",
         f.what,
@@ -157,12 +160,16 @@ pub async fn follow(
     let mut rescan = tokio::time::interval(RESCAN);
     rescan.reset();
     let window_s = f.window.as_secs();
-    let on_event = |ev: Event, seen: &mut BTreeSet<u32>| {
-        if let Event::GrowthFault(s) = ev {
+    let on_event = |ev: Event, seen: &mut BTreeSet<u32>| match ev {
+        Event::GrowthFault(s) => {
             let ts = clock.boot_to_wall(s.header.ts_boot_ns).max(0) as u64;
             seen.insert(s.header.pid);
             worker.fault(s, ts);
         }
+        Event::GrowthReturn(r) => {
+            worker.gave_back(&r, clock.boot_to_wall(r.header.ts_boot_ns).max(0) as u64);
+        }
+        _ => {}
     };
     let exited = loop {
         tokio::select! {
