@@ -132,13 +132,18 @@ fn test_packages() -> anyhow::Result<()> {
         .filter(|(_, file)| !std::path::Path::new(file).exists())
         .map(|(package, _)| *package)
         .collect();
-    if missing.is_empty() {
+    apt_install(&missing)
+}
+
+/// Installs Debian `packages` (none: nothing is done).
+pub fn apt_install(packages: &[&str]) -> anyhow::Result<()> {
+    if packages.is_empty() {
         return Ok(());
     }
     sh(Command::new("apt-get").args(["update", "-qq"]))?;
     sh(Command::new("apt-get")
         .args(["install", "-y", "-qq", "--no-install-recommends"])
-        .args(&missing)
+        .args(packages)
         .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 

@@ -54,14 +54,7 @@ fn tools() -> anyhow::Result<()> {
         .into_iter()
         .filter(|t| capture(Command::new(t).arg("--version")).is_err())
         .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    sh(Command::new("apt-get").args(["update", "-qq"]))?;
-    sh(Command::new("apt-get")
-        .args(["install", "-y", "-qq", "--no-install-recommends"])
-        .args(&missing)
-        .env("DEBIAN_FRONTEND", "noninteractive"))
+    crate::setup::apt_install(&missing)
 }
 
 fn deterministic(builds: &Builds, stamp: &Stamp, made: &Made) -> anyhow::Result<()> {
