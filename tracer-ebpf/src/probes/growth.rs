@@ -314,25 +314,26 @@ pub fn growth_mmap(ctx: RawTracePointContext) -> u32 {
     {
         return 0;
     }
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    // Only processes the fault programs follow (decided at their faults).
-    // SAFETY: reading a plain map value.
-    if unsafe { GROWTH_PROCS.get(&tgid) }.is_none_or(|e| e.on == 0) {
+    // Only processes the fault programs follow.
+    if !current_followed() {
         return 0;
     }
     send(&ctx, kind::GROWTH_FAULT, growth::RESERVE, 0, len, how::BIG);
     0
 }
 
-/// Sends the range a followed process gives back; no stack.
+/// Whether the current process is followed (decided at its faults).
 #[inline(always)]
-fn gave_back(start: u64, len: u64) {
-    if cfg().mode == mode::OFF || len == 0 {
-        return;
-    }
+fn current_followed() -> bool {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     // SAFETY: reading a plain map value.
-    if unsafe { GROWTH_PROCS.get(&tgid) }.is_none_or(|e| e.on == 0) {
+    unsafe { GROWTH_PROCS.get(&tgid) }.is_some_and(|e| e.on != 0)
+}
+
+/// Sends the range the current process gives back; no stack.
+#[inline(always)]
+fn gave_back(start: u64, len: u64) {
+    if len == 0 {
         return;
     }
     let Some(mut slot) = Ring::Data.reserve::<GrowthReturn>() else {
@@ -365,7 +366,8 @@ fn gave_back(start: u64, len: u64) {
 /// not seen.
 #[tracepoint(category = "mmap_lock", name = "mmap_lock_acquire_returned")]
 pub fn growth_mmap_lock(_ctx: TracePointContext) -> u32 {
-    if cfg().mode == mode::OFF {
+    // Most locks are other processes': one lookup, before any register.
+    if cfg().mode == mode::OFF || !current_followed() {
         return 0;
     }
     let Some([nr, start, len, advice]) = stack::syscall_args4() else {
