@@ -285,6 +285,11 @@ fn a_small_victim_chosen_for_its_oom_score_adj_names_the_grower() {
             v["verdict"]["cause"] == "neighbour"
                 && v["kill"]["tipping_stack"].is_object()
                 && v["kill"]["neighbour_growth"]["pid"] == big.pid()
+                // Named by the model, at the kill or (where the kernel's
+                // report came first) a tick later.
+                && v["kill"]["tasks"]
+                    .as_array()
+                    .is_some_and(|t| t.iter().any(|t| t["pid"] == big.pid() && t["cmdline"].is_string()))
         },
     );
     let said = v["verdict"]["summary"].as_str().unwrap();

@@ -168,7 +168,7 @@ fn sampled_memcg(
 const MAX_TASKS_READ: usize = 256;
 
 /// A task's command line (cut) and place, from its model entry.
-fn named(p: Option<&crate::model::Process>) -> (Option<String>, Option<String>) {
+pub fn named(p: Option<&crate::model::Process>) -> (Option<String>, Option<String>) {
     let Some(p) = p else {
         return (None, None);
     };
