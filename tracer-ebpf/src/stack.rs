@@ -11,11 +11,13 @@ use aya_ebpf::{
 };
 use tracer_common::heap::{self, HeapAlloc};
 
-/// Three of the current task's saved user registers, picked by `pick`:
+/// Some of the current task's saved user registers, picked by `pick`:
 /// what the task held where it entered the kernel (a system call, a
 /// fault). Valid in tracepoints.
 #[inline(always)]
-fn saved_regs(pick: impl Fn(*const pt_regs) -> [*const u64; 3]) -> Option<(u64, u64, u64)> {
+fn saved_regs<const N: usize>(
+    pick: impl Fn(*const pt_regs) -> [*const u64; N],
+) -> Option<[u64; N]> {
     // SAFETY: helpers without preconditions beyond a task pointer from the
     // kernel; the registers are read through bpf_probe_read_kernel, at
     // addresses inside the task's pt_regs.
@@ -25,12 +27,11 @@ fn saved_regs(pick: impl Fn(*const pt_regs) -> [*const u64; 3]) -> Option<(u64, 
         if regs.is_null() {
             return None;
         }
-        let [a, b, c] = pick(regs);
-        Some((
-            bpf_probe_read_kernel(a).ok()?,
-            bpf_probe_read_kernel(b).ok()?,
-            bpf_probe_read_kernel(c).ok()?,
-        ))
+        let mut out = [0u64; N];
+        for (o, at) in out.iter_mut().zip(pick(regs)) {
+            *o = bpf_probe_read_kernel(at).ok()?;
+        }
+        Some(out)
     }
 }
 
@@ -38,13 +39,14 @@ fn saved_regs(pick: impl Fn(*const pt_regs) -> [*const u64; 3]) -> Option<(u64, 
 #[inline(always)]
 pub fn user_regs() -> Option<(u64, u64, u64)> {
     // SAFETY: only addresses are formed here, never dereferenced.
-    saved_regs(|r| unsafe {
+    let [ip, sp, bp] = saved_regs(|r| unsafe {
         [
             &raw const (*r).rip,
             &raw const (*r).rsp,
             &raw const (*r).rbp,
         ]
-    })
+    })?;
+    Some((ip, sp, bp))
 }
 
 /// The current task's system call as its saved user registers hold it:
@@ -53,32 +55,29 @@ pub fn user_regs() -> Option<(u64, u64, u64)> {
 #[inline(always)]
 pub fn syscall_args() -> Option<(u64, u64, u64)> {
     // SAFETY: as above.
-    saved_regs(|r| unsafe {
+    let [nr, b, d] = saved_regs(|r| unsafe {
         [
             &raw const (*r).orig_rax,
             &raw const (*r).rsi,
             &raw const (*r).r10,
         ]
-    })
+    })?;
+    Some((nr, b, d))
 }
 
-/// The current task's system call and its first three arguments, as its
-/// saved user registers hold them: `orig_ax`, `di`, `si`, `dx` on x86_64.
+/// The current task's system call and its first three arguments:
+/// `orig_ax`, `di`, `si`, `dx` on x86_64.
 #[inline(always)]
 pub fn syscall_args4() -> Option<[u64; 4]> {
-    // SAFETY: as in `saved_regs`.
-    unsafe {
-        let regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs;
-        if regs.is_null() {
-            return None;
-        }
-        Some([
-            bpf_probe_read_kernel(&raw const (*regs).orig_rax).ok()?,
-            bpf_probe_read_kernel(&raw const (*regs).rdi).ok()?,
-            bpf_probe_read_kernel(&raw const (*regs).rsi).ok()?,
-            bpf_probe_read_kernel(&raw const (*regs).rdx).ok()?,
-        ])
-    }
+    // SAFETY: as above.
+    saved_regs(|r| unsafe {
+        [
+            &raw const (*r).orig_rax,
+            &raw const (*r).rdi,
+            &raw const (*r).rsi,
+            &raw const (*r).rdx,
+        ]
+    })
 }
 
 /// How far above the stack pointer a frame pointer may be: the default
