@@ -4,13 +4,26 @@
 //! the CUDA calls made just before the kill). Pure: each method says which
 //! committed record changed, and the recorder writes it.
 
-use super::join::Reports;
+use super::{KillEnricher, join::Reports, name_task};
 use crate::{
     collect::kmsg::OomReport,
-    model::sampler::Sampler,
+    model::{ProcessTable, sampler::Sampler},
     record::{Gap, KillRecord, MemoryFrom, Reaping},
     util::time::Clock,
 };
+
+/// Names, a tick later, the tasks of a kill that the model did not know
+/// when the kernel's report was joined (a neighbour that exec'd a moment
+/// before, read after the report).
+pub struct LateNames<'a>(pub &'a ProcessTable);
+
+impl KillEnricher for LateNames<'_> {
+    fn enrich(&self, kill: &mut KillRecord) {
+        for t in kill.tasks.iter_mut().filter(|t| t.cmdline.is_none()) {
+            name_task(self.0, t);
+        }
+    }
+}
 
 /// A kill of `pid` whose victim's memory is unknown takes what its exit held
 /// (pages: file, anon, shmem). Returns whether it did.
@@ -432,5 +445,53 @@ mod tests {
         );
         let queued = book.take_queued();
         assert_eq!(queued[0].source.to_string(), "tracepoint+kmsg");
+    }
+
+    #[test]
+    fn a_task_the_model_learns_late_is_named_and_a_reused_pid_is_not() {
+        use crate::{
+            model::{ProcessTable, cgroup::CgroupLayout, proc::ProcInfo},
+            record::TaskAtKill,
+        };
+        let mut model = ProcessTable::new(CgroupLayout::default(), 0, 16);
+        let task = |pid: u32, comm: &str, victim: bool| TaskAtKill {
+            pid,
+            comm: comm.into(),
+            victim,
+            ..Default::default()
+        };
+        let mut k = kill(10, 1);
+        k.tasks = vec![
+            task(10, "small", true),
+            task(11, "grower", false),
+            task(12, "old", false),
+        ];
+        // Joined before the model read them: nothing to name yet.
+        LateNames(&model).enrich(&mut k);
+        assert!(k.tasks.iter().all(|t| t.cmdline.is_none()));
+        model.add(ProcInfo {
+            pid: 11,
+            comm: "grower".into(),
+            cmdline: "/bin/grower --fast".into(),
+            ..Default::default()
+        });
+        // Pid 12 is another program's now: not named after it.
+        model.add(ProcInfo {
+            pid: 12,
+            comm: "other".into(),
+            cmdline: "/bin/other".into(),
+            ..Default::default()
+        });
+        model.add(ProcInfo {
+            pid: 10,
+            comm: "small".into(),
+            cmdline: "/bin/small".into(),
+            ..Default::default()
+        });
+        LateNames(&model).enrich(&mut k);
+        assert_eq!(k.tasks[1].cmdline.as_deref(), Some("/bin/grower --fast"));
+        assert_eq!(k.tasks[2].cmdline, None);
+        // The victim's own record names it; its row is left alone.
+        assert_eq!(k.tasks[0].cmdline, None);
     }
 }

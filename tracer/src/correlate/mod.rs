@@ -9,6 +9,7 @@ pub mod growth;
 pub mod heap;
 pub mod join;
 pub mod kills;
+pub use kills::LateNames;
 pub mod pressure;
 pub mod selfkill;
 pub mod storm;
@@ -167,8 +168,21 @@ fn sampled_memcg(
 /// Most tasks of a cgroup whose /proc is read for one kill record.
 const MAX_TASKS_READ: usize = 256;
 
+/// Names a task of the kernel's table (not the victim: its record has its
+/// own) by its command line and place, where the model has that live
+/// process under the same name.
+pub(crate) fn name_task(model: &ProcessTable, t: &mut TaskAtKill) {
+    if !t.victim {
+        (t.cmdline, t.place) = named(
+            model
+                .get(t.pid)
+                .filter(|p| p.exited_ns.is_none() && p.info.comm == t.comm),
+        );
+    }
+}
+
 /// A task's command line (cut) and place, from its model entry.
-pub fn named(p: Option<&crate::model::Process>) -> (Option<String>, Option<String>) {
+fn named(p: Option<&crate::model::Process>) -> (Option<String>, Option<String>) {
     let Some(p) = p else {
         return (None, None);
     };
@@ -650,12 +664,8 @@ pub fn merge_report(
             .map(|mut t| {
                 // The kernel's table has names only: the model, where it
                 // has the task, says what it was and where it ran.
-                if !t.victim {
-                    (t.cmdline, t.place) = named(
-                        model
-                            .and_then(|m| m.get(t.pid))
-                            .filter(|p| p.exited_ns.is_none() && p.info.comm == t.comm),
-                    );
+                if let Some(m) = model {
+                    name_task(m, &mut t);
                 }
                 t
             })

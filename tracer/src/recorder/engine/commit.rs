@@ -27,17 +27,18 @@ impl Engine {
 
     /// Kills committed in the last seconds get their tasks' names the
     /// model learnt late, where their victim (and the neighbour their
-    /// verdict blames) grew and the stack that tipped them, as the heap worker finds them (after
-    /// the kill's commit: unwinding never delays it).
+    /// verdict blames) grew and the stack that tipped them, as the heap
+    /// worker finds them (after the kill's commit: unwinding never delays
+    /// it).
     pub(super) fn refresh_kill_growth(&mut self) -> Result<(), StoreError> {
         let since = wall_now_ns() - 20_000_000_000;
-        let model = &self.model;
-        self.kills.name_tasks_late(since, |pid, comm| {
-            model
-                .get(pid)
-                .filter(|p| p.exited_ns.is_none() && p.info.comm == comm)
-                .map(|p| crate::correlate::named(Some(p)))
-        });
+        self.kills
+            .re_enrich(&crate::correlate::LateNames(&self.model), since, |r| {
+                r.tasks
+                    .iter()
+                    .filter(|t| t.cmdline.is_some() || t.place.is_some())
+                    .count()
+            });
         let Some(h) = &self.heap else {
             return self.write_dirty();
         };

@@ -462,35 +462,6 @@ impl Kills {
         self.neighbours_asked.retain(|&id| book.get(id).is_some());
     }
 
-    /// Names the tasks of kills committed since `since_ns` that had no
-    /// command line at the kill, where `name` knows them now: the
-    /// kernel's report can come before the process model has read a
-    /// neighbour that exec'd a moment earlier. A changed kill is stored
-    /// again.
-    pub fn name_tasks_late(
-        &mut self,
-        since_ns: i64,
-        name: impl Fn(u32, &str) -> Option<(Option<String>, Option<String>)>,
-    ) {
-        for (id, rec) in self.book.recent_since(since_ns) {
-            let mut changed = false;
-            for t in rec
-                .tasks
-                .iter_mut()
-                .filter(|t| !t.victim && t.cmdline.is_none())
-            {
-                if let Some((Some(cmdline), place)) = name(t.pid, &t.comm) {
-                    t.cmdline = Some(cmdline);
-                    t.place = place;
-                    changed = true;
-                }
-            }
-            if changed {
-                self.dirty.insert(id);
-            }
-        }
-    }
-
     /// Kills committed since `since_ns` whose verdict will blame a
     /// neighbour (see [`KillRecord::biggest_neighbour`]), each once:
     /// (victim pid, neighbour pid). The kernel's report names the tasks,
