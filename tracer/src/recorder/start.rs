@@ -522,7 +522,7 @@ async fn wire(
         if cuda_stacks {
             w.set_cuda_sample_bytes(tracer_common::cuda::STACK_SAMPLE_BYTES);
         }
-        if growth_maps.is_some() && crate::probes::growth::returns_traced(&statuses) {
+        if crate::probes::growth::returns_traced(&statuses) {
             w.returns_traced();
         }
         Some(w)

@@ -64,7 +64,7 @@ fi
 pub fn build(glibc: &Path, stamp: &Stamp, out: &Path) -> anyhow::Result<PathBuf> {
     let stage = tempfile::tempdir().context("staging directory")?;
     let tree = stage.path().join("tree");
-    install_file(glibc, &tree.join("usr/bin/tracer"), 0o755, stamp.epoch)?;
+    install_file(glibc, &tree.join("usr/bin/tracer"), 0o755)?;
     write_file(
         &tree.join("usr/lib/systemd/system/tracer.service"),
         &unit()?,

@@ -106,7 +106,8 @@ pub fn package(builds: &Builds, stamp: &Stamp, out: &Path) -> anyhow::Result<Mad
     }
     std::fs::create_dir_all(out)?;
     let statik = out.join(format!("tracer-{VERSION}-x86_64-linux-static"));
-    install_file(&builds.statik, &statik, 0o755, stamp.epoch)?;
+    install_file(&builds.statik, &statik, 0o755)?;
+    set_times(&statik, stamp.epoch)?;
     let deb = deb::build(&builds.glibc, stamp, out)?;
     let image = oci::build(&builds.glibc, stamp, out)?;
     let names: Vec<&str> = [&statik, &deb, &image]
@@ -179,8 +180,9 @@ fn stamp() -> anyhow::Result<Stamp> {
     Ok(Stamp { epoch, commit })
 }
 
-/// Copies `from` to `to` with `mode` and the time `epoch`.
-pub fn install_file(from: &Path, to: &Path, mode: u32, epoch: u64) -> anyhow::Result<()> {
+/// Copies `from` to `to` with `mode` (times: [`set_times`] over the
+/// whole tree, once).
+pub fn install_file(from: &Path, to: &Path, mode: u32) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
     if let Some(dir) = to.parent() {
         std::fs::create_dir_all(dir)?;
@@ -188,7 +190,7 @@ pub fn install_file(from: &Path, to: &Path, mode: u32, epoch: u64) -> anyhow::Re
     std::fs::copy(from, to)
         .with_context(|| format!("copy {} to {}", from.display(), to.display()))?;
     std::fs::set_permissions(to, std::fs::Permissions::from_mode(mode))?;
-    set_times(to, epoch)
+    Ok(())
 }
 
 /// Writes `text` to `to` with `mode`.

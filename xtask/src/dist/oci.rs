@@ -122,12 +122,12 @@ pub fn build(glibc: &Path, stamp: &Stamp, out: &Path) -> anyhow::Result<PathBuf>
 /// recorder writes, the licences.
 fn stage_root(glibc: &Path, epoch: u64, rootfs: &Path) -> anyhow::Result<()> {
     use std::os::unix::fs::{PermissionsExt as _, symlink};
-    install_file(glibc, &rootfs.join("usr/bin/tracer"), 0o755, epoch)?;
+    install_file(glibc, &rootfs.join("usr/bin/tracer"), 0o755)?;
     for name in RUNTIME {
         let host = Path::new("/").join(LIBDIR).join(name);
         let real = std::fs::canonicalize(&host)
             .with_context(|| format!("{} (libc6 or libgcc-s1 is not installed)", host.display()))?;
-        install_file(&real, &rootfs.join(LIBDIR).join(name), 0o755, epoch)?;
+        install_file(&real, &rootfs.join(LIBDIR).join(name), 0o755)?;
     }
     std::fs::create_dir_all(rootfs.join("usr/lib64"))?;
     symlink(
@@ -159,7 +159,6 @@ fn stage_root(glibc: &Path, epoch: u64, rootfs: &Path) -> anyhow::Result<()> {
             &from,
             &rootfs.join("usr/share/doc").join(package).join("copyright"),
             0o644,
-            epoch,
         )?;
     }
     for (dir, mode) in [
