@@ -527,9 +527,12 @@ fn kills_from_before_the_recorder_are_stored_at_once() {
         )
         .ok()?;
         let n: i64 = c
-            .query_row("SELECT count(*) FROM kills WHERE pid = ?1", [pid], |r| {
-                r.get(0)
-            })
+            .query_row(
+                "SELECT count(*) FROM kills WHERE pid = ?1 \
+                 AND json_extract(record, '$.victim.memcg') = ?2",
+                rusqlite::params![pid, cg.path],
+                |r| r.get(0),
+            )
             .ok()?;
         (n > 0).then(|| t0.elapsed())
     })
@@ -537,7 +540,10 @@ fn kills_from_before_the_recorder_are_stored_at_once() {
     let line = wait_for(Duration::from_secs(5), || {
         fs::read_to_string(&exported).ok()?.lines().find_map(|l| {
             let j: Value = serde_json::from_str(l).ok()?;
-            (j["record"]["victim"]["pid"] == pid).then_some(j)
+            // In its cgroup: the kernel log can hold an earlier holder's kill.
+            (j["record"]["victim"]["pid"] == pid
+                && j["record"]["victim"]["memcg"] == cg.path.as_str())
+            .then_some(j)
         })
     })
     .expect("the kernel-log-only kill was exported");
