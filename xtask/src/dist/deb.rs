@@ -5,10 +5,7 @@
 //! every Debian machine, needs no build of its own, and writes the same
 //! bytes for the same tree and SOURCE_DATE_EPOCH.
 
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::{path::Path, process::Command};
 
 use anyhow::Context as _;
 
@@ -60,8 +57,8 @@ if [ \"$1\" = purge ]; then
 fi
 ";
 
-/// Builds `tracer_V_amd64.deb` in `out`; its path.
-pub fn build(glibc: &Path, stamp: &Stamp, out: &Path) -> anyhow::Result<PathBuf> {
+/// Builds the .deb at `deb`.
+pub fn build(glibc: &Path, stamp: &Stamp, deb: &Path) -> anyhow::Result<()> {
     let stage = tempfile::tempdir().context("staging directory")?;
     let tree = stage.path().join("tree");
     install_file(glibc, &tree.join("usr/bin/tracer"), 0o755)?;
@@ -97,13 +94,11 @@ pub fn build(glibc: &Path, stamp: &Stamp, out: &Path) -> anyhow::Result<PathBuf>
     write_file(&debian.join("prerm"), PRERM, 0o755)?;
     write_file(&debian.join("postrm"), POSTRM, 0o755)?;
     set_times(&tree, stamp.epoch)?;
-    let deb = out.join(format!("tracer_{VERSION}_amd64.deb"));
     sh(Command::new("dpkg-deb")
         .args(["--root-owner-group", "-Zxz", "--build"])
         .arg(&tree)
-        .arg(&deb)
-        .env("SOURCE_DATE_EPOCH", stamp.epoch.to_string()))?;
-    Ok(deb)
+        .arg(deb)
+        .env("SOURCE_DATE_EPOCH", stamp.epoch.to_string()))
 }
 
 /// The repository's unit, with the package's path for the binary.

@@ -99,17 +99,48 @@ pub struct Made {
     pub image: PathBuf,
 }
 
-/// Writes the artifacts and their sums into `out` (emptied first).
-pub fn package(builds: &Builds, stamp: &Stamp, out: &Path) -> anyhow::Result<Made> {
-    if out.exists() {
-        std::fs::remove_dir_all(out).with_context(|| format!("empty {}", out.display()))?;
+/// The names of the files `cargo xtask dist` writes into its `--out`.
+pub fn artifact_names() -> [String; 4] {
+    [
+        format!("tracer-{VERSION}-x86_64-linux-static"),
+        format!("tracer_{VERSION}_amd64.deb"),
+        format!("{IMAGE}-{VERSION}-oci.tar"),
+        "SHA256SUMS".to_string(),
+    ]
+}
+
+/// Removes an earlier run's artifacts from `out`, and nothing else: `--out`
+/// may name a directory that holds other files, which stay as they were.
+fn clear_artifacts(out: &Path) -> anyhow::Result<()> {
+    for name in artifact_names() {
+        let path = out.join(name);
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => bail!(
+                "{} is a directory, not an earlier artifact; remove it or pick another --out",
+                path.display()
+            ),
+            Ok(_) => std::fs::remove_file(&path)
+                .with_context(|| format!("remove the earlier {}", path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("stat {}", path.display())),
+        }
     }
-    std::fs::create_dir_all(out)?;
-    let statik = out.join(format!("tracer-{VERSION}-x86_64-linux-static"));
+    Ok(())
+}
+
+/// Writes the artifacts and their sums into `out`, replacing an earlier
+/// run's and leaving any other file there alone.
+pub fn package(builds: &Builds, stamp: &Stamp, out: &Path) -> anyhow::Result<Made> {
+    std::fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
+    clear_artifacts(out)?;
+    let [statik_name, deb_name, image_name, _] = artifact_names();
+    let statik = out.join(statik_name);
     install_file(&builds.statik, &statik, 0o755)?;
     set_times(&statik, stamp.epoch)?;
-    let deb = deb::build(&builds.glibc, stamp, out)?;
-    let image = oci::build(&builds.glibc, stamp, out)?;
+    let deb = out.join(deb_name);
+    deb::build(&builds.glibc, stamp, &deb)?;
+    let image = out.join(image_name);
+    oci::build(&builds.glibc, stamp, &image)?;
     let names: Vec<&str> = [&statik, &deb, &image]
         .iter()
         .map(|p| p.file_name().and_then(|n| n.to_str()).unwrap_or_default())
@@ -272,4 +303,38 @@ pub fn glibc_needed(bin: &Path) -> anyhow::Result<String> {
     }
     let (major, minor) = best.context("the glibc build names no GLIBC_ symbol version")?;
     Ok(format!("{major}.{minor}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rerun_replaces_its_own_artifacts_and_keeps_everything_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        for name in artifact_names() {
+            std::fs::write(out.join(name), b"earlier run").unwrap();
+        }
+        std::fs::write(out.join("notes.txt"), b"the user's").unwrap();
+        std::fs::create_dir(out.join("keep")).unwrap();
+        std::fs::write(out.join("keep/file"), b"x").unwrap();
+        clear_artifacts(out).unwrap();
+        for name in artifact_names() {
+            assert!(!out.join(&name).exists(), "{name} left behind");
+        }
+        assert_eq!(std::fs::read(out.join("notes.txt")).unwrap(), b"the user's");
+        assert!(out.join("keep/file").exists());
+    }
+
+    #[test]
+    fn a_directory_in_an_artifacts_place_is_refused_not_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let [_, deb, ..] = artifact_names();
+        std::fs::create_dir(dir.path().join(&deb)).unwrap();
+        std::fs::write(dir.path().join(&deb).join("inside"), b"x").unwrap();
+        let err = clear_artifacts(dir.path()).unwrap_err();
+        assert!(format!("{err:#}").contains("is a directory"), "{err:#}");
+        assert!(dir.path().join(&deb).join("inside").exists());
+    }
 }

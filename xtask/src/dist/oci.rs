@@ -7,10 +7,7 @@
 //! driver's libnvidia-ml.so.1 links against when the NVIDIA container
 //! toolkit mounts it in.
 
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::{path::Path, process::Command};
 
 use anyhow::{Context as _, bail};
 use serde_json::json;
@@ -30,8 +27,8 @@ const RUNTIME: [&str; 7] = [
 /// Where this machine (Debian) and the image keep them.
 const LIBDIR: &str = "usr/lib/x86_64-linux-gnu";
 
-/// Builds `tracer-V-oci.tar` in `out`; its path.
-pub fn build(glibc: &Path, stamp: &Stamp, out: &Path) -> anyhow::Result<PathBuf> {
+/// Builds the image layout tar at `image`.
+pub fn build(glibc: &Path, stamp: &Stamp, image: &Path) -> anyhow::Result<()> {
     let stage = tempfile::tempdir().context("staging directory")?;
     let rootfs = stage.path().join("rootfs");
     stage_root(glibc, stamp.epoch, &rootfs)?;
@@ -113,9 +110,7 @@ pub fn build(glibc: &Path, stamp: &Stamp, out: &Path) -> anyhow::Result<PathBuf>
         0o644,
     )?;
     set_times(&layout, stamp.epoch)?;
-    let image = out.join(format!("{IMAGE}-{VERSION}-oci.tar"));
-    tar(&layout, stamp.epoch, &image)?;
-    Ok(image)
+    tar(&layout, stamp.epoch, image)
 }
 
 /// The image's root: the binary, the glibc runtime, the directories the
