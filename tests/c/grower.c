@@ -3,9 +3,10 @@
  *
  * grower MODE [ARG]: prints "ready", waits for a line on stdin, then
  *
- *   grow      reserve_arena maps 96 MiB (anonymous, never touched) once;
+ *   grow [MS] reserve_arena maps 96 MiB (anonymous, never touched) once;
  *             then build_index takes 1 MiB blocks from malloc and fills
- *             them (memset), 8 MiB every 20 ms, forever; load_config takes
+ *             them (memset), 8 MiB every MS ms (20 unless told), forever;
+ *             load_config takes
  *             and fills 64 KiB every round (an eighth of a MiB's worth of
  *             samples). Run it in a memory cgroup with a limit.
  *   touch N   faults in N MiB of fresh anonymous memory, page by page, in
@@ -139,6 +140,8 @@ int main(int argc, char **argv) {
             nanosleep(&pause, NULL);
         }
     }
+    if (argc > 2)
+        pause.tv_nsec = strtoul(argv[2], NULL, 10) % 1000 * 1000 * 1000;
     reserve_arena();
     for (;;) {
         build_index(8);

@@ -482,6 +482,19 @@ impl TestCgroup {
         out
     }
 
+    /// Memory charged to the cgroup now, bytes.
+    pub fn usage(&self) -> u64 {
+        let file = if self.v1 {
+            "memory.usage_in_bytes"
+        } else {
+            "memory.current"
+        };
+        fs::read_to_string(self.dir.join(file))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// OOM kills counted by the kernel for this cgroup.
     pub fn oom_kills(&self) -> u64 {
         let file = if self.v1 {

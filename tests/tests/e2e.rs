@@ -264,7 +264,9 @@ fn a_small_victim_chosen_for_its_oom_score_adj_names_the_grower() {
     };
     let store = sc.store.clone();
     let cg = TestCgroup::new("adj", 96 * MIB);
-    let rec = Recorder::on(&store).start();
+    let rec = Recorder::on(&store)
+        .args(&["--growth-cgroup", &cg.path])
+        .start();
     let mut small = memhog(&cg, 8, 10, Some(16));
     small.wait_line("held 16 MiB");
     fs::write(format!("/proc/{}/oom_score_adj", small.pid()), "1000").unwrap();

@@ -32,7 +32,12 @@ fn killed_while_recording(cg: &TestCgroup, cmd: Command) -> (Value, String, Valu
 fn killed_after(cg: &TestCgroup, cmd: Command, settle: Duration) -> (Value, String, Value) {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("t.db");
-    let rec = Recorder::on(&store).start();
+    // Named, so armed from the start: what grew before it neared its
+    // limit is seen too (growth_on_risk_follows_only_the_cgroup_at_risk
+    // tests arming on risk itself).
+    let rec = Recorder::on(&store)
+        .args(&["--growth-cgroup", &cg.path])
+        .start();
     let mut prog = CudaLoad::spawn(cmd);
     let pid = prog.pid().to_string();
     std::thread::sleep(settle);
@@ -57,6 +62,14 @@ fn killed_after(cg: &TestCgroup, cmd: Command, settle: Duration) -> (Value, Stri
 
 /// The grower's growth and tipping stack name build_index first.
 fn names_build_index(kill: &Value, text: &str, limit: u64) {
+    names_build_index_of(kill, text, limit, true);
+}
+
+/// [`names_build_index`], with `grown` bytes seen growing (the limit, or
+/// what was left of it when its cgroup armed) and the reservation made at
+/// the start seen or not (`reserved`).
+fn names_build_index_of(kill: &Value, text: &str, grown: u64, reserved: bool) {
+    let limit = grown;
     let g = &kill["growth"];
     let sites = g["sites"].as_array().expect("sites");
     assert_eq!(function(&sites[0]["frames"], 0), "build_index", "{g:#}");
@@ -77,13 +90,15 @@ fn names_build_index(kill: &Value, text: &str, limit: u64) {
     );
     assert_eq!(g["lost_samples"], 0, "{g:#}");
     // The untouched 96 MiB mapping is a reservation, not growth.
-    let reserved = g["reserved"].as_array().expect("reserved");
-    assert!(
-        reserved
-            .iter()
-            .any(|r| function(&r["frames"], 0) == "reserve_arena" && r["bytes"] == 96 * MIB),
-        "{g:#}"
-    );
+    if reserved {
+        let reserved = g["reserved"].as_array().expect("reserved");
+        assert!(
+            reserved
+                .iter()
+                .any(|r| function(&r["frames"], 0) == "reserve_arena" && r["bytes"] == 96 * MIB),
+            "{g:#}"
+        );
+    }
     let tip = &kill["tipping_stack"];
     assert_eq!(function(&tip["frames"], 0), "build_index", "{tip:#}");
     assert_eq!(tip["victim_is_trigger"], true, "{tip:#}");
@@ -91,7 +106,7 @@ fn names_build_index(kill: &Value, text: &str, limit: u64) {
     assert!(
         text.contains("  growth ")
             && text.contains("build_index (grower.c:")
-            && text.contains("  reserved   ")
+            && (!reserved || text.contains("  reserved   "))
             && text.contains("  tipped by  the allocation that hit the limit: grower (pid"),
         "{text}"
     );
@@ -119,6 +134,116 @@ fn a_memcg_oom_kill_names_the_code_that_grew_and_the_allocation_that_tipped_it()
     );
     assert_eq!(g["ring_full"], 0, "{summary}");
     assert_eq!(g["tips"], 1, "{summary}");
+}
+
+/// With `--growth risk` nothing is followed until a memory cgroup is at
+/// risk. A process faulting in and unmapping 16 MiB at a time far under
+/// its cgroup's limit is never counted, with the page-fault programs
+/// attached or not; a grower crossing 60 % of its limit arms its cgroup
+/// within a tick and its kill names the function that grew; once its
+/// cgroup holds no process it disarms and the programs come off.
+#[test]
+fn growth_on_risk_follows_only_the_cgroup_at_risk() {
+    let Some(sc) = Scenario::new() else {
+        return;
+    };
+    let quiet_cg = TestCgroup::new("risk-quiet", 512 * MIB);
+    let limit = 192 * MIB;
+    let cg = TestCgroup::new("risk", limit);
+    let rec = Recorder::on(&sc.store).args(&["--growth", "risk"]).start();
+    let mut quiet = {
+        let mut cmd = quiet_cg.command(grower());
+        cmd.args(["touch", "16"]);
+        CudaLoad::spawn(cmd)
+    };
+    // 64 MiB of faults with no cgroup at risk: the programs are off.
+    for _ in 0..4 {
+        assert!(quiet.cmd("round").starts_with("ns/page "));
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        !rec.log().contains("page-fault sampling on"),
+        "{}",
+        rec.log()
+    );
+    // A grower at 8 MiB every 150 ms (about 50 MiB/s): 60 % of its limit
+    // in some 2.3 s, the limit some 1.5 s later.
+    let mut prog = {
+        let mut cmd = cg.command(grower());
+        cmd.args(["grow", "150"]);
+        CudaLoad::spawn(cmd)
+    };
+    let pid = prog.pid().to_string();
+    prog.send("go");
+    let level = limit * 60 / 100;
+    let mut crossed = None;
+    let mut quiet_rounds = 0u64;
+    let killed = wait_for(Duration::from_secs(60), || {
+        if crossed.is_none() && cg.usage() >= level {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            crossed = Some(now.unwrap().as_nanos() as i64);
+        }
+        // The quiet process faults on while the other cgroup is armed.
+        if quiet_rounds < 64 && quiet.cmd("round").starts_with("ns/page ") {
+            quiet_rounds += 1;
+        }
+        (cg.oom_kills() > 0).then_some(())
+    });
+    assert!(killed.is_some(), "no OOM kill in {}", cg.describe());
+    let store_s = sc.store.to_str().unwrap();
+    let v = explain_json(&["--store", store_s, "--pid", &pid], |v| {
+        !v["kill"]["growth"].is_null() && !v["kill"]["tipping_stack"].is_null()
+    });
+    let out = tracer(&["explain", "--store", store_s, "--pid", &pid]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    drop(prog);
+    // Its cgroup holds no process now: disarmed, the programs off.
+    let off = wait_for(Duration::from_secs(10), || {
+        rec.log().contains("page-fault sampling off").then_some(())
+    });
+    assert!(off.is_some(), "{}", rec.log());
+    let events = tracer(&["events", "--store", store_s, "--kind", "growth_armed"]);
+    let events: Vec<Value> = String::from_utf8_lossy(&events.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|e: &Value| e["memcg_path"] == cg.path.as_str())
+        .collect();
+    assert_eq!(events.len(), 2, "armed, then disarmed: {events:#?}");
+    assert_eq!(events[0]["armed"], true, "{events:#?}");
+    assert_eq!(events[1]["armed"], false, "{events:#?}");
+    let armed_at = events[0]["ts_ns"].as_i64().unwrap();
+    let crossed = crossed.expect("the grower crossed 60 %");
+    let latency_ms = (armed_at - crossed) as f64 / 1e6;
+    eprintln!(
+        "armed {latency_ms:.0} ms after crossing 60 % ({}, seen by {}); quiet rounds {quiet_rounds}",
+        events[0]["reason"], events[0]["seen"]
+    );
+    // Read between samples once it rose near the level: well under a tick.
+    assert!(latency_ms < 500.0, "{latency_ms} ms: {events:#?}");
+    // What grew after it armed is named; the 96 MiB reservation made at
+    // its start, before, is not seen.
+    let percent = events[0]["percent"].as_f64().unwrap();
+    let grown = (limit as f64 * (100.0 - percent) / 100.0) as u64;
+    names_build_index_of(&v["kill"], &text, grown, false);
+    assert!(
+        !rec.log().contains(&quiet_cg.path),
+        "the quiet cgroup was armed: {}",
+        rec.log()
+    );
+    let summary = summary_of(&rec.stop()).expect("summary");
+    quiet.exit();
+    // The faults counted are the grower's (its limit's worth, at most a
+    // few rounds over): not the quiet process's 16 MiB rounds, which
+    // alone are more.
+    let faults = summary["summary"]["growth"]["faults"].as_u64().unwrap();
+    let quiet_faults = (4 + quiet_rounds) * 16 * MIB / 4096;
+    assert!(quiet_faults > 2 * limit / 4096, "{quiet_rounds} rounds");
+    assert!(
+        faults <= 2 * limit / 4096 && faults >= limit / 4096 / 4,
+        "faults {faults}, the grower's {} pages, the quiet one's {quiet_faults}: {summary}",
+        limit / 4096
+    );
+    assert_eq!(summary["summary"]["growth_arming"]["arms"], 1, "{summary}");
 }
 
 /// Growth is what was kept: a temporary buffer faulted in and unmapped
@@ -202,7 +327,9 @@ fn a_kill_of_another_process_names_the_allocation_that_tipped_it() {
     let limit = 128 * MIB;
     let cg = TestCgroup::new("growth-tip", limit);
     let store = sc.store.clone();
-    let rec = Recorder::on(&store).start();
+    let rec = Recorder::on(&store)
+        .args(&["--growth-cgroup", &cg.path])
+        .start();
     // A large idle process, then a small one that grows until the cgroup
     // is full: the kernel kills the large one (the most memory), in the
     // small one's allocation; the small one goes on growing and is killed
@@ -307,7 +434,11 @@ fn python_lines_that_grew_until_killed_are_named_in_every_cpython() {
         marked_line(&script, "# GROW-LINE"),
         marked_line(&script, "# CALL-LINE"),
     );
-    let rec = Recorder::on(&sc.store).start();
+    // Each interpreter's cgroup is made as it runs: every memory-limited
+    // process followed, as before arming on risk.
+    let rec = Recorder::on(&sc.store)
+        .args(&["--growth", "limited"])
+        .start();
     let store_s = sc.store.to_str().unwrap();
     // Each interpreter grows in its main thread, and again in a thread of
     // its own: the walk finds the sampled thread's state among the
@@ -465,7 +596,9 @@ fn without_pressure_no_process_libc_is_probed() {
     };
     let store = sc.store.clone();
     let cg = TestCgroup::new("growth-calm", 1024 * MIB);
-    let rec = Recorder::on(&store).start();
+    let rec = Recorder::on(&store)
+        .args(&["--growth-cgroup", &cg.path])
+        .start();
     let mut prog = {
         let mut cmd = cg.command(grower());
         cmd.args(["touch", "16"]);

@@ -39,9 +39,11 @@ fn a_recorded_kill_renders_in_a_real_browser_with_its_plot_tasks_and_growth() {
     };
     let Some(chromium) = chromium() else { return };
     let (dir, store) = (&sc.dir, sc.store.clone());
-    let rec = Recorder::on(&store).start();
     let limit = 96 * MIB;
     let cg = TestCgroup::new("report", limit);
+    let rec = Recorder::on(&store)
+        .args(&["--growth-cgroup", &cg.path])
+        .start();
     let mut small = cg.command(env!("CARGO_BIN_EXE_memhog"));
     small.args(["--step-mib", "8", "--interval-ms", "10", "--max-mib", "16"]);
     let mut small = Proc::spawn(small);

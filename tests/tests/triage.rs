@@ -56,8 +56,15 @@ fn many_kills_are_listed_a_line_each_filtered_and_their_crash_loops_grouped() {
     for (r, id) in ids.iter().enumerate() {
         kubelet_files(host.path(), pod(), &uid, r as u32, id);
     }
+    // Pods' cgroups are made as they restart: every memory-limited process
+    // followed, as before arming on risk.
     let rec = Recorder::on(&store)
-        .args(&["--host-root", host.path().to_str().unwrap()])
+        .args(&[
+            "--host-root",
+            host.path().to_str().unwrap(),
+            "--growth",
+            "limited",
+        ])
         .start();
     let memhog = Path::new(env!("CARGO_BIN_EXE_memhog"));
 

@@ -55,6 +55,9 @@ pub mod mode {
     pub const ALL: u32 = 2;
     /// The processes userspace lists in `GROWTH_SELECT`.
     pub const SELECTED: u32 = 3;
+    /// Processes in the memory cgroups userspace armed (`GROWTH_ARMED`, by
+    /// cgroup id): the cgroups at risk of reaching their limit.
+    pub const ARMED: u32 = 4;
 }
 
 /// Levels of the memory cgroup hierarchy looked at for a limit.
@@ -63,6 +66,9 @@ pub const LIMIT_LEVELS: usize = 8;
 pub const PROC_ENTRIES: u32 = 65_536;
 /// Processes userspace may select (`GROWTH_SELECT`).
 pub const SELECT_ENTRIES: u32 = 4096;
+/// Memory cgroups userspace may arm at once (`GROWTH_ARMED`): an armed
+/// cgroup and every cgroup below it, each by its id.
+pub const ARMED_ENTRIES: u32 = 4096;
 /// Bytes one fault stands for (a base page on x86_64; a transparent huge
 /// page fault maps more, and is counted as one page).
 pub const PAGE: u64 = 4096;

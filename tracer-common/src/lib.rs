@@ -90,6 +90,8 @@ pub mod maps {
     pub const GROWTH_GEN: &str = "GROWTH_GEN";
     /// Processes selected for growth sampling (tgid -> 1).
     pub const GROWTH_SELECT: &str = "GROWTH_SELECT";
+    /// Memory cgroups armed for growth sampling (cgroup id -> 1).
+    pub const GROWTH_ARMED: &str = "GROWTH_ARMED";
     /// Counters of the growth programs (`growth::stat`).
     pub const GROWTH_STATS: &str = "GROWTH_STATS";
     /// The growth programs' configuration (`.rodata`).

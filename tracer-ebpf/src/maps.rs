@@ -147,6 +147,11 @@ pub static GROWTH_GEN: Array<u32> = Array::with_max_entries(1, 0);
 #[map(name = "GROWTH_SELECT")]
 pub static GROWTH_SELECT: HashMap<u32, u32> = HashMap::with_max_entries(growth::SELECT_ENTRIES, 0);
 
+/// Memory cgroups armed for growth sampling (cgroup id -> 1), in
+/// `mode::ARMED`: a cgroup at risk and every cgroup below it.
+#[map(name = "GROWTH_ARMED")]
+pub static GROWTH_ARMED: HashMap<u64, u32> = HashMap::with_max_entries(growth::ARMED_ENTRIES, 0);
+
 /// Counters of the growth programs (`tracer_common::growth::stat`), per CPU.
 #[map(name = "GROWTH_STATS")]
 pub static GROWTH_STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(growth::stat::COUNT, 0);

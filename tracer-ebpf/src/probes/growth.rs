@@ -20,10 +20,13 @@ use tracer_common::{
 };
 
 use crate::{
-    maps::{GROWTH_CONFIG, GROWTH_CPU, GROWTH_GEN, GROWTH_PROCS, GROWTH_SELECT, GROWTH_STATS},
+    maps::{
+        GROWTH_ARMED, GROWTH_CONFIG, GROWTH_CPU, GROWTH_GEN, GROWTH_PROCS, GROWTH_SELECT,
+        GROWTH_STATS,
+    },
     probes::heap::next_gap,
     stack::{self, user_regs},
-    util::{Ring, config, header, read_field},
+    util::{Ring, config, current_memcg_id, header, read_field},
 };
 
 /// User addresses end here (x86_64, 4-level and 5-level paging alike).
@@ -110,6 +113,10 @@ fn followed(c: &GrowthConfig, tgid: u32) -> bool {
         mode::LIMITED => limited(c),
         // SAFETY: reading a plain u32 map value.
         mode::SELECTED => unsafe { GROWTH_SELECT.get(&tgid) }.is_some(),
+        // SAFETY: as above. Decided once per process and generation:
+        // userspace starts a new generation when it arms or disarms, and
+        // the kernel when a task changes cgroup.
+        mode::ARMED => unsafe { GROWTH_ARMED.get(&current_memcg_id()) }.is_some(),
         _ => false,
     }
 }

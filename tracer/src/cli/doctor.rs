@@ -182,7 +182,7 @@ pub fn checks(store: &Path, nvml_lib: Option<&Path>) -> Vec<Check> {
             Probes::load_with(crate::probes::DATA_RING_BYTES, &heap, &growth).and_then(|mut p| {
                 let mut statuses = p.attach()?;
                 // Growth attribution is optional: recording works without it.
-                match p.attach_growth() {
+                match p.attach_growth(false) {
                     Ok(more) => statuses.extend(more),
                     Err(e) => statuses.push(crate::probes::ProbeStatus {
                         spec: crate::probes::growth::GROWTH_PROBES[0],

@@ -105,9 +105,21 @@ pub struct RecordArgs {
     pub sample_bytes: u64,
     /// Growth attribution: which processes' page faults are sampled with
     /// their stacks, so that a kill says which code grew the memory
-    /// (`limited`: processes in a memory cgroup with a limit).
-    #[arg(long, value_enum, default_value = "limited", value_name = "WHO")]
+    /// (`risk`: processes in a memory cgroup at risk of reaching its
+    /// limit, the page-fault programs attached only while one is;
+    /// `limited`: in any memory cgroup with a limit, always).
+    #[arg(long, value_enum, default_value = "risk", value_name = "WHO")]
     pub growth: GrowthMode,
+    /// With --growth risk: a memory cgroup whose working set reaches this
+    /// share of its limit while it grows is armed (its processes' page
+    /// faults sampled) until it has been calm 10 points under it for 10 s;
+    /// a limit hit or an early warning arms it too.
+    #[arg(long, value_parser = parse_percent, default_value = "60%", value_name = "PERCENT")]
+    pub growth_arm: f64,
+    /// With --growth risk: a memory cgroup armed whatever its risk, while
+    /// it exists (its processes' page faults always sampled). Repeatable.
+    #[arg(long, value_name = "PATH")]
+    pub growth_cgroup: Vec<String>,
     /// Heap sampling under pressure: when a memory cgroup's usage reaches
     /// this share of its limit (e.g. 90%), trace the heap of its processes
     /// (as --host-cgroup does) until it has stayed 10 points under it for
@@ -236,7 +248,24 @@ fn config(args: RecordArgs) -> anyhow::Result<RecorderConfig> {
         },
         heap_on_pressure: args.heap_on_pressure,
         python_frames: args.python_frames,
+        growth_arm_percent: args.growth_arm,
+        growth_cgroups: args.growth_cgroup,
     };
+    if !cfg.growth_cgroups.is_empty() && cfg.growth.mode != GrowthMode::Risk {
+        return Err(anyhow!(
+            "--growth-cgroup arms a cgroup for --growth risk; with --growth {} it has nothing to do",
+            clap::ValueEnum::to_possible_value(&cfg.growth.mode)
+                .map(|v| v.get_name().to_string())
+                .unwrap_or_default()
+        ));
+    }
+    for p in &cfg.growth_cgroups {
+        if !p.starts_with('/') {
+            return Err(anyhow!(
+                "--growth-cgroup {p:?}: a memory cgroup path as /proc/PID/cgroup shows it, starting with /"
+            ));
+        }
+    }
     if cfg.traces_heap() && (cfg.sample_bytes == 0 || cfg.sample_bytes > MAX_SAMPLE_BYTES) {
         return Err(anyhow!(
             "--sample-bytes must be between 1 and {} for record (every allocation of a cgroup is attach --host's job)",

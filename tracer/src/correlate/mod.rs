@@ -1,6 +1,7 @@
 //! Joins what the probes saw with the process model, the cgroup sampler and
 //! the kernel's own OOM report into one [`KillRecord`] per kill.
 
+pub mod arming;
 pub mod cuda;
 #[cfg(test)]
 pub mod fixtures;

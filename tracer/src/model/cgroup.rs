@@ -129,12 +129,37 @@ impl CgroupLayout {
         out
     }
 
+    /// Calls `f(id)` for memory cgroup `path` and each one below it, at
+    /// most `most` of them.
+    pub fn memcg_ids_under(&self, path: &str, most: usize, mut f: impl FnMut(u64)) {
+        let Some(dir) = self.memcg_dir(path) else {
+            return;
+        };
+        if most == 0 {
+            return;
+        }
+        let mut left = most;
+        self.walk_from(dir, |id, _| {
+            f(id);
+            left -= 1;
+            left > 0
+        });
+    }
+
     /// Calls `f(id, path)` for each memory cgroup until it returns false.
-    fn walk_memcgs(&self, mut f: impl FnMut(u64, String) -> bool) {
+    fn walk_memcgs(&self, f: impl FnMut(u64, String) -> bool) {
+        if let Some(root) = self.memcg_dir("/") {
+            self.walk_from(root, f);
+        }
+    }
+
+    /// Calls `f(id, path)` for `start` and each memory cgroup below it until
+    /// it returns false; `path` as /proc/PID/cgroup names it.
+    fn walk_from(&self, start: PathBuf, mut f: impl FnMut(u64, String) -> bool) {
         let Some(root) = self.memcg_dir("/") else {
             return;
         };
-        let mut stack = vec![root.clone()];
+        let mut stack = vec![start];
         while let Some(dir) = stack.pop() {
             if let Ok(m) = fs::metadata(&dir)
                 && let Ok(rel) = dir.strip_prefix(&root)

@@ -25,6 +25,9 @@ pub enum GrowthMode {
     Off,
     /// Processes in a memory cgroup with a limit (here or above).
     Limited,
+    /// Processes in a memory cgroup at risk of reaching its limit: the
+    /// page-fault programs are attached only while one is (armed).
+    Risk,
     /// Every process.
     All,
     /// The processes userspace selects (`tracer growth`).
@@ -42,6 +45,7 @@ impl GrowthMode {
         match self {
             GrowthMode::Off | GrowthMode::Floor => mode::OFF,
             GrowthMode::Limited => mode::LIMITED,
+            GrowthMode::Risk => mode::ARMED,
             GrowthMode::All => mode::ALL,
             GrowthMode::Selected => mode::SELECTED,
         }
@@ -145,6 +149,10 @@ pub const GROWTH_PROBES: [ProbeSpec; 6] = [
     },
 ];
 
+/// The programs on every page fault: with `--growth risk`, attached only
+/// while a memory cgroup is armed.
+pub const FAULT_PROGRAMS: [&str; 2] = [programs::GROWTH_FAULT_USER, programs::GROWTH_FAULT_KERNEL];
+
 /// Whether the program that sees memory given back (munmap, madvise)
 /// attached: growth is then shown as what each site kept.
 pub fn returns_traced(statuses: &[ProbeStatus]) -> bool {
@@ -189,6 +197,11 @@ pub struct GrowthCounts {
 pub struct GrowthMaps {
     stats: PerCpuArray<MapData, u64>,
     generation: Array<MapData, u32>,
+    /// The armed cgroups' ids (`--growth risk`).
+    pub armed: super::arming::ArmedMap,
+    /// The page-fault programs, attached while a cgroup is armed
+    /// (`--growth risk`; `None` otherwise).
+    pub hooks: Option<super::arming::FaultHooks>,
 }
 
 impl GrowthMaps {
@@ -220,13 +233,42 @@ impl Probes {
     /// Attaches the growth programs (with the mode they were loaded with),
     /// as [`Probes::attach`] does. Without `page_fault_user` (a kernel that
     /// is not x86) the error says so; recording goes on without growth.
-    pub fn attach_growth(&mut self) -> Result<Vec<ProbeStatus>, ProbeError> {
+    ///
+    /// With `on_risk` the page-fault programs are loaded (the verifier
+    /// checks them now) but not attached: [`GrowthMaps::arming`] attaches
+    /// them while a memory cgroup is armed.
+    pub fn attach_growth(&mut self, on_risk: bool) -> Result<Vec<ProbeStatus>, ProbeError> {
         let unfit = map_lock_unfit(&self.tracefs);
+        let armed_later = |s: &ProbeSpec| on_risk && FAULT_PROGRAMS.contains(&s.program);
         let specs: Vec<ProbeSpec> = GROWTH_PROBES
             .into_iter()
             .filter(|s| unfit.is_none() || s.program != programs::GROWTH_MMAP_LOCK)
+            .filter(|s| !armed_later(s))
             .collect();
         let mut statuses = self.attach_specs(&specs)?;
+        if on_risk {
+            let mut hooks = Vec::new();
+            for spec in GROWTH_PROBES.iter().filter(|s| armed_later(s)) {
+                let Hook::RawTracePoint { name } = spec.hook else {
+                    continue;
+                };
+                match self.load_raw(spec.program) {
+                    Ok(fd) => {
+                        hooks.push((name, fd));
+                        statuses.push(ProbeStatus {
+                            spec: *spec,
+                            error: None,
+                        });
+                    }
+                    Err(e) if spec.required => return Err(e.into_probe_error(spec.program)),
+                    Err(e) => statuses.push(ProbeStatus {
+                        spec: *spec,
+                        error: Some(e.to_string()),
+                    }),
+                }
+            }
+            self.fault_hooks = Some(super::arming::FaultHooks::new(hooks));
+        }
         if let Some(why) = unfit
             && let Some(spec) = GROWTH_PROBES
                 .iter()
@@ -260,7 +302,17 @@ impl Probes {
                     source,
                 }
             })?;
-        Ok(GrowthMaps { stats, generation })
+        let armed = aya::maps::HashMap::try_from(take(&mut self.ebpf, maps::GROWTH_ARMED)?)
+            .map_err(|source| ProbeError::Map {
+                name: maps::GROWTH_ARMED,
+                source,
+            })?;
+        Ok(GrowthMaps {
+            stats,
+            generation,
+            armed: super::arming::ArmedMap::new(armed),
+            hooks: None,
+        })
     }
 
     /// Selects (or deselects) a process for growth sampling

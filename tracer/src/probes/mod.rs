@@ -3,6 +3,7 @@
 //! counters). Feature detection lives here too: a missing optional hook
 //! becomes one clear line, and the rest keeps working.
 
+pub mod arming;
 pub mod btf;
 pub mod caps;
 pub mod cuda;
@@ -265,6 +266,8 @@ pub struct Probes {
     /// when the probes are dropped.
     tracepoint_links: Vec<(&'static str, TracePointLinkId)>,
     raw_links: Vec<(&'static str, RawTracePointLinkId)>,
+    /// The page-fault programs loaded for `--growth risk`, until taken.
+    fault_hooks: Option<arming::FaultHooks>,
 }
 
 impl Drop for Probes {
@@ -376,6 +379,7 @@ impl Probes {
             usdt_slots: 0,
             tracepoint_links: Vec::new(),
             raw_links: Vec::new(),
+            fault_hooks: None,
         })
     }
 
@@ -518,6 +522,23 @@ impl Probes {
         let id = prog.attach(name).map_err(Unavailable::Program)?;
         self.raw_links.push((program, id));
         Ok(())
+    }
+
+    /// Loads raw tracepoint program `program` without attaching it; a
+    /// handle on it that attaches it anywhere ([`arming::FaultHooks`]).
+    fn load_raw(&mut self, program: &'static str) -> Result<aya::programs::ProgramFd, Unavailable> {
+        let prog: &mut RawTracePoint = self.program(program)?;
+        prog.load().map_err(Unavailable::Program)?;
+        prog.fd()
+            .map_err(Unavailable::Program)?
+            .try_clone()
+            .map_err(|e| Unavailable::Hook(format!("cannot keep a handle on {program}: {e}")))
+    }
+
+    /// The page-fault programs [`Probes::attach_growth`] loaded without
+    /// attaching them (`--growth risk`).
+    pub fn take_fault_hooks(&mut self) -> Option<arming::FaultHooks> {
+        self.fault_hooks.take()
     }
 
     /// The hash map called `name`, keyed by tgid, for userspace to update.

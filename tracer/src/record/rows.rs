@@ -137,6 +137,10 @@ pub const PRESSURE: &str = "pressure";
 /// memory cgroup under pressure.
 pub const HEAP_PRESSURE: &str = "heap_pressure";
 
+/// The kind of the event rows of a memory cgroup armed or disarmed for
+/// growth attribution on risk (`--growth risk`).
+pub const GROWTH_ARMED: &str = "growth_armed";
+
 /// Every kind of stored event row: the probes' kinds that are stored
 /// (tracer-common's registry), then the recorder's own.
 pub fn stored_kinds() -> Vec<&'static str> {
@@ -144,6 +148,6 @@ pub fn stored_kinds() -> Vec<&'static str> {
         .iter()
         .filter(|k| k.stored)
         .map(|k| k.name)
-        .chain([GPU_XID, PRESSURE, HEAP_PRESSURE])
+        .chain([GPU_XID, PRESSURE, HEAP_PRESSURE, GROWTH_ARMED])
         .collect()
 }

@@ -79,6 +79,10 @@ pub struct RecorderConfig {
     pub heap_on_pressure: Option<f64>,
     /// Python frames in heap and growth stacks.
     pub python_frames: bool,
+    /// With `--growth risk`: the arming level, percent of the limit.
+    pub growth_arm_percent: f64,
+    /// With `--growth risk`: memory cgroups armed while they exist.
+    pub growth_cgroups: Vec<String>,
 }
 
 impl RecorderConfig {

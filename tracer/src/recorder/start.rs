@@ -379,6 +379,16 @@ fn say_tracing(cfg: &RecorderConfig, growth: bool) {
             GrowthMode::Floor => tracing::info!(
                 "growth: programs on the page-fault hooks that follow nobody (the benchmark's floor)"
             ),
+            GrowthMode::Risk => tracing::info!(
+                "growth: sampling the page faults of memory cgroups at risk (working set at {}% of the limit and growing, a limit hit, an early warning{}; one sample per {}); off while none is",
+                cfg.growth_arm_percent,
+                if cfg.growth_cgroups.is_empty() {
+                    String::new()
+                } else {
+                    format!("; always {}", cfg.growth_cgroups.join(", "))
+                },
+                bytes(cfg.growth.sample_bytes)
+            ),
             mode => tracing::info!(
                 "growth: sampling the page faults of {} processes (one sample per {})",
                 if mode == GrowthMode::All {
@@ -424,12 +434,14 @@ async fn wire(
     }
     let attach_ns = wall_now_ns();
     let mut statuses = probes.attach()?;
-    let growth_maps = match growth_maps.map(|m| (m, probes.attach_growth())) {
-        Some((m, Ok(more))) => {
+    let on_risk = cfg.growth.mode == GrowthMode::Risk;
+    let growth_maps = match growth_maps.map(|m| (m, probes.attach_growth(on_risk))) {
+        Some((mut m, Ok(more))) => {
             if let Some(why) = &probes.growth_note {
                 tracing::warn!("growth: {why}; only --growth all follows processes");
             }
             statuses.extend(more);
+            m.hooks = probes.take_fault_hooks();
             Some(m)
         }
         Some((_, Err(e))) => {
@@ -556,6 +568,12 @@ async fn wire(
         sample_now,
         watcher,
         heap: heap_worker,
+        arming: on_risk.then(|| {
+            crate::recorder::features::arming::Armer::new(
+                cfg.growth_arm_percent,
+                cfg.growth_cgroups.clone(),
+            )
+        }),
         growth: growth_maps,
         warn,
         pressure,

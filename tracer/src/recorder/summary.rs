@@ -54,6 +54,10 @@ pub struct EngineSummary {
     /// The growth programs' counters (growth attribution on).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub growth: Option<crate::probes::growth::GrowthCounts>,
+    /// With `--growth risk`: cgroups armed, and seconds the page-fault
+    /// programs were attached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub growth_arming: Option<ArmingSummary>,
     /// Heap and growth samples the worker could not take in time.
     pub growth_queue_drops: u64,
     /// Exited processes whose heap and growth state was forgotten before
@@ -63,4 +67,13 @@ pub struct EngineSummary {
     /// readers were busy (perhaps stuck on tasks holding their memory map
     /// lock); the worker reads those maps itself when it unwinds.
     pub maps_reads_skipped: u64,
+}
+
+/// Growth attribution on risk over a session.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct ArmingSummary {
+    /// Times a cgroup armed.
+    pub arms: u64,
+    /// Seconds the page-fault programs were attached.
+    pub attached_s: f64,
 }

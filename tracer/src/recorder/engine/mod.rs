@@ -9,6 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{
     features::{
+        arming::Armer,
         cuda::Cuda,
         gpu::Gpu,
         kills::{Kills, Signal},
@@ -69,6 +70,8 @@ pub struct Engine {
     watcher: Option<LibraryWatcher>,
     heap: Option<HeapWorker>,
     growth: Option<GrowthMaps>,
+    /// Growth attribution on risk: which cgroups are armed.
+    armer: Option<Armer>,
     published: Option<Arc<Published>>,
     /// Forks and exits past a parent's allowance, folded.
     proc_fold: CallFold,
@@ -131,6 +134,9 @@ impl Engine {
             warnings: Warnings::new(p.warn, p.pressure),
             watcher: p.watcher,
             heap: p.heap,
+            armer: p
+                .arming
+                .filter(|_| p.growth.as_ref().is_some_and(|g| g.hooks.is_some())),
             growth: p.growth,
             published: p.published,
             proc_fold: CallFold::default(),
@@ -163,7 +169,17 @@ impl Engine {
         let mut settle_due: Option<tokio::time::Instant> = None;
         let mut nvml_rx = inputs.gpu.take();
         let mut stop_at = None;
+        // Memory cgroups rising toward the growth arming level are read
+        // between ticks (`--growth risk`); the deadline is kept across
+        // iterations so that a stream of events does not push it back.
+        let mut watch_at: Option<tokio::time::Instant> = None;
         while oom_open || crit_open || data_open || kmsg_open {
+            if watch_at.is_none() && self.armer.as_ref().is_some_and(Armer::watching) {
+                watch_at = Some(
+                    tokio::time::Instant::now()
+                        + Duration::from_nanos(crate::correlate::arming::WATCH_NS as u64),
+                );
+            }
             let mut stop = false;
             // New programs' /proc reads fall due on their own, not only
             // when the next event comes; a little late, so that one wakeup
@@ -233,6 +249,11 @@ impl Engine {
                     settle_due = None;
                     self.settle_gpu(&mut inputs.data)
                 }
+                _ = sleep_until(watch_at), if watch_at.is_some() => {
+                    watch_at = None;
+                    self.watch_arming();
+                    Ok(())
+                }
                 _ = sleep_until(read_due), if read_due.is_some() => {
                     self.model.read_due(wall_now_ns());
                     Ok(())
@@ -246,6 +267,13 @@ impl Engine {
             }
         }
         self.finish(stop_at.unwrap_or_else(std::time::Instant::now))
+    }
+
+    /// Reads the cgroups watched for growth arming between ticks.
+    fn watch_arming(&mut self) {
+        if let (Some(armer), Some(maps)) = (&mut self.armer, &mut self.growth) {
+            armer.watch(self.model.layout(), maps, wall_now_ns(), &mut self.out);
+        }
     }
 
     /// A step's result: a full file system is survived.

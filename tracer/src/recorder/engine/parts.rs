@@ -60,6 +60,8 @@ pub struct Parts {
     pub heap: Option<HeapWorker>,
     /// The growth programs' maps.
     pub growth: Option<GrowthMaps>,
+    /// Growth attribution on risk (`--growth risk`).
+    pub arming: Option<crate::recorder::features::arming::Armer>,
     /// Early warnings.
     pub warn: Option<WarnGate>,
     /// Heap sampling for memory cgroups under pressure.

@@ -116,6 +116,12 @@ impl Engine {
         if let Some(g) = &self.growth {
             self.summary.growth = g.read().ok();
         }
+        if let Some(a) = &self.armer {
+            self.summary.growth_arming = Some(crate::recorder::summary::ArmingSummary {
+                arms: a.arms,
+                attached_s: a.attached_total(wall_now_ns()) as f64 / 1e9,
+            });
+        }
         if let Some(h) = self.heap.take() {
             self.summary.growth_queue_drops = h.dropped();
             self.summary.growth_forgotten = h.forgotten();

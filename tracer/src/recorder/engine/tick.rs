@@ -58,6 +58,17 @@ impl Engine {
             &mut self.out,
         );
         self.warnings.early(&env, &paths, now, &mut self.out);
+        if let (Some(armer), Some(maps)) = (&mut self.armer, &mut self.growth) {
+            let warnings = &self.warnings;
+            armer.tick(
+                &env,
+                maps,
+                |p| warnings.is_warned(p),
+                &paths,
+                now,
+                &mut self.out,
+            );
+        }
         self.out.extend(self.upkeep.read_drops(now, &self.metrics));
         self.apply()?;
         self.commit_storms(now, false)?;

@@ -6,6 +6,7 @@
 //!
 //! [`Output`]: super::output::Output
 
+pub mod arming;
 pub mod cuda;
 pub mod gpu;
 pub mod kills;

@@ -33,6 +33,11 @@ impl Warnings {
         Self { warn, pressure }
     }
 
+    /// Whether an early warning stands for `path`.
+    pub fn is_warned(&self, path: &str) -> bool {
+        self.warn.as_ref().is_some_and(|g| g.is_warned(path))
+    }
+
     /// Warns about the sampled memory cgroups `paths` about to reach their
     /// limit (and says when they no longer are).
     pub fn early(&mut self, env: &Env<'_>, paths: &BTreeSet<String>, now: i64, out: &mut Outputs) {

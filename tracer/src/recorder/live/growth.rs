@@ -119,7 +119,7 @@ pub async fn follow(
     let (mut rx, mut tasks, drops) = start_readers(&mut probes, 4096)?;
     let mut maps = probes.take_growth_maps()?;
     let statuses = probes
-        .attach_growth()
+        .attach_growth(false)
         .context("growth attribution needs the page fault tracepoints")?;
     if let Some(pid) = f.pid {
         probes.growth_select(pid, true)?;
