@@ -225,6 +225,19 @@ fn growth_on_risk_follows_only_the_cgroup_at_risk() {
     let percent = events[0]["percent"].as_f64().unwrap();
     let grown = (limit as f64 * (100.0 - percent) / 100.0) as u64;
     names_build_index_of(&v["kill"], &text, grown, false);
+    if std::env::var_os("SHOW").is_some() {
+        eprintln!("{text}");
+    }
+    // The kill says since when its growth was sampled.
+    let armed = &v["kill"]["growth_armed"];
+    assert_eq!(armed["memcg"], cg.path.as_str(), "{armed}");
+    assert_eq!(armed["reason"], "level", "{armed}");
+    assert_eq!(armed["since_ns"], events[0]["ts_ns"], "{armed}");
+    assert!(
+        text.contains(&format!("since {} armed (at ", cg.path))
+            && text.contains("over the arming level and growing; earlier growth not sampled)"),
+        "{text}"
+    );
     assert!(
         !rec.log().contains(&quiet_cg.path),
         "the quiet cgroup was armed: {}",

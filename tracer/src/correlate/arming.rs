@@ -39,31 +39,7 @@ pub const WATCH_BELOW: f64 = 30.0;
 /// How often watched cgroups are read.
 pub const WATCH_NS: i64 = 50_000_000;
 
-/// Why a cgroup armed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ArmReason {
-    /// Its working set is over the level and growing.
-    Level,
-    /// Its limit was hit.
-    LimitHit,
-    /// An early warning stands for it.
-    Warning,
-    /// The user named it.
-    Named,
-}
-
-impl ArmReason {
-    /// In words, for the log.
-    pub fn says(self) -> &'static str {
-        match self {
-            ArmReason::Level => "over the arming level and growing",
-            ArmReason::LimitHit => "its limit was hit",
-            ArmReason::Warning => "an early warning stands",
-            ArmReason::Named => "named with --growth-cgroup",
-        }
-    }
-}
+pub use crate::record::ArmReason;
 
 /// A change of state for one cgroup.
 #[derive(Clone, Debug, PartialEq)]

@@ -110,7 +110,15 @@ pub fn frame_chain(frames: &[crate::stacks::symbols::Frame]) -> String {
 
 /// Where the victim's memory grew before the kill (sampled page faults);
 /// with `neighbour`, where that neighbour's did.
-pub(super) fn render_growth(o: &mut String, g: &crate::record::GrowthReport, neighbour: bool) {
+///
+/// `armed`: the kill's cgroup armed growth attribution within the window
+/// (`--growth risk`), so the growth shown is what came after.
+pub(super) fn render_growth(
+    o: &mut String,
+    g: &crate::record::GrowthReport,
+    neighbour: bool,
+    armed: Option<(&crate::record::GrowthArmed, i64)>,
+) {
     let sampling = sampling(
         g.sample_bytes,
         "every fault",
@@ -138,10 +146,25 @@ pub(super) fn render_growth(o: &mut String, g: &crate::record::GrowthReport, nei
         ),
         None => (format!("{} faulted in", bytes(g.bytes)), ""),
     };
+    // Armed within the window: what was sampled is since then.
+    let over = match armed {
+        Some((a, kill_ns)) if kill_ns - a.since_ns < g.window_s as i64 * 1_000_000_000 => {
+            let at = a
+                .percent
+                .map(|p| format!("at {p:.0}% of its limit, "))
+                .unwrap_or_default();
+            format!(
+                "during the {:.1} s since {} armed ({at}{}; earlier growth not sampled)",
+                (kill_ns - a.since_ns).max(0) as f64 / 1e9,
+                crate::util::term::escape(&a.memcg),
+                a.reason.says()
+            )
+        }
+        _ => format!("over the last {} s", g.window_s),
+    };
     let _ = writeln!(
         o,
-        "  {label:<9}  {whose}{kept} over the last {} s before the kill (sampled page faults, {sampling}{how}):",
-        g.window_s
+        "  {label:<9}  {whose}{kept} {over} before the kill (sampled page faults, {sampling}{how}):"
     );
     for site in g.sites.iter().take(5) {
         let _ = writeln!(
@@ -371,11 +394,12 @@ pub fn render_text(e: &Explanation) -> String {
     if let Some(h) = &v.heap {
         render_heap(&mut o, h, k.ts_ns);
     }
+    let armed = k.growth_armed.as_ref().map(|a| (a, k.ts_ns));
     if let Some(g) = &k.growth {
-        render_growth(&mut o, g, false);
+        render_growth(&mut o, g, false, armed);
     }
     if let Some(g) = &k.neighbour_growth {
-        render_growth(&mut o, g, true);
+        render_growth(&mut o, g, true, armed);
     }
     if let Some(t) = &k.tipping_stack {
         render_tip(&mut o, t);

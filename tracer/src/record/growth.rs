@@ -81,3 +81,43 @@ pub struct TipStack {
     /// another process than the one whose allocation failed).
     pub victim_is_trigger: bool,
 }
+
+/// Why a memory cgroup armed growth attribution (`--growth risk`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArmReason {
+    /// Its working set was over the arming level and growing.
+    Level,
+    /// Its limit was hit.
+    LimitHit,
+    /// An early warning stood for it.
+    Warning,
+    /// The user named it (`--growth-cgroup`).
+    Named,
+}
+
+impl ArmReason {
+    /// In words.
+    pub fn says(self) -> &'static str {
+        match self {
+            ArmReason::Level => "over the arming level and growing",
+            ArmReason::LimitHit => "its limit was hit",
+            ArmReason::Warning => "an early warning stood",
+            ArmReason::Named => "named with --growth-cgroup",
+        }
+    }
+}
+
+/// The armed memory cgroup a kill happened in (`--growth risk`): growth
+/// was sampled from `since_ns` on, not before.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GrowthArmed {
+    /// The armed cgroup (the victim's, or one above it).
+    pub memcg: String,
+    /// When it armed, wall ns.
+    pub since_ns: i64,
+    /// Why.
+    pub reason: ArmReason,
+    /// Its working set / limit then, percent, where known.
+    pub percent: Option<f64>,
+}

@@ -429,6 +429,10 @@ pub struct KillRecord {
     /// [`KillRecord::biggest_neighbour`]) grew in the same window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub neighbour_growth: Option<super::growth::GrowthReport>,
+    /// With `--growth risk`: the armed cgroup the kill happened in, and
+    /// since when (growth before that was not sampled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub growth_armed: Option<super::growth::GrowthArmed>,
     /// The allocation that hit the limit: the stack of the task that
     /// triggered a kernel OOM kill.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -95,14 +95,25 @@ pub(super) fn growth_cost(bins: &crate::Bins, rounds: usize, mib: u64) -> anyhow
     let churn_n = 500;
     // The floor: the recorder with the growth programs attached to their
     // hooks but returning at once, what any program there costs.
-    let configs: [(&str, Option<&[&str]>); 4] = [
+    let armed: [&str; 4] = [
+        "--growth-cgroup",
+        &touch_cg.path,
+        "--growth-cgroup",
+        &churn_cg.path,
+    ];
+    let configs: [(&str, Option<&[&str]>); 6] = [
         ("untraced", None),
         ("tracer record --growth off", Some(&["--growth", "off"])),
         (
             "floor: empty programs on the growth hooks",
             Some(&["--growth", "floor"]),
         ),
-        ("tracer record (growth attribution, the default)", Some(&[])),
+        (
+            "--growth limited: every memory-limited process, always",
+            Some(&["--growth", "limited"]),
+        ),
+        ("--growth risk (the default), no cgroup at risk", Some(&[])),
+        ("--growth risk, both cgroups armed", Some(&armed)),
     ];
     // Round by round, every configuration in turn: drift of the machine
     // falls on all of them alike.
@@ -119,7 +130,7 @@ pub(super) fn growth_cost(bins: &crate::Bins, rounds: usize, mib: u64) -> anyhow
     // floor and under the default, with the run-time statistics on.
     let stats = ProgStats::start()?;
     let mut in_kernel = Vec::new();
-    for (name, args) in &configs[2..] {
+    for (name, args) in [&configs[2], &configs[3], &configs[5]] {
         let dir = tempfile::tempdir()?;
         let rec = Recorder::on(&dir.path().join("growth.db"))
             .bin(&bins.tracer)
@@ -181,15 +192,25 @@ pub(super) fn growth_cost(bins: &crate::Bins, rounds: usize, mib: u64) -> anyhow
             },
         ));
     }
-    let (floor, full) = (&results[2].1, &results[3].1);
+    let (floor, limited, calm, armed) =
+        (&results[2].1, &results[3].1, &results[4].1, &results[5].1);
+    let untraced = &results[0].1;
     out.push_str(&format!(
-        "\nGrowth attribution over the floor, same round: page touch {}, churn {}.\n\n\
+        "\nSame round: no cgroup at risk vs untraced: page touch {} (target within noise, at most 0.5 %), churn {}; \
+         armed vs the floor: page touch {} (target at most +2 %), churn {}; \
+         --growth limited vs the floor: page touch {}, churn {}.\n\n\
          In the kernel, ns a program run over one more page-touch round each, the \
          kernel's run-time statistics on (they add about 45 ns to every run): {}.\n",
-        paired(&full.touch, &floor.touch),
-        paired(&full.churn, &floor.churn),
+        paired(&calm.touch, &untraced.touch),
+        paired(&calm.churn, &untraced.churn),
+        paired(&armed.touch, &floor.touch),
+        paired(&armed.churn, &floor.churn),
+        paired(&limited.touch, &floor.touch),
+        paired(&limited.churn, &floor.churn),
         in_kernel.join("; "),
     ));
+    out.push_str(&arming_latency(bins, 5)?);
+    out.push_str(&calm_cgroups_cpu(bins, 200, 20)?);
     out.push_str(
         "\nTargets: at most 5 % slower on the page-touch loop, at most 1 % on the churn \
          workload, no sample lost. Medians over the rounds, and the median (with the \
@@ -200,4 +221,110 @@ pub(super) fn growth_cost(bins: &crate::Bins, rounds: usize, mib: u64) -> anyhow
          round (both workloads), RSS the largest seen.\n",
     );
     Ok(out)
+}
+
+/// Wall time now, ns since the epoch.
+fn wall_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// Arming latency under `--growth risk`: a grower (8 MiB every 100 ms) in a
+/// 256 MiB cgroup, its usage read every millisecond; from the moment it is
+/// at 60 % of its limit to the stored `growth_armed` event (the programs
+/// are attached in the same step), over `trials` runs.
+pub(super) fn arming_latency(bins: &crate::Bins, trials: usize) -> anyhow::Result<String> {
+    let limit = 256 * MIB;
+    let mut ms = Vec::new();
+    let mut seen = Vec::new();
+    for _ in 0..trials {
+        let cg = TestCgroup::new("bench-arm", limit);
+        let dir = tempfile::tempdir()?;
+        let store = dir.path().join("arm.db");
+        let rec = Recorder::on(&store).bin(&bins.tracer).quiet().start();
+        let mut prog = {
+            let mut cmd = cg.command(tracer_e2e::grower());
+            cmd.args(["grow", "100"]);
+            CudaLoad::spawn(cmd)
+        };
+        prog.send("go");
+        let t0 = Instant::now();
+        let crossed = loop {
+            if cg.usage() >= limit * 60 / 100 {
+                break wall_ns();
+            }
+            if t0.elapsed() > Duration::from_secs(30) {
+                bail!("the grower never reached 60 %: {}", cg.describe());
+            }
+            thread::sleep(Duration::from_millis(1));
+        };
+        while cg.oom_kills() == 0 && t0.elapsed() < Duration::from_secs(30) {
+            thread::sleep(Duration::from_millis(20));
+        }
+        drop(prog);
+        rec.stop();
+        let out = Command::new(&bins.tracer)
+            .args(["events", "--store"])
+            .arg(&store)
+            .args(["--kind", "growth_armed"])
+            .output()?;
+        let armed = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|e| e["memcg_path"] == cg.path.as_str() && e["armed"] == true)
+            .with_context(|| format!("no growth_armed event for {}", cg.path))?;
+        ms.push((armed["ts_ns"].as_i64().unwrap_or(0) - crossed) as f64 / 1e6);
+        seen.push(armed["seen"].as_str().unwrap_or("?").to_string());
+    }
+    let max = ms.iter().copied().fold(f64::MIN, f64::max);
+    Ok(format!(
+        "\nArming latency (--growth risk: 60 % of a 256 MiB limit crossed, read every 1 ms, to the \
+         cgroup armed and the programs attached), {trials} runs: median {:.0} ms, max {max:.0} ms \
+         (target at most 100 ms); armed by {}.\n",
+        median(ms.clone()),
+        seen.join(", "),
+    ))
+}
+
+/// The recorder's CPU with `n` memory-limited cgroups, none at risk (a
+/// sleeping process in each), over `secs` seconds: `--growth risk` (the
+/// default) beside `--growth off`, one after the other.
+pub(super) fn calm_cgroups_cpu(bins: &crate::Bins, n: usize, secs: u64) -> anyhow::Result<String> {
+    let cgs: Vec<TestCgroup> = (0..n)
+        .map(|_| TestCgroup::new("bench-calm", 64 * MIB))
+        .collect();
+    let mut sleepers = Vec::new();
+    for cg in &cgs {
+        let mut cmd = cg.command("sleep");
+        cmd.arg("600");
+        sleepers.push(Proc::spawn(cmd));
+    }
+    let mut cpu = Vec::new();
+    for args in [&[][..], &["--growth", "off"][..]] {
+        let dir = tempfile::tempdir()?;
+        let rec = Recorder::on(&dir.path().join("calm.db"))
+            .bin(&bins.tracer)
+            .args(args)
+            .quiet()
+            .start();
+        // Every cgroup sampled a few times first.
+        thread::sleep(Duration::from_secs(3));
+        let (c0, ..) = usage(rec.pid())?;
+        let t = Instant::now();
+        thread::sleep(Duration::from_secs(secs));
+        let (c1, ..) = usage(rec.pid())?;
+        cpu.push((c1 - c0) / t.elapsed().as_secs_f64() * 100.0);
+        let log = rec.stop();
+        if args.is_empty() && log.contains("page-fault sampling on") {
+            bail!("a calm cgroup was armed: {log}");
+        }
+    }
+    drop(sleepers);
+    Ok(format!(
+        "\nRecorder CPU with {n} memory-limited cgroups, none at risk, over {secs} s: \
+         --growth risk (the default) {:.2} % of a core, --growth off {:.2} % (target at most 0.3 %); \
+         no cgroup armed.\n",
+        cpu[0], cpu[1]
+    ))
 }

@@ -88,18 +88,20 @@ impl Engine {
     /// Commits every queued kill, with the events so far, in one
     /// transaction: a burst of kills shares one fsync instead of queueing
     /// behind one another's. Each kill is enriched first, in this order:
-    /// the CUDA ledgers, the GPU picture, the heap worker, the warnings.
+    /// the CUDA ledgers, the GPU picture, the heap worker, the warnings,
+    /// growth arming.
     pub(super) fn commit_kills(&mut self) -> Result<bool, StoreError> {
         if self.kills.queued() == 0 {
             return Ok(false);
         }
         self.apply()?;
         let mut batch = self.kills.take_queued();
-        let enrichers: [Option<&dyn KillEnricher>; 4] = [
+        let enrichers: [Option<&dyn KillEnricher>; 5] = [
             self.cuda.as_ref().map(|c| &c.ledgers as &dyn KillEnricher),
             Some(&self.gpu),
             self.heap.as_ref().map(|h| h as &dyn KillEnricher),
             Some(&self.warnings),
+            self.armer.as_ref().map(|a| a as &dyn KillEnricher),
         ];
         for k in &mut batch {
             enrichers.iter().flatten().for_each(|e| e.enrich(k));

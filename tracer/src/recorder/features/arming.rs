@@ -14,7 +14,7 @@ use crate::{
     },
     model::cgroup::CgroupLayout,
     probes::growth::GrowthMaps,
-    record::EventRow,
+    record::{EventRow, GrowthArmed, KillRecord},
     recorder::output::{Output, Outputs},
     util::term::escape,
 };
@@ -44,6 +44,8 @@ pub struct Armer {
     attached_since: Option<i64>,
     /// Nanoseconds the hooks have been attached, closed spells only.
     pub attached_ns: i64,
+    /// The armed cgroups: since when, why, at what share of the limit.
+    since: std::collections::BTreeMap<String, GrowthArmed>,
 }
 
 impl Armer {
@@ -55,6 +57,7 @@ impl Armer {
             arms: 0,
             attached_since: None,
             attached_ns: 0,
+            since: Default::default(),
         }
     }
 
@@ -215,9 +218,21 @@ impl Armer {
         match c.armed {
             Some(reason) => {
                 self.arms += 1;
+                self.since.insert(
+                    c.path.clone(),
+                    GrowthArmed {
+                        memcg: c.path.clone(),
+                        since_ns: now,
+                        reason,
+                        percent: c.percent,
+                    },
+                );
                 tracing::info!("growth: {} armed{at}: {}", escape(&c.path), reason.says());
             }
-            None => tracing::info!("growth: {} disarmed{at}", escape(&c.path)),
+            None => {
+                self.since.remove(&c.path);
+                tracing::info!("growth: {} disarmed{at}", escape(&c.path));
+            }
         }
         out.push(Output::Event(EventRow {
             ts_ns: now,
@@ -233,5 +248,87 @@ impl Armer {
                 "seen": seen,
             }),
         }));
+    }
+}
+
+/// A kill in an armed cgroup (or below one) says since when growth was
+/// sampled there: what its `growth` covers.
+impl crate::correlate::KillEnricher for Armer {
+    fn enrich(&self, k: &mut KillRecord) {
+        let Some(cg) = k.cgroup() else { return };
+        // The nearest armed cgroup at or above the victim's.
+        k.growth_armed = self
+            .since
+            .values()
+            .filter(|a| {
+                cg == a.memcg
+                    || a.memcg == "/"
+                    || cg
+                        .strip_prefix(a.memcg.as_str())
+                        .is_some_and(|rest| rest.starts_with('/'))
+            })
+            .max_by_key(|a| a.memcg.len())
+            .cloned();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        correlate::KillEnricher as _,
+        record::{ArmReason, MemcgAtKill},
+    };
+
+    fn kill_in(path: &str) -> KillRecord {
+        KillRecord {
+            memcg: Some(MemcgAtKill {
+                path: path.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_kill_in_or_below_an_armed_cgroup_says_since_when_and_no_other_does() {
+        let mut a = Armer::new(60.0, Vec::new());
+        let mut out = Vec::new();
+        for (path, reason, at) in [
+            ("/pod", ArmReason::Level, 5),
+            ("/pod/ctr", ArmReason::LimitHit, 7),
+        ] {
+            let c = Arming {
+                path: path.into(),
+                armed: Some(reason),
+                percent: Some(65.0),
+            };
+            a.say(&c, "sample", at, &mut out);
+        }
+        assert_eq!(out.len(), 2);
+        // The nearest armed cgroup at or above the victim's.
+        let mut k = kill_in("/pod/ctr/job");
+        a.enrich(&mut k);
+        let got = k.growth_armed.expect("armed");
+        assert_eq!((got.memcg.as_str(), got.since_ns), ("/pod/ctr", 7));
+        assert_eq!(got.reason, ArmReason::LimitHit);
+        let mut k = kill_in("/pod/other");
+        a.enrich(&mut k);
+        assert_eq!(k.growth_armed.map(|g| g.memcg), Some("/pod".into()));
+        // A sibling whose name starts the same is not below it.
+        let mut k = kill_in("/podcast");
+        a.enrich(&mut k);
+        assert!(k.growth_armed.is_none());
+        // Disarmed: no longer said.
+        let off = Arming {
+            path: "/pod".into(),
+            armed: None,
+            percent: None,
+        };
+        a.say(&off, "sample", 9, &mut out);
+        let mut k = kill_in("/pod/other");
+        a.enrich(&mut k);
+        assert!(k.growth_armed.is_none());
+        assert_eq!(a.arms, 2);
     }
 }
