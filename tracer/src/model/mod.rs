@@ -42,6 +42,10 @@ const MEMCGS_GONE: usize = 1024;
 /// kernel's exec event says what they are (name, file, memory cgroup). A
 /// kill or a signal reads its processes at once.
 pub const EXEC_READ_DELAY_NS: i64 = 100_000_000;
+/// [`ProcessTable::audit`] goes over every live entry in about this many
+/// calls (one a tick): an exit lost to a full ring is found within some
+/// ten seconds, at a tenth of the /proc reads a round a tick would take.
+pub const AUDIT_ROUND_CALLS: usize = 10;
 
 /// One process of the model.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -241,6 +245,8 @@ pub struct ProcessTable {
     unread: HashMap<u32, i64>,
     /// Live pids still to audit this round (see [`Self::audit`]).
     audit: Vec<u32>,
+    /// Entries [`ProcessTable::audit`] checks a call in this round.
+    audit_step: usize,
     /// Kubernetes names of pods' cgroups, when looked up (a lock: a kill's
     /// correlation names its processes through a shared table).
     kube: Option<std::sync::Mutex<kube::KubeResolver>>,
@@ -270,6 +276,7 @@ impl ProcessTable {
             reads: VecDeque::new(),
             unread: HashMap::new(),
             audit: Vec::new(),
+            audit_step: 0,
             kube: None,
             stats: ModelStats::default(),
         }
@@ -761,8 +768,9 @@ impl ProcessTable {
         if same { (Some(p), false) } else { (None, true) }
     }
 
-    /// Checks up to `budget` live entries against /proc (a round over
-    /// every live entry, `budget` at a time): an entry whose pid no
+    /// Checks live entries against /proc, a round over every one in about
+    /// [`AUDIT_ROUND_CALLS`] calls (at least 16 a call, at most `budget`):
+    /// an entry whose pid no
     /// process holds now, or another process (a start of its own), ended
     /// without its exit being read, and is marked ended at `now_ns`. Reads
     /// only /proc/PID/stat, which never waits on a process's memory map.
@@ -775,9 +783,14 @@ impl ProcessTable {
                 .filter(|(_, p)| p.exited_ns.is_none())
                 .map(|(pid, _)| *pid)
                 .collect();
+            self.audit_step = self
+                .audit
+                .len()
+                .div_ceil(AUDIT_ROUND_CALLS)
+                .clamp(16, budget.max(16));
         }
         let mut retired = 0;
-        for _ in 0..budget {
+        for _ in 0..self.audit_step.min(budget) {
             let Some(pid) = self.audit.pop() else { break };
             let Some(p) = self.procs.get(&pid) else {
                 continue;

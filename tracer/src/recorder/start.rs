@@ -97,6 +97,8 @@ impl Recorder {
     /// and time (the readers run on it).
     pub async fn start(cfg: RecorderConfig) -> anyhow::Result<Running> {
         crate::probes::caps::require_bpf()?;
+        // The cgroup sampler holds its files open where the limit allows.
+        crate::util::sys::raise_open_files();
         let (store, spill) = super::journal::spill::open_store(&cfg.store, &cfg.spill_dir)?;
         let checkpointer = match spill.home() {
             // The spill store checkpoints itself.

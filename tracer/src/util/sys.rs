@@ -45,3 +45,39 @@ fn read_trimmed(path: &str) -> String {
         .trim()
         .to_string()
 }
+
+/// Raises this process's soft limit of open files to its hard limit (the
+/// sampler holds cgroup files open); the soft limit now.
+pub fn raise_open_files() -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the struct given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return 1024;
+        }
+        if r.rlim_cur < r.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: r.rlim_max,
+                rlim_max: r.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                return raised.rlim_cur;
+            }
+        }
+    }
+    r.rlim_cur
+}
+
+/// This process's soft limit of open files.
+pub fn open_files_limit() -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 1024,
+        rlim_max: 1024,
+    };
+    // SAFETY: getrlimit writes the struct given.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
+    r.rlim_cur
+}

@@ -46,7 +46,7 @@ pub struct Options {
     #[arg(long, default_value_t = 1000)]
     pub churn_rate: u64,
     /// Run only one benchmark.
-    #[arg(long, value_parser = ["latency", "load", "busy", "cuda-scan", "idle", "churn", "nvml", "cuda", "cuda-real", "usdt", "heap", "growth", "python", "scrape"])]
+    #[arg(long, value_parser = ["latency", "load", "busy", "cuda-scan", "idle", "churn", "nvml", "cuda", "cuda-real", "usdt", "heap", "growth", "arming", "python", "scrape"])]
     pub only: Option<String>,
     /// cudaMalloc/cudaFree pairs per measured loop of the CUDA benchmark.
     #[arg(long, default_value_t = 100_000)]
@@ -71,6 +71,7 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
         bail!("the benchmarks load eBPF programs and make cgroups: run them as root");
     }
     let want = |name: &str| opts.only.as_deref().is_none_or(|o| o == name);
+    let only = |name: &str| opts.only.as_deref() == Some(name);
     if want("latency") {
         println!("{}", kill_latency(&bins, opts.kills)?);
     }
@@ -116,6 +117,11 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
             "{}",
             growth_cost(&bins, opts.growth_rounds, opts.growth_mib)?
         );
+    }
+    if only("arming") {
+        // Part of `growth`; alone, for a quick look.
+        println!("{}", arming_latency(&bins, 5)?);
+        println!("{}", calm_cgroups_cpu(&bins, 200, 20)?);
     }
     Ok(())
 }

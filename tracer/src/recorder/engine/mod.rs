@@ -45,8 +45,9 @@ mod parts;
 const MAX_BATCH: usize = 1024;
 /// How long GPU OOMs and kills wait for the CUDA calls before them.
 const GPU_SETTLE: Duration = Duration::from_millis(30);
-/// Live process entries checked against /proc per tick (one stat read
-/// each, some 10 us): a node of 2,000 processes is gone over in 16 ticks.
+/// Most live process entries checked against /proc per tick (one stat
+/// read each, some 10 us): a round takes some ten ticks
+/// (`model::AUDIT_ROUND_CALLS`), a node of 2,000 processes 16.
 const AUDIT_PER_TICK: usize = 128;
 /// Every this many ticks, each process's growth decision is taken again
 /// (a limit set on a cgroup after its processes started).
