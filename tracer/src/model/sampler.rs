@@ -428,20 +428,26 @@ mod tests {
         assert!(read_node().is_some());
     }
 
-    #[test]
-    fn held_files_are_read_afresh_each_sample_and_a_real_removed_cgroup_reads_nothing() {
-        // Files written in place: the held descriptors read what they hold now.
+    /// A v1 hierarchy in a temporary directory with cgroup /job at 100
+    /// bytes of a 1,000-byte limit, its sampler, and a writer of its files.
+    fn v1_job() -> (tempfile::TempDir, Sampler, impl Fn(&str, &str)) {
         let root = tempfile::tempdir().unwrap();
         let cg = root.path().join("job");
         fs::create_dir(&cg).unwrap();
-        let w = |f: &str, v: &str| fs::write(cg.join(f), v).unwrap();
+        let w = move |f: &str, v: &str| fs::write(cg.join(f), v).unwrap();
         w("memory.usage_in_bytes", "100\n");
         w("memory.limit_in_bytes", "1000\n");
         let layout = CgroupLayout {
             memory_v1: Some(root.path().into()),
             ..Default::default()
         };
-        let mut s = Sampler::new(layout, 60_000_000_000, Vec::new());
+        (root, Sampler::new(layout, 60_000_000_000, Vec::new()), w)
+    }
+
+    #[test]
+    fn held_files_are_read_afresh_each_sample_and_a_real_removed_cgroup_reads_nothing() {
+        // Files written in place: the held descriptors read what they hold now.
+        let (_root, mut s, w) = v1_job();
         s.held_cap = 1;
         s.sample(["/job"], &HashMap::new(), 1);
         assert_eq!(s.latest("/job").map(|x| x.usage_bytes), Some(100));
@@ -490,18 +496,8 @@ mod tests {
 
     #[test]
     fn memory_stat_is_read_every_sample_near_the_limit_and_every_fifth_far_from_it() {
-        let root = tempfile::tempdir().unwrap();
-        let cg = root.path().join("job");
-        fs::create_dir(&cg).unwrap();
-        let w = |f: &str, v: &str| fs::write(cg.join(f), v).unwrap();
-        w("memory.usage_in_bytes", "100\n");
-        w("memory.limit_in_bytes", "1000\n");
+        let (_root, mut s, w) = v1_job();
         w("memory.stat", "pgmajfault 1\ntotal_inactive_file 10\n");
-        let layout = CgroupLayout {
-            memory_v1: Some(root.path().into()),
-            ..Default::default()
-        };
-        let mut s = Sampler::new(layout, 60_000_000_000, Vec::new());
         let mut inactive = Vec::new();
         for t in 1..=7 {
             s.sample(["/job"], &HashMap::new(), t);
