@@ -753,6 +753,24 @@ fn growth_refuses_bad_input_clearly() {
             &["record", "--heap-on-pressure", "lots"][..],
             "is not a percentage",
         ),
+        // Named cgroups for growth on risk: a real path, under the
+        // cgroup file system, and only where they mean something.
+        (
+            &["record", "--growth-cgroup", "/../../etc"][..],
+            "a cgroup path has no '..' in it",
+        ),
+        (
+            &["record", "--growth-cgroup", "kubepods"][..],
+            "starting with /",
+        ),
+        (
+            &["record", "--growth", "limited", "--growth-cgroup", "/job"][..],
+            "--growth-cgroup arms a cgroup for --growth risk; with --growth limited it has nothing to do",
+        ),
+        (
+            &["record", "--growth-arm", "0%"][..],
+            "a share of the limit is above 0% and at most 100%",
+        ),
     ] {
         let out = tracer(args);
         let err = String::from_utf8_lossy(&out.stderr);

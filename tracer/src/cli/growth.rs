@@ -75,10 +75,7 @@ pub fn run(args: GrowthArgs) -> anyhow::Result<ExitCode> {
         (None, Some(path)) => {
             // Joined under the cgroup file system: no climbing out of it.
             if path.split('/').any(|c| c == "..") {
-                bail!(
-                    "--cgroup {}: a cgroup path has no '..' in it",
-                    term::escape(path)
-                );
+                super::check_cgroup_path("--cgroup", path)?;
             }
             let layout = CgroupLayout::detect();
             let dir = layout

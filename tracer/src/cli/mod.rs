@@ -97,6 +97,25 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 pub use crate::util::chain;
 
+/// Refuses a memory cgroup path given with `flag` that is not one as
+/// /proc/PID/cgroup shows it: it starts with `/` and, joined under the
+/// cgroup file system, never climbs out of it.
+pub(crate) fn check_cgroup_path(flag: &str, path: &str) -> anyhow::Result<()> {
+    if !path.starts_with('/') {
+        anyhow::bail!(
+            "{flag} {}: a memory cgroup path as /proc/PID/cgroup shows it, starting with /",
+            crate::util::term::escape(path)
+        );
+    }
+    if path.split('/').any(|c| c == "..") {
+        anyhow::bail!(
+            "{flag} {}: a cgroup path has no '..' in it",
+            crate::util::term::escape(path)
+        );
+    }
+    Ok(())
+}
+
 /// Parses `512MiB`, `1G`, `100000` (bytes).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();

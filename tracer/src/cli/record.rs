@@ -260,11 +260,7 @@ fn config(args: RecordArgs) -> anyhow::Result<RecorderConfig> {
         ));
     }
     for p in &cfg.growth_cgroups {
-        if !p.starts_with('/') {
-            return Err(anyhow!(
-                "--growth-cgroup {p:?}: a memory cgroup path as /proc/PID/cgroup shows it, starting with /"
-            ));
-        }
+        super::check_cgroup_path("--growth-cgroup", p)?;
     }
     if cfg.traces_heap() && (cfg.sample_bytes == 0 || cfg.sample_bytes > MAX_SAMPLE_BYTES) {
         return Err(anyhow!(

@@ -46,6 +46,8 @@ pub struct Armer {
     pub attached_ns: i64,
     /// The armed cgroups: since when, why, at what share of the limit.
     since: std::collections::BTreeMap<String, GrowthArmed>,
+    /// Whether named cgroups missing at the first tick were said to be.
+    told_missing: bool,
 }
 
 impl Armer {
@@ -58,6 +60,7 @@ impl Armer {
             attached_since: None,
             attached_ns: 0,
             since: Default::default(),
+            told_missing: false,
         }
     }
 
@@ -84,8 +87,15 @@ impl Armer {
         let named: Vec<String> = self.gate.named().map(String::from).collect();
         for path in named {
             let exists = layout.memcg_dir(&path).is_some_and(|d| d.is_dir());
+            if !exists && !self.told_missing {
+                tracing::warn!(
+                    "growth: --growth-cgroup {} is not a memory cgroup here (yet); armed once it is",
+                    escape(&path)
+                );
+            }
             changes.extend(self.gate.named_exists(&path, exists));
         }
+        self.told_missing = true;
         self.watched.clear();
         for path in paths.iter().filter(|p| p.as_str() != "/") {
             let limited = env
