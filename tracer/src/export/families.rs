@@ -216,6 +216,13 @@ impl Feeds {
                     .filter_map(|m| Some((labels(m), m.failcnt?)))
                     .collect(),
             ),
+            gauge(
+                "tracer_memcg_growth_armed",
+                "1 while growth attribution samples the page faults of a container's memory cgroup (it, or a cgroup above it, is at risk: record --growth risk), else 0.",
+                list.iter()
+                    .filter_map(|m| Some((labels(m), f64::from(u8::from(m.growth_armed?)))))
+                    .collect(),
+            ),
         ]
     }
 

@@ -77,6 +77,9 @@ pub struct MemcgGauge {
     pub limit: Option<u64>,
     /// Times the limit was hit (v1 `failcnt`, v2 `memory.events max`).
     pub failcnt: Option<u64>,
+    /// With `record --growth risk`: whether its page faults are sampled
+    /// now (it, or a cgroup above it, is armed).
+    pub growth_armed: Option<bool>,
 }
 
 /// What the engine publishes for the endpoint as it goes.

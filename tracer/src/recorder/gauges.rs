@@ -12,12 +12,14 @@ use crate::{
 
 /// The latest sample of each of `paths` that belongs to a container or a
 /// pod (only those: a series per cgroup of every process would not be
-/// bounded), if taken within the last minute.
+/// bounded), if taken within the last minute; `armed` says whether a
+/// cgroup's growth is sampled (`None`: not armed on risk).
 pub fn container_memcgs(
     model: &ProcessTable,
     sampler: &Sampler,
     paths: &BTreeSet<String>,
     now: i64,
+    armed: impl Fn(&str) -> Option<bool>,
 ) -> Vec<MemcgGauge> {
     paths
         .iter()
@@ -36,6 +38,7 @@ pub fn container_memcgs(
                 usage: s.usage_bytes,
                 limit: s.limit_bytes,
                 failcnt: s.failcnt,
+                growth_armed: armed(path),
             })
         })
         .collect()

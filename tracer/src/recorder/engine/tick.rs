@@ -31,11 +31,13 @@ impl Engine {
         self.sampler
             .sample(paths.iter().map(String::as_str), &counters, now);
         if let Some(p) = &self.published {
+            let armer = self.armer.as_ref();
             p.memcg.set(crate::recorder::gauges::container_memcgs(
                 &self.model,
                 &self.sampler,
                 &paths,
                 now,
+                |c| armer.map(|a| a.covers(c)),
             ));
             if let Some(cuda) = &self.cuda {
                 p.cuda.set(crate::recorder::gauges::container_cuda(

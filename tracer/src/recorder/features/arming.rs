@@ -261,24 +261,34 @@ impl Armer {
     }
 }
 
+impl Armer {
+    /// The nearest armed cgroup at or above `cgroup`.
+    fn armed_over(&self, cgroup: &str) -> Option<&GrowthArmed> {
+        self.since
+            .values()
+            .filter(|a| {
+                cgroup == a.memcg
+                    || a.memcg == "/"
+                    || cgroup
+                        .strip_prefix(a.memcg.as_str())
+                        .is_some_and(|rest| rest.starts_with('/'))
+            })
+            .max_by_key(|a| a.memcg.len())
+    }
+
+    /// Whether `cgroup`'s page faults are sampled now: it, or a cgroup
+    /// above it, is armed.
+    pub fn covers(&self, cgroup: &str) -> bool {
+        self.armed_over(cgroup).is_some()
+    }
+}
+
 /// A kill in an armed cgroup (or below one) says since when growth was
 /// sampled there: what its `growth` covers.
 impl crate::correlate::KillEnricher for Armer {
     fn enrich(&self, k: &mut KillRecord) {
         let Some(cg) = k.cgroup() else { return };
-        // The nearest armed cgroup at or above the victim's.
-        k.growth_armed = self
-            .since
-            .values()
-            .filter(|a| {
-                cg == a.memcg
-                    || a.memcg == "/"
-                    || cg
-                        .strip_prefix(a.memcg.as_str())
-                        .is_some_and(|rest| rest.starts_with('/'))
-            })
-            .max_by_key(|a| a.memcg.len())
-            .cloned();
+        k.growth_armed = self.armed_over(cg).cloned();
     }
 }
 
@@ -329,6 +339,7 @@ mod tests {
         let mut k = kill_in("/podcast");
         a.enrich(&mut k);
         assert!(k.growth_armed.is_none());
+        assert!(a.covers("/pod/ctr/job") && a.covers("/pod") && !a.covers("/podcast"));
         // Disarmed: no longer said.
         let off = Arming {
             path: "/pod".into(),
