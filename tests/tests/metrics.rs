@@ -644,9 +644,12 @@ fn a_containers_memory_cgroup_is_a_series_and_a_plain_cgroup_is_not() {
     let store = sc.store.clone();
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let rec = Recorder::on(&store).args(&["--metrics", &addr]).start();
     let ctr = TestCgroup::container(ID, 96 * MIB);
     let plain = TestCgroup::new("metricsplain", 96 * MIB);
+    // Its growth armed by name: the gauge says its page faults are sampled.
+    let rec = Recorder::on(&store)
+        .args(&["--metrics", &addr, "--growth-cgroup", &ctr.path])
+        .start();
     let mut procs = Vec::new();
     for cg in [&ctr, &plain] {
         let mut cmd = cg.command("sleep");
@@ -678,6 +681,13 @@ fn a_containers_memory_cgroup_is_a_series_and_a_plain_cgroup_is_not() {
     assert!(
         !body.contains(&plain.path),
         "a cgroup of no container has no series: {body}"
+    );
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("tracer_memcg_growth_armed{")
+                && l.contains(&label)
+                && l.ends_with(" 1.0")),
+        "{body}"
     );
     drop(procs);
     rec.stop();
