@@ -8,7 +8,8 @@
 //!   growing (the least-squares slope of the window, as the early warning
 //!   fits it, at least [`MIN_RISE_OF_LIMIT`] of the limit per second);
 //! - its limit was hit since the last sample (v1 `memory.failcnt`, v2
-//!   `memory.events` max): reclaim at the limit;
+//!   `memory.events` max): reclaim at the limit; or (v2) its usage went
+//!   over `memory.high` (`memory.events` high): throttled into reclaim;
 //! - an early warning stands for it (about to reach its limit, or
 //!   stalling on memory);
 //! - the user named it (`--growth-cgroup`): armed while it exists.
@@ -123,13 +124,14 @@ impl ArmGate {
         };
         let limit = last.limit_bytes.filter(|&l| l > 0);
         let percent = limit.map(|l| last.working_set() as f64 * 100.0 / l as f64);
-        let hit = match (window.len().checked_sub(2).map(|i| &window[i]), last) {
-            (Some(prev), last) => matches!(
-                (prev.failcnt, last.failcnt),
-                (Some(a), Some(b)) if b > a
-            ),
-            _ => false,
+        // The limit hit, or (v2) usage over memory.high, since the sample
+        // before.
+        let rose = |f: fn(&CgroupSample) -> Option<u64>| {
+            window.len() >= 2
+                && matches!((f(&window[window.len() - 2]), f(last)), (Some(a), Some(b)) if b > a)
         };
+        let hit = rose(|s| s.failcnt);
+        let high = rose(|s| s.high_events);
         // The fit of the window where it has enough samples, else the
         // step from the one before: a cgroup that just crossed the level
         // is not made to wait two more seconds of samples.
@@ -146,6 +148,8 @@ impl ArmGate {
         };
         let reason = if hit && limit.is_some() {
             Some(ArmReason::LimitHit)
+        } else if high {
+            Some(ArmReason::High)
         } else if rising {
             Some(ArmReason::Level)
         } else if warned {
@@ -313,6 +317,17 @@ mod tests {
         let calm = [at(0, 20, 4), at(1, 20, 4)];
         assert_eq!(g.risk(&calm, false).reason, None);
         assert_eq!(g.risk(&calm, true).reason, Some(ArmReason::Warning));
+        // Over memory.high (v2), with or without a limit.
+        let high = |t, n| CgroupSample {
+            ts_ns: t * S,
+            high_events: Some(n),
+            ..Default::default()
+        };
+        assert_eq!(
+            g.risk(&[high(0, 2), high(1, 5)], false).reason,
+            Some(ArmReason::High)
+        );
+        assert_eq!(g.risk(&[high(0, 5), high(1, 5)], false).reason, None);
         // No limit: no level and no hit.
         let free = [CgroupSample {
             usage_bytes: 1 << 40,

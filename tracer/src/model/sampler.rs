@@ -38,6 +38,10 @@ pub struct CgroupSample {
     /// the working set, as the kubelet counts it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inactive_file: Option<u64>,
+    /// Times usage went over `memory.high` and the cgroup was throttled
+    /// into reclaim (v2 `memory.events` high).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub high_events: Option<u64>,
 }
 
 impl CgroupSample {
@@ -193,6 +197,7 @@ fn read_with(
         s.limit_bytes = num("memory.max").filter(|&l| l < UNLIMITED);
         let ev = read("memory.events").unwrap_or_default();
         s.failcnt = keyed(&ev, "max");
+        s.high_events = keyed(&ev, "high");
         s.oom_kills = keyed(&ev, "oom_kill");
         if let Some(c) = carried {
             (s.major_faults, s.inactive_file) = (c.major_faults, c.inactive_file);
@@ -544,7 +549,7 @@ mod tests {
         w("memory.max", "max\n");
         w(
             "memory.events",
-            "low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 0\n",
+            "low 0\nhigh 40\nmax 12\noom 2\noom_kill 1\noom_group_kill 0\n",
         );
         w(
             "memory.pressure",
@@ -555,6 +560,7 @@ mod tests {
             (s.usage_bytes, s.limit_bytes, s.failcnt, s.oom_kills),
             (1048576, None, Some(12), Some(1))
         );
+        assert_eq!(s.high_events, Some(40));
         assert_eq!(
             (s.psi_some_avg10, s.psi_full_avg10),
             (Some(1.5), Some(0.75))

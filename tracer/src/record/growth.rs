@@ -90,6 +90,8 @@ pub enum ArmReason {
     Level,
     /// Its limit was hit.
     LimitHit,
+    /// Its usage went over `memory.high` (v2).
+    High,
     /// An early warning stood for it.
     Warning,
     /// The user named it (`--growth-cgroup`).
@@ -102,6 +104,7 @@ impl ArmReason {
         match self {
             ArmReason::Level => "over the arming level and growing",
             ArmReason::LimitHit => "its limit was hit",
+            ArmReason::High => "it went over memory.high",
             ArmReason::Warning => "an early warning stood",
             ArmReason::Named => "named with --growth-cgroup",
         }
