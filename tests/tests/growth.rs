@@ -8,8 +8,8 @@ use std::{path::Path, process::Command, time::Duration};
 
 use serde_json::Value;
 use tracer_e2e::{
-    Attach, CudaLoad, Recorder, Scenario, TestCgroup, explain_json, grower, heapsites, summary_of,
-    tracer, wait_for,
+    Attach, CudaLoad, Proc, Recorder, Scenario, TestCgroup, explain_json, grower, heapsites,
+    summary_of, tracer, wait_for,
 };
 
 const MIB: u64 = 1 << 20;
@@ -257,6 +257,45 @@ fn growth_on_risk_follows_only_the_cgroup_at_risk() {
         limit / 4096
     );
     assert_eq!(summary["summary"]["growth_arming"]["arms"], 1, "{summary}");
+}
+
+/// On cgroup v2, a cgroup whose usage goes over its `memory.high` arms,
+/// far under its limit and not growing any more: the kernel throttled it
+/// into reclaim (`memory.events` high).
+#[test]
+fn v2_only_a_cgroup_over_memory_high_arms_growth() {
+    let Some(sc) = Scenario::new() else {
+        return;
+    };
+    if tracer_e2e::memory_root().1 {
+        eprintln!("not run: memory.high is cgroup v2 only, and memory is on v1 here");
+        return;
+    }
+    let cg = TestCgroup::new("high", 256 * MIB);
+    std::fs::write(cg.dir().join("memory.high"), (32 * MIB).to_string()).expect("memory.high");
+    let rec = Recorder::on(&sc.store).start();
+    let mut hog = {
+        let mut cmd = cg.command(env!("CARGO_BIN_EXE_memhog"));
+        cmd.args(["--step-mib", "4", "--interval-ms", "50", "--max-mib", "48"]);
+        Proc::spawn(cmd)
+    };
+    hog.wait_line("held 48 MiB");
+    let store_s = sc.store.to_str().unwrap();
+    let armed = wait_for(Duration::from_secs(30), || {
+        let out = tracer(&["events", "--store", store_s, "--kind", "growth_armed"]);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|e| e["memcg_path"] == cg.path.as_str() && e["armed"] == true)
+    })
+    .unwrap_or_else(|| panic!("not armed: {}\n{}", cg.describe(), rec.log()));
+    assert_eq!(armed["reason"], "high", "{armed}");
+    assert!(
+        armed["percent"].as_f64().is_some_and(|p| p < 60.0),
+        "{armed}"
+    );
+    drop(hog);
+    rec.stop();
 }
 
 /// Growth is what was kept: a temporary buffer faulted in and unmapped
