@@ -98,10 +98,12 @@ impl Armer {
         self.told_missing = true;
         self.watched.clear();
         for path in paths.iter().filter(|p| p.as_str() != "/") {
+            // With a limit, or (v2) ever over memory.high: most cgroups
+            // have neither, and nothing to fit.
             let limited = env
                 .sampler
                 .latest(path)
-                .is_some_and(|s| s.limit_bytes.is_some());
+                .is_some_and(|s| s.limit_bytes.is_some() || s.high_events.is_some_and(|h| h > 0));
             if !(limited || self.gate.is_armed(path) || warned(path)) {
                 continue;
             }
