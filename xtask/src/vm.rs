@@ -121,6 +121,15 @@ impl Suite {
                     "hardening",
                     &["a_process_that_joins_a_cgroup_execs_and_dies_at_once_is_placed_right"],
                 ),
+                // Growth armed on risk, the default, on cgroup v2: at the
+                // level (memory.current), and over memory.high.
+                (
+                    "growth",
+                    &[
+                        "growth_on_risk_follows_only_the_cgroup_at_risk",
+                        "v2_only_a_cgroup_over_memory_high_arms_growth",
+                    ],
+                ),
                 // Not v2_only_memory_high_throttling_is_warned_by_psi_before_the_kill:
                 // its throttled grower takes 294 s under emulation on 7.3,
                 // and did not finish within the guest's 900 s on 6.12
