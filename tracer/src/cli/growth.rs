@@ -74,9 +74,7 @@ pub fn run(args: GrowthArgs) -> anyhow::Result<ExitCode> {
         }
         (None, Some(path)) => {
             // Joined under the cgroup file system: no climbing out of it.
-            if path.split('/').any(|c| c == "..") {
-                super::check_cgroup_path("--cgroup", path)?;
-            }
+            super::check_no_climbing("--cgroup", path)?;
             let layout = CgroupLayout::detect();
             let dir = layout
                 .memcg_dir(path)

@@ -107,6 +107,12 @@ pub(crate) fn check_cgroup_path(flag: &str, path: &str) -> anyhow::Result<()> {
             crate::util::term::escape(path)
         );
     }
+    check_no_climbing(flag, path)
+}
+
+/// Refuses a cgroup path given with `flag` that, joined under the cgroup
+/// file system, would climb out of it.
+pub(crate) fn check_no_climbing(flag: &str, path: &str) -> anyhow::Result<()> {
     if path.split('/').any(|c| c == "..") {
         anyhow::bail!(
             "{flag} {}: a cgroup path has no '..' in it",

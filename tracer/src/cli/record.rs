@@ -114,6 +114,11 @@ pub struct RecordArgs {
     /// share of its limit while it grows is armed (its processes' page
     /// faults sampled) until it has been calm 10 points under it for 10 s;
     /// a limit hit or an early warning arms it too.
+    //
+    // 60 %: a cgroup growing toward its limit has 40 % of it still to go
+    // (at the rate that reaches the limit in 10 s, 4 s: several samples);
+    // most long-running services sit below it at their steady state, and a
+    // lower level would keep the hooks on for them for nothing.
     #[arg(long, value_parser = parse_percent, default_value = "60%", value_name = "PERCENT")]
     pub growth_arm: f64,
     /// With --growth risk: a memory cgroup armed whatever its risk, while

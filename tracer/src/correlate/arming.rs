@@ -22,16 +22,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::sampler::CgroupSample;
 
-/// The arming level by default, percent of the limit. At 60 % a cgroup
-/// growing toward its limit has 40 % of it still to go: at the rate that
-/// reaches the limit in 10 s, 4 s to the kill, several ticks; below it,
-/// most long-running services sit at their steady state and would keep
-/// the hook on for nothing.
-pub const DEFAULT_ARM_PERCENT: f64 = 60.0;
 /// Growth under this share of the limit per second is not a rise.
 pub const MIN_RISE_OF_LIMIT: f64 = 0.0005;
-/// Percentage points under the level before a cgroup counts as calm.
-pub const HYSTERESIS: f64 = 10.0;
+/// Percentage points under the level before a cgroup counts as calm: as
+/// for heap tracing on pressure.
+pub use super::pressure::HYSTERESIS;
 /// A cgroup disarms once calm for this long.
 pub const CALM_NS: i64 = 10_000_000_000;
 /// A rising cgroup this many points under the level is watched between

@@ -110,16 +110,20 @@ pub fn read_cgroup(dir: &Path, v1: bool, ts_ns: i64) -> Option<CgroupSample> {
 struct HeldFiles {
     dir: std::path::PathBuf,
     files: Vec<(&'static str, fs::File)>,
+    /// Whether files are kept open between reads (else each is closed
+    /// after its read: past the limit of held cgroups).
+    keep: bool,
 }
 
 /// Bytes read from a cgroup file at once: memory.stat is 1.5 to 4 KiB.
 const READ_BYTES: usize = 16 << 10;
 
 impl HeldFiles {
-    fn new(dir: std::path::PathBuf) -> Self {
+    fn new(dir: std::path::PathBuf, keep: bool) -> Self {
         Self {
             dir,
             files: Vec::new(),
+            keep,
         }
     }
 
@@ -154,6 +158,9 @@ impl HeldFiles {
                     return None;
                 }
             }
+        }
+        if !self.keep {
+            self.files.swap_remove(i);
         }
         Some(String::from_utf8_lossy(&buf[..n]).into_owned())
     }
@@ -235,8 +242,8 @@ struct Window {
     id: Option<u64>,
     samples: VecDeque<CgroupSample>,
     seen_ns: i64,
-    /// Its files, held open (the first [`HELD_CGROUPS`] cgroups).
-    files: Option<HeldFiles>,
+    /// Its files, held open for the first [`HELD_CGROUPS`] cgroups.
+    files: HeldFiles,
     /// Samples since memory.stat was last read.
     since_full: u32,
 }
@@ -303,10 +310,9 @@ impl Sampler {
             let held = &mut self.held;
             let cap = self.held_cap;
             let w = self.windows.entry(path.to_string()).or_insert_with(|| {
-                let files = (*held < cap).then(|| {
-                    *held += 1;
-                    HeldFiles::new(dir.clone())
-                });
+                let keep = *held < cap;
+                *held += usize::from(keep);
+                let files = HeldFiles::new(dir.clone(), keep);
                 Window {
                     id: dir_id(&dir),
                     samples: VecDeque::new(),
@@ -322,15 +328,8 @@ impl Sampler {
                 .samples
                 .back()
                 .filter(|last| w.since_full + 1 < FULL_EVERY && !near_limit(last));
-            let read = match &mut w.files {
-                Some(f) => {
-                    let buf = &mut self.buf;
-                    read_with(v1, now_ns, carried, |name| f.read(name, buf))
-                }
-                None => read_with(v1, now_ns, carried, |f| {
-                    fs::read_to_string(dir.join(f)).ok()
-                }),
-            };
+            let (files, buf) = (&mut w.files, &mut self.buf);
+            let read = read_with(v1, now_ns, carried, |name| files.read(name, buf));
             w.since_full = if carried.is_some() {
                 w.since_full + 1
             } else {
@@ -360,7 +359,7 @@ impl Sampler {
         let held = &mut self.held;
         self.windows.retain(|_, w| {
             let kept = now_ns - w.seen_ns <= keep;
-            if !kept && w.files.is_some() {
+            if !kept && w.files.keep {
                 *held -= 1;
             }
             kept

@@ -104,11 +104,12 @@ impl Armer {
                 .sampler
                 .latest(path)
                 .is_some_and(|s| s.limit_bytes.is_some() || s.high_events.is_some_and(|h| h > 0));
-            if !(limited || self.gate.is_armed(path) || warned(path)) {
+            let warned = warned(path);
+            if !(limited || self.gate.is_armed(path) || warned) {
                 continue;
             }
             let window = env.sampler.window(path, since);
-            let risk = self.gate.risk(&window, warned(path));
+            let risk = self.gate.risk(&window, warned);
             changes.extend(self.gate.sample(path, risk, now));
             if !self.gate.is_armed(path)
                 && self.gate.worth_watching(&window)
