@@ -1128,3 +1128,182 @@ fn remote_scraping_as_the_daemonset_ships_it_needs_the_token() {
     );
     rec.stop();
 }
+
+/// The value of the line of `family` with `label`, in a scrape.
+fn value_of(body: &str, family: &str, label: &str) -> Option<f64> {
+    body.lines()
+        .find(|l| l.starts_with(&format!("{family}{{")) && l.contains(label))?
+        .rsplit(' ')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// A slow leak, time-compressed only in how long a run must be (90 s, a
+/// point every 5 s, where the defaults are 30 min and a minute): a real
+/// container cgroup growing 12 MiB a minute for minutes is found at its
+/// rate, published, shown by `top`, and kept by a later OOM kill; a
+/// container holding steady beside it is not.
+#[test]
+fn a_slow_leak_is_found_at_its_rate_published_shown_and_kept_by_its_kill() {
+    let Some(sc) = Scenario::new() else {
+        return;
+    };
+    const LEAKY: &str = "1eac1eac1eac1eac1eac1eac1eac1eac1eac1eac1eac1eac1eac1eac1eac1eac";
+    const QUIET: &str = "0dd50dd50dd50dd50dd50dd50dd50dd50dd50dd50dd50dd50dd50dd50dd50dd5";
+    let store = sc.store.clone();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let leaky = TestCgroup::container(LEAKY, 256 * MIB);
+    let quiet = TestCgroup::container(QUIET, 256 * MIB);
+    let rec = Recorder::on(&store)
+        .args(&[
+            "--metrics",
+            &addr,
+            "--leak-step",
+            "5s",
+            "--leak-min-span",
+            "90s",
+        ])
+        .start();
+    let memhog = env!("CARGO_BIN_EXE_memhog");
+    let hog = |cg: &TestCgroup, step: &str, interval: &str, max: &str| {
+        let mut cmd = cg.command(memhog);
+        cmd.args([
+            "--step-mib",
+            step,
+            "--interval-ms",
+            interval,
+            "--max-mib",
+            max,
+        ]);
+        Proc::spawn(cmd)
+    };
+    // 1 MiB every 5 s: 12 MiB a minute, 0.2 MiB a second.
+    let started = std::time::Instant::now();
+    let mut leaker = hog(&leaky, "1", "5000", "200");
+    let _steady = hog(&quiet, "16", "10", "16");
+    let want = MIB as f64 / 5.0;
+    let leaky_label = format!("cgroup=\"{}\"", leaky.path);
+    let quiet_label = format!("cgroup=\"{}\"", quiet.path);
+    let family = "tracer_memory_leak_bytes_per_second";
+    let body = wait_for(Duration::from_secs(180), || {
+        let b = scrape(port)?;
+        (value_of(&b, family, &leaky_label)? > 0.0).then_some(b)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no leak found in {} s: {:?}\n{}",
+            started.elapsed().as_secs(),
+            scrape(port),
+            rec.log()
+        )
+    });
+    let found_after = started.elapsed().as_secs_f64();
+    let rate = value_of(&body, family, &leaky_label).unwrap();
+    let show = std::env::var_os("SHOW").is_some();
+    if show {
+        eprintln!("found after {found_after:.0} s at {rate:.0} B/s (grown at {want:.0} B/s)");
+    }
+    assert!(
+        (rate / want - 1.0).abs() <= 0.2,
+        "{rate} B/s against {want}"
+    );
+    // Not before the run spans 90 s.
+    assert!(found_after >= 90.0, "found after {found_after} s");
+    assert_eq!(value_of(&body, family, &quiet_label), Some(0.0), "{body}");
+
+    // `top` shows it, from the recorder's store.
+    let out = tracer(&[
+        "top",
+        "--store",
+        store.to_str().unwrap(),
+        "--once",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let row = |path: &str| {
+        rows.iter()
+            .find(|r| r["type"] == "container" && r["memcg"] == path)
+            .cloned()
+    };
+    let leaky_row = row(&leaky.path).unwrap_or_else(|| panic!("no row: {rows:?}"));
+    let leak = &leaky_row["leak"];
+    assert!(
+        (leak["bytes_per_second"].as_f64().unwrap() / want - 1.0).abs() <= 0.2,
+        "{leak}"
+    );
+    assert!(leak["limit_in_s"].as_f64().unwrap() > 0.0, "{leak}");
+    assert!(
+        row(&quiet.path).is_some_and(|r| r["leak"].is_null()),
+        "{rows:?}"
+    );
+    let text = String::from_utf8_lossy(
+        &tracer(&["top", "--store", store.to_str().unwrap(), "--once"]).stdout,
+    )
+    .into_owned();
+    if show {
+        eprintln!("$ tracer top --once\n{text}");
+    }
+    assert!(
+        text.lines().any(|l| l.contains("leaking")
+            && l.contains("%/h, limit in ~")
+            && l.contains(&leaky.path)),
+        "{text}"
+    );
+
+    // A kill now keeps the leak: the leaker (oom_score_adj 1000) is the
+    // victim when a fast grower takes the cgroup to its limit.
+    std::fs::write(format!("/proc/{}/oom_score_adj", leaker.pid()), "1000").unwrap();
+    let _burst = hog(&leaky, "8", "20", "300");
+    assert_eq!(
+        leaker.wait_signal(Duration::from_secs(30)),
+        Some(libc::SIGKILL),
+        "the kernel chose the leaker"
+    );
+    let v = tracer_e2e::explain_json(
+        &[
+            "--store",
+            store.to_str().unwrap(),
+            "--pid",
+            &leaker.pid().to_string(),
+        ],
+        |v| v["kill"]["memcg"]["path"] == leaky.path.as_str() && v["kill"]["leak"].is_object(),
+    );
+    let leak = &v["kill"]["leak"];
+    assert_eq!(leak["memcg"], leaky.path.as_str());
+    let kill_ns = v["kill"]["ts_ns"].as_i64().unwrap();
+    let leaked_s = (kill_ns - leak["since_ns"].as_i64().unwrap()) as f64 / 1e9;
+    assert!(
+        leaked_s >= 90.0 && leaked_s <= started.elapsed().as_secs_f64(),
+        "leaked {leaked_s} s"
+    );
+    let text = String::from_utf8_lossy(
+        &tracer(&[
+            "explain",
+            "--store",
+            store.to_str().unwrap(),
+            "--pid",
+            &leaker.pid().to_string(),
+        ])
+        .stdout,
+    )
+    .into_owned();
+    if show {
+        eprintln!("$ tracer explain --pid {}\n{text}", leaker.pid());
+    }
+    assert!(
+        text.lines().any(|l| l.trim_start().starts_with("leaked")
+            && l.contains("before the kill")
+            && l.contains("%/h of its limit")),
+        "{text}"
+    );
+    let log = rec.stop();
+    let summary = tracer_e2e::summary_of(&log).unwrap_or_else(|| panic!("{log}"));
+    // The container's leak, not its parent's too.
+    assert_eq!(summary["summary"]["leaks"]["found"], 1, "{summary}");
+}

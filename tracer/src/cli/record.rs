@@ -125,6 +125,14 @@ pub struct RecordArgs {
     /// it exists (its processes' page faults always sampled). Repeatable.
     #[arg(long, value_name = "PATH")]
     pub growth_cgroup: Vec<String>,
+    /// Slow leaks: a working-set point per memory cgroup every this long
+    /// (the least of the samples in it). For tests, which cannot wait hours.
+    #[arg(long, hide = true, default_value = "60s", value_parser = super::parse_duration)]
+    pub leak_step: Duration,
+    /// Slow leaks: a run of points spans at least this long before it is
+    /// judged a leak.
+    #[arg(long, hide = true, default_value = "30m", value_parser = super::parse_duration)]
+    pub leak_min_span: Duration,
     /// Heap sampling under pressure: when a memory cgroup's usage reaches
     /// this share of its limit (e.g. 90%), trace the heap of its processes
     /// (as --host-cgroup does) until it has stayed 10 points under it for
@@ -254,6 +262,8 @@ fn config(args: RecordArgs) -> anyhow::Result<RecorderConfig> {
         heap_on_pressure: args.heap_on_pressure,
         python_frames: args.python_frames,
         growth_arm_percent: args.growth_arm,
+        leak_step: args.leak_step,
+        leak_min_span: args.leak_min_span,
         growth_cgroups: args.growth_cgroup,
     };
     if !cfg.growth_cgroups.is_empty() && cfg.growth.mode != GrowthMode::Risk {

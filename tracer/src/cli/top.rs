@@ -122,6 +122,19 @@ fn render(
         o,
         "USE%: usage over the tightest limit (memcg or GPU); PSI%: the memory cgroup's PSI some avg10 (cgroup v2 only, else -)"
     );
+    // Slow leaks the recorder found (hours of its samples; top has seconds).
+    for r in rows.iter().filter(|r| r.kind == "container") {
+        if let Some(l) = &r.leak {
+            let _ = writeln!(
+                o,
+                "{}: {} (for {}, in {})",
+                term::escape(&r.name),
+                l.short_words(),
+                crate::util::time::human_secs((wall_now_ns() - l.since_ns) as f64 / 1e9),
+                term::escape(&l.memcg)
+            );
+        }
+    }
     o
 }
 

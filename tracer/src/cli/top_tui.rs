@@ -260,9 +260,14 @@ impl App {
             .map(|s| {
                 let r = &s.row;
                 let warn = s.left.is_some_and(|l| l < WARN_S);
-                let left = match s.left {
-                    Some(l) => format!("OOM in ~{l:.0} s"),
-                    None => "-".into(),
+                // A slow leak the recorder found, where no OOM is near.
+                let left = match (s.left, &r.leak) {
+                    (Some(l), _) => format!("OOM in ~{l:.0} s"),
+                    (None, Some(l)) => match l.limit_in_s {
+                        Some(s) => format!("leak ~{}", crate::util::time::human_secs(s)),
+                        None => "leaking".into(),
+                    },
+                    (None, None) => "-".into(),
                 };
                 let rate = match s.rate {
                     Some(v) if v.abs() >= 1024.0 => {
@@ -331,7 +336,7 @@ impl App {
             Constraint::Length(10),
             Constraint::Length(10),
             Constraint::Length(12),
-            Constraint::Length(14),
+            Constraint::Length(17),
             Constraint::Length(9),
             Constraint::Length(5),
             Constraint::Length(6),

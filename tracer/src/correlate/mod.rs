@@ -10,6 +10,7 @@ pub mod growth;
 pub mod heap;
 pub mod join;
 pub mod kills;
+pub mod leak;
 pub use kills::LateNames;
 pub mod pressure;
 pub mod selfkill;

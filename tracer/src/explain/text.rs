@@ -249,6 +249,19 @@ pub(super) fn warned(w: &crate::record::PressureEvent, kill_ns: i64) -> String {
     format!("{lead:.1} s before the kill ({}): {why}", w.memcg)
 }
 
+/// `for 6 h 40 min before the kill: 7.1 %/h of its limit (12.0 MiB/h),
+/// fitted over 6 h 40 min of its working set (/x)`.
+pub(super) fn leaked(l: &crate::record::Leak, kill_ns: i64) -> String {
+    use crate::util::time::human_secs;
+    format!(
+        "for {} before the kill: {}, fitted over {} of its working set ({})",
+        human_secs((kill_ns - l.since_ns) as f64 / 1e9),
+        l.rate_words(),
+        human_secs(f64::from(l.fit_span_s)),
+        l.memcg
+    )
+}
+
 /// A command line on one line (newlines shown as `\n`), cut at `max` chars.
 pub(crate) fn one_line(s: &str, max: usize) -> String {
     let flat = s.trim().replace('\n', "\\n");
@@ -338,6 +351,9 @@ pub fn render_text(e: &Explanation) -> String {
     }
     if let Some(w) = &k.warning {
         let _ = writeln!(o, "  warned     {}", warned(w, k.ts_ns));
+    }
+    if let Some(l) = &k.leak {
+        let _ = writeln!(o, "  leaked     {}", leaked(l, k.ts_ns));
     }
     if let Some(k) = v.owner.as_ref().and_then(|o| o.kube.as_ref()) {
         let ctr = k

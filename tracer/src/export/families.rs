@@ -223,6 +223,13 @@ impl Feeds {
                     .filter_map(|m| Some((labels(m), f64::from(u8::from(m.growth_armed?)))))
                     .collect(),
             ),
+            gauge(
+                "tracer_memory_leak_bytes_per_second",
+                "How fast a container's memory cgroup leaks: the working set's steady growth over its longest run since a restart or drop, at least 1 % of its limit an hour (16 MiB an hour without one); 0 while it does not leak.",
+                list.iter()
+                    .filter_map(|m| Some((labels(m), m.leak_bytes_per_second?)))
+                    .collect(),
+            ),
         ]
     }
 

@@ -362,6 +362,7 @@ mod tests {
             failcnt: Some(7),
             kube: None,
             growth_armed: Some(true),
+            leak_bytes_per_second: Some(2048.0),
         }]);
         published.xids.inc(vec![
             ("pci_bus_id", "0000:3b:00".into()),
@@ -442,6 +443,7 @@ mod tests {
             "tracer_memcg_limit_bytes{namespace=\"\",pod=\"\",container=\"docker 8f3c5d9e0b1a\",cgroup=\"/docker/8f3c\"} 1073741824.0",
             "tracer_memcg_failcnt_total{namespace=\"\",pod=\"\",container=\"docker 8f3c5d9e0b1a\",cgroup=\"/docker/8f3c\"} 7",
             "tracer_memcg_growth_armed{namespace=\"\",pod=\"\",container=\"docker 8f3c5d9e0b1a\",cgroup=\"/docker/8f3c\"} 1.0",
+            "tracer_memory_leak_bytes_per_second{namespace=\"\",pod=\"\",container=\"docker 8f3c5d9e0b1a\",cgroup=\"/docker/8f3c\"} 2048.0",
             "tracer_kill_commit_latency_seconds_bucket{le=\"0.0005\"} 0",
             "tracer_kill_commit_latency_seconds_bucket{le=\"0.001\"} 2",
             "tracer_kill_commit_latency_seconds_bucket{le=\"0.02\"} 3",

@@ -380,6 +380,24 @@ impl Sampler {
             .unwrap_or_default()
     }
 
+    /// Adds `s` to `path`'s window, as a sample read from its files would
+    /// be (tests of what reads the windows).
+    #[cfg(test)]
+    pub fn push(&mut self, path: &str, s: CgroupSample) {
+        let w = self
+            .windows
+            .entry(path.to_string())
+            .or_insert_with(|| Window {
+                id: None,
+                samples: VecDeque::new(),
+                seen_ns: s.ts_ns,
+                files: HeldFiles::new(std::path::PathBuf::new(), false),
+                since_full: 0,
+            });
+        w.seen_ns = s.ts_ns;
+        w.samples.push_back(s);
+    }
+
     /// The latest sample of `path`, if it has a window.
     pub fn latest(&self, path: &str) -> Option<&CgroupSample> {
         self.windows.get(path)?.samples.back()

@@ -445,6 +445,10 @@ pub struct KillRecord {
     /// was standing when it was killed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warning: Option<super::warning::PressureEvent>,
+    /// The slow leak of its memory cgroup (or one above it), where one was
+    /// found before the kill.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leak: Option<super::leak::Leak>,
 }
 
 impl Killer {

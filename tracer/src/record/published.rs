@@ -63,7 +63,7 @@ pub struct ContainerCuda {
 }
 
 /// One sampled memory cgroup of a container or pod.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct MemcgGauge {
     /// The cgroup path.
     pub cgroup: String,
@@ -80,6 +80,8 @@ pub struct MemcgGauge {
     /// With `record --growth risk`: whether its page faults are sampled
     /// now (it, or a cgroup above it, is armed).
     pub growth_armed: Option<bool>,
+    /// Its slow leak, bytes a second (0: none found; None: not watched).
+    pub leak_bytes_per_second: Option<f64>,
 }
 
 /// What the engine publishes for the endpoint as it goes.

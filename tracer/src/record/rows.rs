@@ -148,6 +148,12 @@ pub fn stored_kinds() -> Vec<&'static str> {
         .iter()
         .filter(|k| k.stored)
         .map(|k| k.name)
-        .chain([GPU_XID, PRESSURE, HEAP_PRESSURE, GROWTH_ARMED])
+        .chain([
+            GPU_XID,
+            PRESSURE,
+            HEAP_PRESSURE,
+            GROWTH_ARMED,
+            super::MEMORY_LEAK,
+        ])
         .collect()
 }

@@ -13,13 +13,15 @@ use crate::{
 /// The latest sample of each of `paths` that belongs to a container or a
 /// pod (only those: a series per cgroup of every process would not be
 /// bounded), if taken within the last minute; `armed` says whether a
-/// cgroup's growth is sampled (`None`: not armed on risk).
+/// cgroup's growth is sampled (`None`: not armed on risk), `leak` how fast
+/// it leaks (`None`: not watched yet).
 pub fn container_memcgs(
     model: &ProcessTable,
     sampler: &Sampler,
     paths: &BTreeSet<String>,
     now: i64,
     armed: impl Fn(&str) -> Option<bool>,
+    leak: impl Fn(&str) -> Option<f64>,
 ) -> Vec<MemcgGauge> {
     paths
         .iter()
@@ -39,6 +41,7 @@ pub fn container_memcgs(
                 limit: s.limit_bytes,
                 failcnt: s.failcnt,
                 growth_armed: armed(path),
+                leak_bytes_per_second: leak(path),
             })
         })
         .collect()

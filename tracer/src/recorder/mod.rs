@@ -83,6 +83,10 @@ pub struct RecorderConfig {
     pub growth_arm_percent: f64,
     /// With `--growth risk`: memory cgroups armed while they exist.
     pub growth_cgroups: Vec<String>,
+    /// Slow leaks: a working-set point every this long.
+    pub leak_step: Duration,
+    /// Slow leaks: a run spans at least this long to be judged.
+    pub leak_min_span: Duration,
 }
 
 impl RecorderConfig {

@@ -475,6 +475,8 @@ async fn wire(
             .filter_map(|n| items.get(*n).copied())
             .collect(),
         sees_kernel_kills: sees_kernel_kills(&probes, &statuses),
+        leak_step: cfg.leak_step,
+        leak_min_span: cfg.leak_min_span,
     };
     // With uprobe families the library watcher owns the probes (it
     // attaches as libraries and processes appear); otherwise they stay

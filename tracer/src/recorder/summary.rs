@@ -58,6 +58,8 @@ pub struct EngineSummary {
     /// programs were attached.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub growth_arming: Option<ArmingSummary>,
+    /// Memory cgroups watched for slow leaks at the stop, and leaks found.
+    pub leaks: LeakSummary,
     /// Heap and growth samples the worker could not take in time.
     pub growth_queue_drops: u64,
     /// Exited processes whose heap and growth state was forgotten before
@@ -67,6 +69,15 @@ pub struct EngineSummary {
     /// readers were busy (perhaps stuck on tasks holding their memory map
     /// lock); the worker reads those maps itself when it unwinds.
     pub maps_reads_skipped: u64,
+}
+
+/// Slow leaks over a session.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct LeakSummary {
+    /// Series watched at the stop (memory cgroups, pod containers).
+    pub watched: usize,
+    /// Leaks found.
+    pub found: u64,
 }
 
 /// Growth attribution on risk over a session.

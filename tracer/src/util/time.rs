@@ -93,6 +93,27 @@ pub fn format_wall(ns: i64) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
+/// A span for people: `45 s`, `1 min 35 s`, `12 min`, `6 h 40 min`, `3 d 4 h`.
+pub fn human_secs(secs: f64) -> String {
+    let s = secs.max(0.0).round() as u64;
+    let (d, h, m) = (s / 86_400, s % 86_400 / 3600, s % 3600 / 60);
+    match s {
+        0..60 => format!("{s} s"),
+        60..600 if !s.is_multiple_of(60) => format!("{m} min {} s", s % 60),
+        60..3600 => format!("{m} min"),
+        3600..172_800 => {
+            let h = s / 3600;
+            if m == 0 {
+                format!("{h} h")
+            } else {
+                format!("{h} h {m} min")
+            }
+        }
+        _ if h == 0 => format!("{d} d"),
+        _ => format!("{d} d {h} h"),
+    }
+}
+
 /// Parses a look-back window such as `10m`, `6h`, `2d`, `90s`.
 pub fn parse_window(s: &str) -> Result<std::time::Duration, humantime::DurationError> {
     humantime::parse_duration(s)
@@ -100,6 +121,22 @@ pub fn parse_window(s: &str) -> Result<std::time::Duration, humantime::DurationE
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn spans_read_as_people_say_them() {
+        use super::human_secs as h;
+        assert_eq!(h(-3.0), "0 s");
+        assert_eq!(h(59.4), "59 s");
+        assert_eq!(h(60.0), "1 min");
+        assert_eq!(h(95.0), "1 min 35 s");
+        assert_eq!(h(605.0), "10 min");
+        assert_eq!(h(3599.0), "59 min");
+        assert_eq!(h(3600.0), "1 h");
+        assert_eq!(h(6.0 * 3600.0 + 40.0 * 60.0), "6 h 40 min");
+        assert_eq!(h(47.0 * 3600.0), "47 h");
+        assert_eq!(h(2.0 * 86_400.0), "2 d");
+        assert_eq!(h(3.0 * 86_400.0 + 4.0 * 3600.0 + 59.0), "3 d 4 h");
+    }
+
     use super::*;
 
     #[test]

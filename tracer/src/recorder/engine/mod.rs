@@ -73,6 +73,8 @@ pub struct Engine {
     growth: Option<GrowthMaps>,
     /// Growth attribution on risk: which cgroups are armed.
     armer: Option<Armer>,
+    /// Slow leaks.
+    leaks: crate::recorder::features::leaks::LeakWatch,
     published: Option<Arc<Published>>,
     /// Forks and exits past a parent's allowance, folded.
     proc_fold: CallFold,
@@ -114,6 +116,10 @@ impl Engine {
         let mut kills = Kills::new(now);
         kills.set_started(p.started_ns);
         kills.set_sees_kernel_kills(p.opts.sees_kernel_kills);
+        let leaks = crate::recorder::features::leaks::LeakWatch::new(
+            p.opts.leak_step,
+            p.opts.leak_min_span,
+        );
         Self {
             journal: Journal::new(
                 p.store,
@@ -139,6 +145,7 @@ impl Engine {
                 .arming
                 .filter(|_| p.growth.as_ref().is_some_and(|g| g.hooks.is_some())),
             growth: p.growth,
+            leaks,
             published: p.published,
             proc_fold: CallFold::default(),
             out: Vec::new(),

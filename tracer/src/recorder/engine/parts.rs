@@ -31,6 +31,10 @@ pub struct EngineOptions {
     /// The kernel's own SIGKILLs are seen and its log is read: an OOM
     /// victim marked with no SIGKILL before it is told from a kill.
     pub sees_kernel_kills: bool,
+    /// Slow leaks: a working-set point every this long.
+    pub leak_step: Duration,
+    /// Slow leaks: a run spans at least this long to be judged.
+    pub leak_min_span: Duration,
 }
 
 /// Everything the engine is made of; what is off is `None`.

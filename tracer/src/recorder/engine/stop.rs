@@ -116,6 +116,10 @@ impl Engine {
         if let Some(g) = &self.growth {
             self.summary.growth = g.read().ok();
         }
+        self.summary.leaks = crate::recorder::summary::LeakSummary {
+            watched: self.leaks.watched(),
+            found: self.leaks.found,
+        };
         if let Some(a) = &self.armer {
             self.summary.growth_arming = Some(crate::recorder::summary::ArmingSummary {
                 arms: a.arms,

@@ -30,14 +30,20 @@ impl Engine {
         paths.extend(self.opts.cgroups.iter().cloned());
         self.sampler
             .sample(paths.iter().map(String::as_str), &counters, now);
+        {
+            let env = env!(self);
+            self.leaks.tick(&env, &paths, now, &mut self.out);
+        }
         if let Some(p) = &self.published {
             let armer = self.armer.as_ref();
+            let leaks = &self.leaks;
             p.memcg.set(crate::recorder::gauges::container_memcgs(
                 &self.model,
                 &self.sampler,
                 &paths,
                 now,
                 |c| armer.map(|a| a.covers(c)),
+                |c| leaks.rate_of(c),
             ));
             if let Some(cuda) = &self.cuda {
                 p.cuda.set(crate::recorder::gauges::container_cuda(

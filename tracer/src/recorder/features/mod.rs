@@ -10,6 +10,7 @@ pub mod arming;
 pub mod cuda;
 pub mod gpu;
 pub mod kills;
+pub mod leaks;
 pub mod warnings;
 
 use crate::{

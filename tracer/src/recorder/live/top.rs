@@ -59,6 +59,10 @@ pub struct Row {
     /// Its memory cgroup's PSI `some avg10`, percent (cgroup v2 only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub psi_some_avg10: Option<f64>,
+    /// Its memory cgroup's slow leak, as the recorder last said it
+    /// (containers only; from the store's `memory_leak` events).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leak: Option<crate::record::Leak>,
 }
 
 /// The node's memory at one refresh (a JSON line of its own).
@@ -274,6 +278,7 @@ pub fn snapshot(
                 .map(|a| a.allocated),
             pressure_pct: pct(usage.unwrap_or(0), limit).max(gpu_pct),
             psi_some_avg10: psi,
+            leak: None,
         });
     }
     // Containers: processes grouped by container (or memory cgroup).
@@ -314,6 +319,12 @@ pub fn snapshot(
         .into_values()
         .filter(|g| g.name != "/" && g.name != "(no cgroup)")
         .collect();
+    if let Some(st) = store {
+        let leaks = leaks_said(st, now);
+        for c in &mut containers {
+            c.leak = c.memcg.as_ref().and_then(|m| leaks.get(m)).cloned();
+        }
+    }
     containers.sort_by(by_pressure);
     procs.sort_by(by_pressure);
     let gpu_pids: Vec<u32> = view
@@ -335,6 +346,37 @@ pub fn snapshot(
     shown.sort_by(by_pressure);
     containers.extend(shown);
     (containers, view)
+}
+
+/// The recorder says a leak again every ten steps (ten minutes by
+/// default): one not said for this long is no longer shown.
+const LEAK_SAID_NS: i64 = 30 * 60 * 1_000_000_000;
+
+/// The leaks the recorder last said, by memory cgroup: the latest
+/// `memory_leak` event of each, where it still leaks.
+fn leaks_said(store: &Store, now: i64) -> BTreeMap<String, crate::record::Leak> {
+    let mut latest: BTreeMap<String, Option<crate::record::Leak>> = BTreeMap::new();
+    let rows = store
+        .events(
+            now - LEAK_SAID_NS,
+            Some(crate::record::MEMORY_LEAK),
+            None,
+            100_000,
+        )
+        .unwrap_or_default();
+    for e in rows {
+        let Some(path) = e.data["memcg_path"].as_str().map(String::from) else {
+            continue;
+        };
+        let leak = (e.data["leaking"] == true)
+            .then(|| serde_json::from_value(e.data.clone()).ok())
+            .flatten();
+        latest.insert(path, leak);
+    }
+    latest
+        .into_iter()
+        .filter_map(|(p, l)| Some((p, l?)))
+        .collect()
 }
 
 #[cfg(test)]
