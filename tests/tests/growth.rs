@@ -916,3 +916,85 @@ fn a_node_program_is_named_from_its_perf_map() {
         "no frame named growArray from the perf map: {g:#}\n{text}\n{summary}"
     );
 }
+
+/// As a cgroup arms, its processes are pictured (their growth sites, and
+/// their heap sites through a bounded attach of the heap probes, loaded
+/// here by `--heap-on-pressure`); a kill seconds later keeps the picture
+/// as its "before", and `explain` shows it.
+#[test]
+fn a_picture_taken_as_a_cgroup_arms_is_its_kills_before() {
+    let Some(sc) = Scenario::new() else {
+        return;
+    };
+    let limit = 128 * MIB;
+    let cg = TestCgroup::new("picture", limit);
+    let rec = Recorder::on(&sc.store)
+        .args(&["--growth", "risk", "--heap-on-pressure", "97%"])
+        .start();
+    // 8 MiB every 800 ms (10 MiB/s): 60 % of the limit at about 8 s, the
+    // limit some 5 s after.
+    let mut prog = {
+        let mut cmd = cg.command(grower());
+        cmd.args(["grow", "800"]);
+        CudaLoad::spawn(cmd)
+    };
+    let pid = prog.pid();
+    prog.send("go");
+    let killed = wait_for(Duration::from_secs(60), || {
+        (cg.oom_kills() > 0).then_some(())
+    });
+    assert!(killed.is_some(), "no OOM kill in {}", cg.describe());
+    let store_s = sc.store.to_str().unwrap();
+    let v = explain_json(&["--store", store_s, "--pid", &pid.to_string()], |v| {
+        !v["kill"]["growth"].is_null()
+    });
+    let pic = &v["kill"]["picture"];
+    assert_eq!(pic["memcg"], cg.path.as_str(), "{}", v["kill"]);
+    let kill_ns = v["kill"]["ts_ns"].as_i64().unwrap();
+    let (armed, taken) = (
+        pic["armed_ns"].as_i64().unwrap(),
+        pic["ts_ns"].as_i64().unwrap(),
+    );
+    assert!(taken - armed >= 1_000_000_000 && taken <= kill_ns, "{pic}");
+    let me = pic["processes"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["pid"] == pid))
+        .unwrap_or_else(|| panic!("not pictured: {pic}"));
+    assert!(me["growth_bytes"].as_u64() > Some(0), "{me}");
+    assert_eq!(
+        function(&me["growth_sites"][0]["frames"], 0),
+        "build_index",
+        "{me}"
+    );
+    // The heap probes, attached for the picture, saw build_index's blocks.
+    assert!(
+        me["heap_sites"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|s| function(&s["frames"], 0) == "build_index")),
+        "{pic}"
+    );
+    let text = String::from_utf8_lossy(
+        &tracer(&["explain", "--store", store_s, "--pid", &pid.to_string()]).stdout,
+    )
+    .into_owned();
+    if std::env::var_os("SHOW").is_some() {
+        eprintln!("{text}");
+    }
+    assert!(
+        text.contains(&format!("  before     a picture of {}", cg.path))
+            && text.contains("most at build_index"),
+        "{text}"
+    );
+    let events = tracer(&["events", "--store", store_s, "--kind", "growth_picture"]);
+    assert!(
+        String::from_utf8_lossy(&events.stdout).contains(&cg.path),
+        "{events:?}"
+    );
+    drop(prog);
+    let log = rec.stop();
+    let summary = summary_of(&log).unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        summary["summary"]["growth_arming"]["pictures"].as_u64() >= Some(1),
+        "{summary}"
+    );
+}

@@ -208,6 +208,87 @@ pub fn site_figure(g: &crate::record::GrowthReport, site: &crate::record::Growth
     }
 }
 
+/// The picture taken as the kill's cgroup armed: each process's growth
+/// and heap sites then, and whether the site that grew most before the
+/// kill was already the first then.
+pub(super) fn render_picture(
+    o: &mut String,
+    p: &crate::record::Picture,
+    kill_ns: i64,
+    growth: Option<&crate::record::GrowthReport>,
+) {
+    let _ = writeln!(
+        o,
+        "  before     a picture of {} {:.1} s after it armed, {:.1} s before the kill ({} process(es){}):",
+        crate::util::term::escape(&p.memcg),
+        (p.ts_ns - p.armed_ns).max(0) as f64 / 1e9,
+        (kill_ns - p.ts_ns).max(0) as f64 / 1e9,
+        p.processes.len(),
+        if p.more_processes > 0 {
+            format!(", {} more not pictured", p.more_processes)
+        } else {
+            String::new()
+        }
+    );
+    for q in &p.processes {
+        let rss = q
+            .rss_bytes
+            .map(|r| format!(", RSS {}", bytes(r)))
+            .unwrap_or_default();
+        let grew = q.growth_sites.first().map_or_else(
+            || format!("grew {}", bytes(q.growth_bytes)),
+            |s| {
+                format!(
+                    "grew {}, most at {}",
+                    bytes(q.growth_bytes),
+                    frame_chain(&s.frames)
+                )
+            },
+        );
+        let heap = match (q.heap_live_bytes, q.heap_sites.first()) {
+            (Some(live), Some(s)) => format!(
+                "; heap {} live, most from {}",
+                bytes(live),
+                frame_chain(&s.frames)
+            ),
+            (Some(live), None) => format!("; heap {} live", bytes(live)),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            o,
+            "               {} (pid {}{rss}): {grew}{heap}",
+            crate::util::term::escape(&q.comm),
+            q.pid
+        );
+    }
+    // The victim's top growth site before the kill, against the picture.
+    if let Some(g) = growth
+        && let Some(top) = g.sites.first()
+        && let Some(then) = p.processes.iter().find(|q| q.pid == g.pid)
+    {
+        let same = then
+            .growth_sites
+            .first()
+            .is_some_and(|s| s.frames == top.frames);
+        let _ = writeln!(
+            o,
+            "               {}",
+            if same {
+                "the site that grew most before the kill already grew most then"
+            } else {
+                "the site that grew most before the kill was not the first then"
+            }
+        );
+    }
+    for s in &p.skipped {
+        let _ = writeln!(
+            o,
+            "               (not pictured: {})",
+            crate::util::term::escape(s)
+        );
+    }
+}
+
 /// The allocation that hit the limit.
 pub(super) fn render_tip(o: &mut String, t: &crate::record::TipStack) {
     let who = if t.victim_is_trigger {
@@ -419,6 +500,9 @@ pub fn render_text(e: &Explanation) -> String {
     }
     if let Some(t) = &k.tipping_stack {
         render_tip(&mut o, t);
+    }
+    if let Some(p) = &k.picture {
+        render_picture(&mut o, p, k.ts_ns, k.growth.as_ref());
     }
     for n in &k.gpu_picture {
         gpu::render_picture(&mut o, n, k.ts_ns, Some(v.pid));

@@ -124,3 +124,48 @@ pub struct GrowthArmed {
     /// Its working set / limit then, percent, where known.
     pub percent: Option<f64>,
 }
+
+/// The kind of the event rows of the pictures taken as cgroups arm.
+pub const GROWTH_PICTURE: &str = "growth_picture";
+
+/// One picture of an armed memory cgroup's processes, taken over the first
+/// seconds after it armed (`--growth risk`): a "before" for a kill that
+/// comes later.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Picture {
+    /// The armed cgroup.
+    pub memcg: String,
+    /// When it armed, wall ns.
+    pub armed_ns: i64,
+    /// When the picture was taken (the end of its window), wall ns.
+    pub ts_ns: i64,
+    /// Its processes, the largest first (by resident memory).
+    pub processes: Vec<PictureProcess>,
+    /// Processes of the cgroup left out (past the budget).
+    pub more_processes: usize,
+    /// What was not taken, and why (the budget, a busy worker, no heap
+    /// tracing loaded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
+}
+
+/// One process in a [`Picture`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PictureProcess {
+    /// The process.
+    pub pid: u32,
+    /// Its name.
+    pub comm: String,
+    /// Its resident memory when the picture was taken, bytes.
+    pub rss_bytes: Option<u64>,
+    /// What it faulted in since its cgroup armed, estimated bytes.
+    pub growth_bytes: u64,
+    /// Where, the top sites.
+    pub growth_sites: Vec<GrowthSite>,
+    /// What its traced heap allocations still held (None: not traced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heap_live_bytes: Option<u64>,
+    /// Where, the top sites.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub heap_sites: Vec<super::heap::HeapSite>,
+}

@@ -433,6 +433,10 @@ pub struct KillRecord {
     /// since when (growth before that was not sampled).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub growth_armed: Option<super::growth::GrowthArmed>,
+    /// The picture of its armed cgroup's processes taken as it armed: a
+    /// "before" for the growth up to the kill.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub picture: Option<super::growth::Picture>,
     /// The allocation that hit the limit: the stack of the task that
     /// triggered a kernel OOM kill.
     #[serde(default, skip_serializing_if = "Option::is_none")]

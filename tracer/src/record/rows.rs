@@ -153,6 +153,7 @@ pub fn stored_kinds() -> Vec<&'static str> {
             PRESSURE,
             HEAP_PRESSURE,
             GROWTH_ARMED,
+            super::GROWTH_PICTURE,
             super::MEMORY_LEAK,
         ])
         .collect()

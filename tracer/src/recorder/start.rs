@@ -579,6 +579,7 @@ async fn wire(
             )
         }),
         growth: growth_maps,
+        heap_family: heap,
         warn,
         pressure,
         spill,

@@ -87,4 +87,6 @@ pub struct ArmingSummary {
     pub arms: u64,
     /// Seconds the page-fault programs were attached.
     pub attached_s: f64,
+    /// Pictures taken as cgroups armed.
+    pub pictures: u64,
 }

@@ -89,19 +89,20 @@ impl Engine {
     /// transaction: a burst of kills shares one fsync instead of queueing
     /// behind one another's. Each kill is enriched first, in this order:
     /// the CUDA ledgers, the GPU picture, the heap worker, the warnings,
-    /// growth arming, slow leaks.
+    /// growth arming and its pictures, slow leaks.
     pub(super) fn commit_kills(&mut self) -> Result<bool, StoreError> {
         if self.kills.queued() == 0 {
             return Ok(false);
         }
         self.apply()?;
         let mut batch = self.kills.take_queued();
-        let enrichers: [Option<&dyn KillEnricher>; 6] = [
+        let enrichers: [Option<&dyn KillEnricher>; 7] = [
             self.cuda.as_ref().map(|c| &c.ledgers as &dyn KillEnricher),
             Some(&self.gpu),
             self.heap.as_ref().map(|h| h as &dyn KillEnricher),
             Some(&self.warnings),
             self.armer.as_ref().map(|a| a as &dyn KillEnricher),
+            Some(&self.pictures),
             Some(&self.leaks),
         ];
         for k in &mut batch {

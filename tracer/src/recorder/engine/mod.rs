@@ -75,6 +75,8 @@ pub struct Engine {
     armer: Option<Armer>,
     /// Slow leaks.
     leaks: crate::recorder::features::leaks::LeakWatch,
+    /// Pictures of cgroups as they arm.
+    pictures: crate::recorder::features::picture::Pictures,
     published: Option<Arc<Published>>,
     /// Forks and exits past a parent's allowance, folded.
     proc_fold: CallFold,
@@ -146,6 +148,7 @@ impl Engine {
                 .filter(|_| p.growth.as_ref().is_some_and(|g| g.hooks.is_some())),
             growth: p.growth,
             leaks,
+            pictures: crate::recorder::features::picture::Pictures::new(p.heap_family),
             published: p.published,
             proc_fold: CallFold::default(),
             out: Vec::new(),
@@ -281,6 +284,16 @@ impl Engine {
     fn watch_arming(&mut self) {
         if let (Some(armer), Some(maps)) = (&mut self.armer, &mut self.growth) {
             armer.watch(self.model.layout(), maps, wall_now_ns(), &mut self.out);
+        }
+        self.start_pictures(wall_now_ns());
+    }
+
+    /// Cgroups that armed start their pictures.
+    fn start_pictures(&mut self, now: i64) {
+        let Some(armer) = &mut self.armer else { return };
+        for path in armer.take_armed() {
+            let held = self.warnings.heap_traced(&path);
+            self.pictures.armed(&path, now, self.watcher.as_ref(), held);
         }
     }
 

@@ -66,6 +66,9 @@ pub struct Parts {
     pub growth: Option<GrowthMaps>,
     /// Growth attribution on risk (`--growth risk`).
     pub arming: Option<crate::recorder::features::arming::Armer>,
+    /// The heap probes are loaded (the watcher can attach them to a
+    /// cgroup): pictures at arming take heap sites.
+    pub heap_family: bool,
     /// Early warnings.
     pub warn: Option<WarnGate>,
     /// Heap sampling for memory cgroups under pressure.

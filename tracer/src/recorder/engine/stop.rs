@@ -124,6 +124,7 @@ impl Engine {
             self.summary.growth_arming = Some(crate::recorder::summary::ArmingSummary {
                 arms: a.arms,
                 attached_s: a.attached_total(wall_now_ns()) as f64 / 1e9,
+                pictures: self.pictures.taken,
             });
         }
         if let Some(h) = self.heap.take() {

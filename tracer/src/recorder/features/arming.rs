@@ -48,6 +48,8 @@ pub struct Armer {
     since: std::collections::BTreeMap<String, GrowthArmed>,
     /// Whether named cgroups missing at the first tick were said to be.
     told_missing: bool,
+    /// Cgroups armed since [`Armer::take_armed`] was last called.
+    armed_now: Vec<String>,
 }
 
 impl Armer {
@@ -61,7 +63,13 @@ impl Armer {
             attached_ns: 0,
             since: Default::default(),
             told_missing: false,
+            armed_now: Vec::new(),
         }
+    }
+
+    /// The cgroups armed since the last call (for their pictures).
+    pub fn take_armed(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.armed_now)
     }
 
     /// Nanoseconds the hooks have been attached up to `now`.
@@ -231,6 +239,7 @@ impl Armer {
         match c.armed {
             Some(reason) => {
                 self.arms += 1;
+                self.armed_now.push(c.path.clone());
                 self.since.insert(
                     c.path.clone(),
                     GrowthArmed {

@@ -11,6 +11,7 @@ pub mod cuda;
 pub mod gpu;
 pub mod kills;
 pub mod leaks;
+pub mod picture;
 pub mod warnings;
 
 use crate::{

@@ -28,6 +28,13 @@ pub struct Warnings {
 }
 
 impl Warnings {
+    /// Whether heap tracing on pressure holds `path` traced now.
+    pub fn heap_traced(&self, path: &str) -> bool {
+        self.pressure
+            .as_ref()
+            .is_some_and(|g| g.active().any(|p| p == path))
+    }
+
     /// Warnings from `warn`, heap tracing on pressure from `pressure`.
     pub fn new(warn: Option<WarnGate>, pressure: Option<PressureGate>) -> Self {
         Self { warn, pressure }
