@@ -62,12 +62,33 @@ struct Series {
     unsaid: u32,
 }
 
+impl Series {
+    /// Takes in a sample of its cgroup, now at `path`.
+    fn take(&mut self, path: &str, s: &crate::model::sampler::CgroupSample) {
+        if self.path != path {
+            // Another container of the same pod: a restart.
+            self.path = path.to_string();
+            self.run += 1;
+            self.oldest_ns = None;
+        }
+        let ws = s.working_set();
+        self.step_min = Some(match self.step_min {
+            Some((m, _)) if m <= ws => (m, s.limit_bytes),
+            _ => (ws, s.limit_bytes),
+        });
+        self.working_set = ws;
+        self.seen_ns = s.ts_ns;
+    }
+}
+
 /// The leak watch.
 pub struct LeakWatch {
     rule: Rule,
     step_ns: i64,
     keep: usize,
     series: BTreeMap<String, Series>,
+    /// Each cgroup's series key, made again every step.
+    keys: std::collections::HashMap<String, String>,
     step_start_ns: Option<i64>,
     /// Leaks found so far (for the stop summary).
     pub found: u64,
@@ -84,6 +105,7 @@ impl LeakWatch {
             step_ns,
             keep: keep.clamp(16, MAX_POINTS),
             series: BTreeMap::new(),
+            keys: Default::default(),
             step_start_ns: None,
             found: 0,
             told_full: false,
@@ -106,16 +128,24 @@ impl LeakWatch {
             else {
                 continue;
             };
-            let key = match env.model.owner_of(path).kube {
-                Some(k) if k.container.is_some() => format!(
-                    "pod {}/{}/{}",
-                    k.namespace,
-                    k.pod,
-                    k.container.unwrap_or_default()
-                ),
-                _ => path.clone(),
-            };
-            if !self.series.contains_key(&key) && self.series.len() >= MAX_SERIES {
+            // A cgroup's series, looked up once a step (names come later
+            // than cgroups).
+            let key = self.keys.entry(path.clone()).or_insert_with(|| {
+                match env.model.owner_of(path).kube {
+                    Some(k) if k.container.is_some() => format!(
+                        "pod {}/{}/{}",
+                        k.namespace,
+                        k.pod,
+                        k.container.unwrap_or_default()
+                    ),
+                    _ => path.clone(),
+                }
+            });
+            if let Some(e) = self.series.get_mut(key.as_str()) {
+                e.take(path, s);
+                continue;
+            }
+            if self.series.len() >= MAX_SERIES {
                 if !self.told_full {
                     tracing::warn!(
                         "leaks: {MAX_SERIES} memory cgroups watched; more are not watched for slow leaks"
@@ -124,7 +154,7 @@ impl LeakWatch {
                 }
                 continue;
             }
-            let e = self.series.entry(key).or_insert_with(|| Series {
+            let mut e = Series {
                 path: path.clone(),
                 base_ns: now,
                 points: VecDeque::new(),
@@ -137,26 +167,16 @@ impl LeakWatch {
                 why: "",
                 said: None,
                 unsaid: 0,
-            });
-            if e.path != *path {
-                // Another container of the same pod: a restart.
-                e.path = path.clone();
-                e.run += 1;
-                e.oldest_ns = None;
-            }
-            let ws = s.working_set();
-            e.step_min = Some(match e.step_min {
-                Some((m, _)) if m <= ws => (m, s.limit_bytes),
-                _ => (ws, s.limit_bytes),
-            });
-            e.working_set = ws;
-            e.seen_ns = now;
+            };
+            e.take(path, s);
+            self.series.insert(key.clone(), e);
         }
         let start = *self.step_start_ns.get_or_insert(now);
         if now - start < self.step_ns {
             return;
         }
         self.step_start_ns = Some(now);
+        self.keys.clear();
         self.step(env, now, out);
     }
 
