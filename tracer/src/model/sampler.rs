@@ -187,13 +187,27 @@ fn read_with(
     };
     if v1 {
         s.usage_bytes = num("memory.usage_in_bytes")?;
-        s.limit_bytes = num("memory.limit_in_bytes").filter(|&l| l < UNLIMITED);
-        s.failcnt = num("memory.failcnt");
+        // Far from its limit, only the usage is read every sample: the
+        // limit, failcnt (which rises only at the limit) and the rest are
+        // carried over, and read again once half the limit is charged.
         if let Some(c) = carried {
-            (s.oom_kills, s.major_faults, s.inactive_file) =
-                (c.oom_kills, c.major_faults, c.inactive_file);
+            (
+                s.limit_bytes,
+                s.failcnt,
+                s.oom_kills,
+                s.major_faults,
+                s.inactive_file,
+            ) = (
+                c.limit_bytes,
+                c.failcnt,
+                c.oom_kills,
+                c.major_faults,
+                c.inactive_file,
+            );
             return Some(s);
         }
+        s.limit_bytes = num("memory.limit_in_bytes").filter(|&l| l < UNLIMITED);
+        s.failcnt = num("memory.failcnt");
         let oc = read("memory.oom_control").unwrap_or_default();
         s.oom_kills = keyed(&oc, "oom_kill");
         let stat = read("memory.stat").unwrap_or_default();
@@ -246,6 +260,35 @@ struct Window {
     files: HeldFiles,
     /// Samples since memory.stat was last read.
     since_full: u32,
+    /// Samples still to skip while it is idle.
+    idle_skips: u32,
+}
+
+/// An idle cgroup (see [`idle`]) is read every this many samples: on a
+/// node of hundreds of containers most are idle, and their reads were
+/// most of the recorder's CPU.
+const IDLE_EVERY: u32 = 4;
+
+/// Whether a window's cgroup is idle: its usage moved by at most a
+/// thousandth of its limit (256 KiB without one) over its last three
+/// samples, and it is far from its limit. The first change brings it
+/// back to every sample (at most IDLE_EVERY samples late).
+fn idle(samples: &VecDeque<CgroupSample>) -> bool {
+    let Some(last) = samples.back() else {
+        return false;
+    };
+    if samples.len() < 3 || near_limit(last) {
+        return false;
+    }
+    let tolerance = last.limit_bytes.map_or(256 << 10, |l| l / 1024);
+    let (lo, hi) = samples
+        .iter()
+        .rev()
+        .take(3)
+        .fold((u64::MAX, 0), |(lo, hi), s| {
+            (lo.min(s.usage_bytes), hi.max(s.usage_bytes))
+        });
+    hi - lo <= tolerance
 }
 
 /// A cgroup far from its limit has its memory.stat read every this many
@@ -319,9 +362,16 @@ impl Sampler {
                     seen_ns: now_ns,
                     files,
                     since_full: 0,
+                    idle_skips: 0,
                 }
             });
             w.seen_ns = now_ns;
+            // An idle cgroup far from its limit is read every IDLE_EVERY-th
+            // sample.
+            if w.idle_skips > 0 {
+                w.idle_skips -= 1;
+                continue;
+            }
             // memory.stat every sample near the limit, else every
             // FULL_EVERY-th (its figures carried over between).
             let carried = w
@@ -347,6 +397,9 @@ impl Sampler {
                 s.reclaim_scanned = (!scans.is_empty()).then(|| scans.iter().sum());
             }
             w.samples.push_back(s);
+            if idle(&w.samples) {
+                w.idle_skips = IDLE_EVERY - 1;
+            }
             while w
                 .samples
                 .front()
@@ -393,6 +446,7 @@ impl Sampler {
                 seen_ns: s.ts_ns,
                 files: HeldFiles::new(std::path::PathBuf::new(), false),
                 since_full: 0,
+                idle_skips: 0,
             });
         w.seen_ns = s.ts_ns;
         w.samples.push_back(s);
@@ -520,23 +574,53 @@ mod tests {
     fn memory_stat_is_read_every_sample_near_the_limit_and_every_fifth_far_from_it() {
         let (_root, mut s, w) = v1_job();
         w("memory.stat", "pgmajfault 1\ntotal_inactive_file 10\n");
-        let mut inactive = Vec::new();
+        w("memory.failcnt", "0\n");
+        let (mut inactive, mut failcnt, mut usage) = (Vec::new(), Vec::new(), Vec::new());
         for t in 1..=7 {
             s.sample(["/job"], &HashMap::new(), t);
-            inactive.push(s.latest("/job").unwrap().inactive_file.unwrap());
+            let last = s.latest("/job").unwrap();
+            inactive.push(last.inactive_file.unwrap());
+            failcnt.push(last.failcnt.unwrap());
+            usage.push(last.usage_bytes);
             w(
                 "memory.stat",
                 &format!("pgmajfault 1\ntotal_inactive_file {}\n", 10 * (t + 1)),
             );
+            w("memory.failcnt", &format!("{t}\n"));
+            w("memory.usage_in_bytes", &format!("{}\n", 100 + t));
         }
-        // Far from the limit: read at the first sample and the sixth.
+        // Far from the limit: memory.stat, failcnt (and the limit) read at
+        // the first sample and the sixth; the usage every sample.
         assert_eq!(inactive, [10, 10, 10, 10, 10, 60, 60]);
+        assert_eq!(failcnt, [0, 0, 0, 0, 0, 5, 5]);
+        assert_eq!(usage[1..], [101, 102, 103, 104, 105, 106]);
         // Half the limit charged: every sample.
         w("memory.usage_in_bytes", "600\n");
         s.sample(["/job"], &HashMap::new(), 8);
         w("memory.stat", "pgmajfault 1\ntotal_inactive_file 500\n");
+        w("memory.failcnt", "9\n");
         s.sample(["/job"], &HashMap::new(), 9);
         assert_eq!(s.latest("/job").unwrap().inactive_file, Some(500));
+        assert_eq!(s.latest("/job").unwrap().failcnt, Some(9));
+    }
+
+    #[test]
+    fn an_idle_cgroup_is_read_every_fourth_sample_until_it_moves() {
+        let (_root, mut s, w) = v1_job();
+        let mut read_at = Vec::new();
+        for t in 1..=12 {
+            if t == 10 {
+                w("memory.usage_in_bytes", "300\n");
+            }
+            s.sample(["/job"], &HashMap::new(), t);
+            let last = s.latest("/job").unwrap().ts_ns;
+            if read_at.last() != Some(&last) {
+                read_at.push(last);
+            }
+        }
+        // Three samples make it idle; then every fourth; the change is
+        // read at the next read, and every sample after it.
+        assert_eq!(read_at, [1, 2, 3, 7, 11, 12]);
     }
 
     #[test]
@@ -600,6 +684,12 @@ mod tests {
         let mut s = Sampler::new(layout, 10, vec![20, 21]);
         let counters = HashMap::from([((id, 20), 5), ((id, 21), 7), ((id, 24), 9)]);
         for t in 0..20 {
+            // Moving, so read every sample (an idle one is read less).
+            fs::write(
+                cg.join("memory.usage_in_bytes"),
+                ((t + 1) << 20).to_string(),
+            )
+            .unwrap();
             s.sample(["/cg"], &counters, t);
         }
         let w = s.window("/cg", 0);
