@@ -186,13 +186,7 @@ impl WarnGate {
     pub fn standing(&self, memcg: &str) -> Option<&PressureEvent> {
         self.active
             .iter()
-            .filter(|(p, _)| {
-                memcg == p.as_str()
-                    || p.as_str() == "/"
-                    || memcg
-                        .strip_prefix(p.as_str())
-                        .is_some_and(|rest| rest.starts_with('/'))
-            })
+            .filter(|(p, _)| crate::model::cgroup::at_or_below(memcg, p))
             .max_by_key(|(p, _)| p.len())
             .map(|(_, (w, _))| w)
     }

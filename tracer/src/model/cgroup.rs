@@ -297,6 +297,16 @@ impl Owner {
     }
 }
 
+/// Whether cgroup `path` is `over` or below it (by whole path parts: not
+/// `/podcast` under `/pod`).
+pub fn at_or_below(path: &str, over: &str) -> bool {
+    path == over
+        || over == "/"
+        || path
+            .strip_prefix(over)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
 /// Where a process ran, for people: its pod's container by name, its
 /// container or unit, else its memory cgroup.
 pub fn place(owner: Option<&Owner>, cgroup: Option<&str>) -> String {

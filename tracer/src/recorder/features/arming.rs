@@ -278,13 +278,7 @@ impl Armer {
     fn armed_over(&self, cgroup: &str) -> Option<&GrowthArmed> {
         self.since
             .values()
-            .filter(|a| {
-                cgroup == a.memcg
-                    || a.memcg == "/"
-                    || cgroup
-                        .strip_prefix(a.memcg.as_str())
-                        .is_some_and(|rest| rest.starts_with('/'))
-            })
+            .filter(|a| crate::model::cgroup::at_or_below(cgroup, &a.memcg))
             .max_by_key(|a| a.memcg.len())
     }
 

@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use super::Env;
 use crate::{
     correlate::leak::{Judged, Point, Rule, judge},
+    model::cgroup::at_or_below,
     record::{EventRow, KillRecord, Leak, MEMORY_LEAK},
     recorder::output::{Output, Outputs},
     util::term::escape,
@@ -250,7 +251,11 @@ impl LeakWatch {
             let within = e.leak.as_ref().and_then(|l| {
                 leaking
                     .iter()
-                    .find(|(p, r)| below(p, &l.memcg) && *r >= l.bytes_per_second * WITHIN_SHARE)
+                    .find(|(p, r)| {
+                        *p != l.memcg
+                            && at_or_below(p, &l.memcg)
+                            && *r >= l.bytes_per_second * WITHIN_SHARE
+                    })
                     .map(|(p, _)| p.clone())
             });
             match (&e.leak, within) {
@@ -293,7 +298,7 @@ impl LeakWatch {
         self.series
             .values()
             .filter_map(|e| e.leak.as_ref())
-            .filter(|l| cgroup == l.memcg || below(cgroup, &l.memcg))
+            .filter(|l| at_or_below(cgroup, &l.memcg))
             .max_by_key(|l| l.memcg.len())
     }
 
@@ -305,12 +310,6 @@ impl LeakWatch {
             .find(|e| e.path == cgroup)
             .map(|e| e.leak.as_ref().map_or(0.0, |l| l.bytes_per_second))
     }
-}
-
-/// Whether `path` is below `over`.
-fn below(path: &str, over: &str) -> bool {
-    path.strip_prefix(over)
-        .is_some_and(|rest| rest.starts_with('/') || (over == "/" && !rest.is_empty()))
 }
 
 /// A leak in words: "/x leaking 7.1 %/h of its limit (12.0 MiB/h), limit

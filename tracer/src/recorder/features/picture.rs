@@ -381,13 +381,7 @@ impl Pictures {
         self.last
             .values()
             .filter(|p| p.ts_ns <= ts_ns && ts_ns - p.ts_ns <= KEEP_NS)
-            .filter(|p| {
-                cgroup == p.memcg
-                    || p.memcg == "/"
-                    || cgroup
-                        .strip_prefix(p.memcg.as_str())
-                        .is_some_and(|rest| rest.starts_with('/'))
-            })
+            .filter(|p| crate::model::cgroup::at_or_below(cgroup, &p.memcg))
             .max_by_key(|p| p.memcg.len())
     }
 }
