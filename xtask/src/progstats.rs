@@ -37,9 +37,17 @@ impl ProgStats {
         prefixes: &[&str],
         work: impl FnOnce() -> anyhow::Result<()>,
     ) -> anyhow::Result<String> {
+        Ok(describe(&self.ran_around(work)?, prefixes))
+    }
+
+    /// Runs `work`; the runs and nanoseconds of each program name meanwhile.
+    pub fn ran_around(
+        &self,
+        work: impl FnOnce() -> anyhow::Result<()>,
+    ) -> anyhow::Result<HashMap<String, (u64, u64)>> {
         let before = self.snapshot();
         work()?;
-        Ok(describe(&between(&before, &self.snapshot()), prefixes))
+        Ok(between(&before, &self.snapshot()))
     }
 
     /// Every loaded program's counters now.
@@ -77,12 +85,15 @@ fn between(before: &Snapshot, after: &Snapshot) -> HashMap<String, (u64, u64)> {
 
 /// `name N ns` for the programs whose name starts with one of `prefixes`
 /// (shorter than the 15 bytes the kernel keeps of a name), most runs first.
-fn describe(ran: &HashMap<String, (u64, u64)>, prefixes: &[&str]) -> String {
+pub fn describe(ran: &HashMap<String, (u64, u64)>, prefixes: &[&str]) -> String {
     let mut rows: Vec<_> = ran
         .iter()
         .filter(|(n, _)| prefixes.iter().any(|p| n.starts_with(p)))
         .collect();
     rows.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(b.0)));
+    if rows.is_empty() {
+        return "none ran".into();
+    }
     rows.iter()
         .map(|(n, (runs, ns))| format!("{n} {:.0} ns", *ns as f64 / *runs as f64))
         .collect::<Vec<_>>()
@@ -111,7 +122,7 @@ mod tests {
         assert_eq!(ran["cuda_entry"], (200, 50000));
         assert!(!ran.contains_key("cuda_return"), "no run, no row");
         assert_eq!(describe(&ran, &["cuda_"]), "cuda_entry 250 ns");
-        assert_eq!(describe(&ran, &["growth_"]), "");
+        assert_eq!(describe(&ran, &["growth_"]), "none ran");
         assert_eq!(ran[""], (5, 500));
     }
 }
