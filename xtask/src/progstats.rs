@@ -95,7 +95,7 @@ pub fn describe(ran: &HashMap<String, (u64, u64)>, prefixes: &[&str]) -> String 
         return "none ran".into();
     }
     rows.iter()
-        .map(|(n, (runs, ns))| format!("{n} {:.0} ns", *ns as f64 / *runs as f64))
+        .map(|(n, (runs, ns))| format!("{n} {:.0} ns x {runs}", *ns as f64 / *runs as f64))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -121,7 +121,7 @@ mod tests {
         let ran = between(&before, &after);
         assert_eq!(ran["cuda_entry"], (200, 50000));
         assert!(!ran.contains_key("cuda_return"), "no run, no row");
-        assert_eq!(describe(&ran, &["cuda_"]), "cuda_entry 250 ns");
+        assert_eq!(describe(&ran, &["cuda_"]), "cuda_entry 250 ns x 200");
         assert_eq!(describe(&ran, &["growth_"]), "none ran");
         assert_eq!(ran[""], (5, 500));
     }
