@@ -24,10 +24,11 @@ use crate::{
 /// Hours of points kept per series.
 const KEEP_HOURS: f64 = 12.0;
 /// Most points per series, whatever the step: 12 hours of minutes
-/// (8.6 KiB per series).
+/// (8.4 KiB per series).
 const MAX_POINTS: usize = 720;
-/// Most series: past it, new cgroups are not watched.
-const MAX_SERIES: usize = 4096;
+/// Most series (8.4 MiB of points at most): past it, new cgroups are not
+/// watched, and the log says so once.
+const MAX_SERIES: usize = 1024;
 /// A series is said again every this many steps while it leaks.
 const SAY_EVERY_STEPS: u32 = 10;
 /// A leak is not said where a cgroup below it leaks at least this share
@@ -143,7 +144,17 @@ impl LeakWatch {
                 }
             });
             if let Some(e) = self.series.get_mut(key.as_str()) {
-                e.take(path, s);
+                // Another container of the pod while the one followed still
+                // runs (a restart overlapping its end): the old one is
+                // followed until it is gone.
+                let old_runs = *path != e.path
+                    && env
+                        .sampler
+                        .latest(&e.path)
+                        .is_some_and(|o| o.ts_ns >= now - 5_000_000_000);
+                if !old_runs {
+                    e.take(path, s);
+                }
                 continue;
             }
             if self.series.len() >= MAX_SERIES {
