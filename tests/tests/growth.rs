@@ -966,11 +966,21 @@ fn a_picture_taken_as_a_cgroup_arms_is_its_kills_before() {
         "build_index",
         "{me}"
     );
-    // The heap probes, attached for the picture, saw build_index's blocks.
+    // The heap probes, attached for the picture, saw build_index's blocks;
+    // in a guest under emulation they may attach after the window, and the
+    // picture then says so.
+    let heap_seen = me["heap_sites"]
+        .as_array()
+        .is_some_and(|s| s.iter().any(|s| function(&s["frames"], 0) == "build_index"));
+    let heap_said_missing = pic["skipped"].as_array().is_some_and(|s| {
+        s.iter().any(|s| {
+            s.as_str()
+                .unwrap_or("")
+                .contains("no allocation sampled in the window")
+        })
+    });
     assert!(
-        me["heap_sites"]
-            .as_array()
-            .is_some_and(|s| s.iter().any(|s| function(&s["frames"], 0) == "build_index")),
+        heap_seen || (heap_said_missing && std::env::var_os("TRACER_VM_GUEST").is_some()),
         "{pic}"
     );
     let text = String::from_utf8_lossy(

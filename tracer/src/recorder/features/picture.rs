@@ -309,6 +309,17 @@ fn finish(
             ANSWER_NS / 1_000_000_000
         ));
     }
+    // Heap probes attach as each process's allocator is found: a process
+    // with no sample may not have had them on yet.
+    let no_heap = asked
+        .iter()
+        .filter(|a| a.got_heap.as_ref().is_some_and(|h| h.sites.is_empty()))
+        .count();
+    if no_heap > 0 {
+        skipped.push(format!(
+            "heap sites: {no_heap} process(es) had no allocation sampled in the window (their heap probes may not have been attached yet)"
+        ));
+    }
     let processes = asked
         .into_iter()
         .map(|a| {
@@ -452,6 +463,7 @@ mod tests {
         let asked: Vec<Asked> = (1..=8).map(|pid| answered(pid, 10)).collect();
         let mut unanswered = answered(9, 0);
         unanswered.got_growth = None;
+        unanswered.got_heap = Some(HeapSnapshot::default());
         let (_tx, rx) = tokio::sync::oneshot::channel();
         unanswered.growth = Some(rx);
         let mut asked = asked;
@@ -475,6 +487,13 @@ mod tests {
             pic.skipped
                 .iter()
                 .any(|s| s.starts_with("1 process(es): no answer")),
+            "{:?}",
+            pic.skipped
+        );
+        assert!(
+            pic.skipped
+                .iter()
+                .any(|s| s.starts_with("heap sites: 1 process(es) had no allocation sampled")),
             "{:?}",
             pic.skipped
         );
