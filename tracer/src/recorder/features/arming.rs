@@ -301,20 +301,7 @@ impl crate::correlate::KillEnricher for Armer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        correlate::KillEnricher as _,
-        record::{ArmReason, MemcgAtKill},
-    };
-
-    fn kill_in(path: &str) -> KillRecord {
-        KillRecord {
-            memcg: Some(MemcgAtKill {
-                path: path.into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    }
+    use crate::{correlate::KillEnricher as _, record::ArmReason, recorder::features::kill_in};
 
     #[test]
     fn a_kill_in_or_below_an_armed_cgroup_says_since_when_and_no_other_does() {
@@ -333,16 +320,16 @@ mod tests {
         }
         assert_eq!(out.len(), 2);
         // The nearest armed cgroup at or above the victim's.
-        let mut k = kill_in("/pod/ctr/job");
+        let mut k = kill_in("/pod/ctr/job", 0);
         a.enrich(&mut k);
         let got = k.growth_armed.expect("armed");
         assert_eq!((got.memcg.as_str(), got.since_ns), ("/pod/ctr", 7));
         assert_eq!(got.reason, ArmReason::LimitHit);
-        let mut k = kill_in("/pod/other");
+        let mut k = kill_in("/pod/other", 0);
         a.enrich(&mut k);
         assert_eq!(k.growth_armed.map(|g| g.memcg), Some("/pod".into()));
         // A sibling whose name starts the same is not below it.
-        let mut k = kill_in("/podcast");
+        let mut k = kill_in("/podcast", 0);
         a.enrich(&mut k);
         assert!(k.growth_armed.is_none());
         assert!(a.covers("/pod/ctr/job") && a.covers("/pod") && !a.covers("/podcast"));
@@ -353,7 +340,7 @@ mod tests {
             percent: None,
         };
         a.say(&off, "sample", 9, &mut out);
-        let mut k = kill_in("/pod/other");
+        let mut k = kill_in("/pod/other", 0);
         a.enrich(&mut k);
         assert!(k.growth_armed.is_none());
         assert_eq!(a.arms, 2);

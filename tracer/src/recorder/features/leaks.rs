@@ -365,8 +365,7 @@ mod tests {
     use crate::{
         correlate::{KillEnricher as _, fixtures::World},
         model::sampler::CgroupSample,
-        record::MemcgAtKill,
-        recorder::features::test_env,
+        recorder::features::{kill_in, test_env},
     };
 
     const S: i64 = 1_000_000_000;
@@ -423,35 +422,17 @@ mod tests {
         assert_eq!(lw.rate_of("/other"), None);
         assert_eq!(lw.found, 1);
         // A kill below it keeps the leak; one elsewhere does not.
-        let mut k = KillRecord {
-            memcg: Some(MemcgAtKill {
-                path: "/pod/ctr/job".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let mut k = kill_in("/pod/ctr/job", 0);
         lw.enrich(&mut k);
         let l = k.leak.expect("kept");
         // Since its first point, at the end of the first step.
         assert_eq!((l.memcg.as_str(), l.since_ns), ("/pod/ctr", t0 + 5 * S));
         assert!(says(&l).contains("%/h of its limit"), "{}", says(&l));
-        let mut k = KillRecord {
-            memcg: Some(MemcgAtKill {
-                path: "/flat".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let mut k = kill_in("/flat", 0);
         lw.enrich(&mut k);
         assert!(k.leak.is_none());
         // A kill in another container of the pod keeps the pod's leak.
-        let mut k = KillRecord {
-            memcg: Some(MemcgAtKill {
-                path: "/pod/other".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let mut k = kill_in("/pod/other", 0);
         lw.enrich(&mut k);
         assert_eq!(k.leak.map(|l| l.memcg), Some("/pod".into()));
         // It drops (a restart): no longer a leak, and said so.

@@ -49,6 +49,20 @@ impl Env<'_> {
     }
 }
 
+/// A kill in memory cgroup `path` at `ts_ns`, nothing else known (what the
+/// features' enrichers read).
+#[cfg(test)]
+pub(crate) fn kill_in(path: &str, ts_ns: i64) -> crate::record::KillRecord {
+    crate::record::KillRecord {
+        ts_ns,
+        memcg: Some(crate::record::MemcgAtKill {
+            path: path.into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// The features' view of the empty node of the correlators' fixtures, with
 /// a fixed clock and every process gone.
 #[cfg(test)]

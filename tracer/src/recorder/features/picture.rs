@@ -410,7 +410,8 @@ mod tests {
     use super::*;
     use crate::{
         correlate::KillEnricher as _,
-        record::{GrowthSite, HeapSite, MemcgAtKill},
+        record::{GrowthSite, HeapSite},
+        recorder::features::kill_in,
         stacks::symbols::Frame,
     };
 
@@ -514,14 +515,7 @@ mod tests {
             );
         }
         let kill = |path: &str, ts_ns: i64| {
-            let mut k = KillRecord {
-                ts_ns,
-                memcg: Some(MemcgAtKill {
-                    path: path.into(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            };
+            let mut k = kill_in(path, ts_ns);
             p.enrich(&mut k);
             k.picture.map(|p| p.memcg)
         };

@@ -167,7 +167,8 @@ mod tests {
     use crate::{
         correlate::fixtures::{CLOCK, Gone},
         model::{ProcessTable, cgroup::CgroupLayout, sampler::Sampler},
-        record::{MemcgAtKill, PressureEvent},
+        record::PressureEvent,
+        recorder::features::kill_in,
     };
 
     const MIB: u64 = 1 << 20;
@@ -219,13 +220,7 @@ mod tests {
             events[0].projected_s.is_some_and(|p| p < 10.0),
             "{events:?}"
         );
-        let mut kill = KillRecord {
-            memcg: Some(MemcgAtKill {
-                path: "/job".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let mut kill = kill_in("/job", 0);
         w.enrich(&mut kill);
         assert_eq!(
             kill.warning.as_ref().map(|w| w.memcg.as_str()),
