@@ -51,10 +51,13 @@ impl Leak {
                 crate::util::units::bytes((self.bytes_per_second.max(0.0) * 3600.0) as u64)
             ),
         };
-        let eta = self
-            .limit_in_s
+        format!("leaking {rate}{}", self.eta_words())
+    }
+
+    /// `, limit in ~9 h` at this rate (empty without a limit).
+    pub fn eta_words(&self) -> String {
+        self.limit_in_s
             .map(|s| format!(", limit in ~{}", crate::util::time::human_secs(s)))
-            .unwrap_or_default();
-        format!("leaking {rate}{eta}")
+            .unwrap_or_default()
     }
 }

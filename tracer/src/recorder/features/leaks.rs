@@ -122,18 +122,16 @@ impl LeakWatch {
     /// One tick, after the sampler's: the samples of `paths` are taken in;
     /// at the end of a step each series gets its point and is judged.
     pub fn tick(&mut self, env: &Env<'_>, paths: &BTreeSet<String>, now: i64, out: &mut Outputs) {
+        let start = *self.step_start_ns.get_or_insert(now);
+        let due = now - start >= self.step_ns;
+        if due {
+            // Names come later than cgroups: keys are made again each step.
+            self.keys.clear();
+        }
         for path in paths.iter().filter(|p| p.as_str() != "/") {
-            let Some(s) = env
-                .sampler
-                .latest(path)
-                .filter(|s| s.ts_ns >= now - 5_000_000_000)
-            else {
-                continue;
-            };
-            // A cgroup's series, looked up once a step (names come later
-            // than cgroups).
-            let key = self.keys.entry(path.clone()).or_insert_with(|| {
-                match env.model.owner_of(path).kube {
+            // A cgroup's series, looked up once a step.
+            if !self.keys.contains_key(path.as_str()) {
+                let key = match env.model.owner_of(path).kube {
                     Some(k) if k.container.is_some() => format!(
                         "pod {}/{}/{}",
                         k.namespace,
@@ -141,8 +139,17 @@ impl LeakWatch {
                         k.container.unwrap_or_default()
                     ),
                     _ => path.clone(),
-                }
-            });
+                };
+                self.keys.insert(path.clone(), key);
+            }
+            let key = &self.keys[path.as_str()];
+            let Some(s) = env
+                .sampler
+                .latest(path)
+                .filter(|s| s.ts_ns >= now - 5_000_000_000)
+            else {
+                continue;
+            };
             if let Some(e) = self.series.get_mut(key.as_str()) {
                 // Another container of the pod while the one followed still
                 // runs (a restart overlapping its end): the old one is
@@ -183,12 +190,10 @@ impl LeakWatch {
             e.take(path, s);
             self.series.insert(key.clone(), e);
         }
-        let start = *self.step_start_ns.get_or_insert(now);
-        if now - start < self.step_ns {
+        if !due {
             return;
         }
         self.step_start_ns = Some(now);
-        self.keys.clear();
         self.step(env, now, out);
     }
 
@@ -314,24 +319,23 @@ impl LeakWatch {
     }
 
     /// For the metric: `cgroup`'s leak rate, bytes a second (0 while it
-    /// does not leak; None: not watched).
+    /// does not leak; None: not watched). `cgroup` is one of the last
+    /// tick's paths (its key was made then).
     pub fn rate_of(&self, cgroup: &str) -> Option<f64> {
-        self.series
-            .values()
-            .find(|e| e.path == cgroup)
-            .map(|e| e.leak.as_ref().map_or(0.0, |l| l.bytes_per_second))
+        let e = self.series.get(self.keys.get(cgroup)?)?;
+        (e.path == cgroup).then(|| e.leak.as_ref().map_or(0.0, |l| l.bytes_per_second))
     }
 }
 
 /// A leak in words: "/x leaking 7.1 %/h of its limit (12.0 MiB/h), limit
 /// in ~9 h".
 pub fn says(l: &Leak) -> String {
-    let rate = l.rate_words();
-    let eta = l
-        .limit_in_s
-        .map(|s| format!(", limit in ~{}", crate::util::time::human_secs(s)))
-        .unwrap_or_default();
-    format!("{} leaking {rate}{eta}", escape(&l.memcg))
+    format!(
+        "{} leaking {}{}",
+        escape(&l.memcg),
+        l.rate_words(),
+        l.eta_words()
+    )
 }
 
 fn event(now: i64, l: &Leak, leaking: bool, why: Option<&str>) -> Output {

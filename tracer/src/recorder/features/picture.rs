@@ -58,27 +58,30 @@ struct Asked {
 impl Asked {
     /// Takes in what has come; true once nothing is awaited.
     fn poll(&mut self) -> bool {
-        if let Some(rx) = &mut self.growth {
-            match rx.try_recv() {
-                Ok(r) => {
-                    self.got_growth = Some(r);
-                    self.growth = None;
-                }
-                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => self.growth = None,
-                Err(_) => {}
-            }
+        if let Some(r) = take(&mut self.growth) {
+            self.got_growth = Some(r);
         }
-        if let Some(rx) = &mut self.heap {
-            match rx.try_recv() {
-                Ok((snap, _)) => {
-                    self.got_heap = Some(snap);
-                    self.heap = None;
-                }
-                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => self.heap = None,
-                Err(_) => {}
-            }
+        if let Some((snap, _)) = take(&mut self.heap) {
+            self.got_heap = Some(snap);
         }
         self.growth.is_none() && self.heap.is_none()
+    }
+}
+
+/// The answer in `rx` if it came; `rx` is emptied once it came or its
+/// sender is gone.
+fn take<T>(rx: &mut Option<Receiver<T>>) -> Option<T> {
+    let got = rx.as_mut()?.try_recv();
+    match got {
+        Ok(v) => {
+            *rx = None;
+            Some(v)
+        }
+        Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
+            *rx = None;
+            None
+        }
+        Err(tokio::sync::oneshot::error::TryRecvError::Empty) => None,
     }
 }
 
