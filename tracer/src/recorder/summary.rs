@@ -89,4 +89,6 @@ pub struct ArmingSummary {
     pub attached_s: f64,
     /// Pictures taken as cgroups armed.
     pub pictures: u64,
+    /// Armings not pictured (4 in progress, or pictured within 10 min).
+    pub pictures_not_taken: u64,
 }

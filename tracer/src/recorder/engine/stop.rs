@@ -125,6 +125,7 @@ impl Engine {
                 arms: a.arms,
                 attached_s: a.attached_total(wall_now_ns()) as f64 / 1e9,
                 pictures: self.pictures.taken,
+                pictures_not_taken: self.pictures.not_taken,
             });
         }
         if let Some(h) = self.heap.take() {

@@ -43,6 +43,11 @@ const FRAMES: usize = 8;
 const BYTES: usize = 16 * 1024;
 /// A kill takes the picture of its cgroup taken at most this long before.
 const KEEP_NS: i64 = 15 * 60 * 1_000_000_000;
+/// A cgroup is pictured again only this long after its last picture (a
+/// kill in it keeps the last one for [`KEEP_NS`]).
+const AGAIN_NS: i64 = 10 * 60 * 1_000_000_000;
+/// Pictures in progress at once, at most.
+const AT_ONCE: usize = 4;
 
 /// What the worker was asked about one process.
 struct Asked {
@@ -115,6 +120,9 @@ pub struct Pictures {
     last: BTreeMap<String, Picture>,
     /// Pictures taken (for the stop summary).
     pub taken: u64,
+    /// Armings not pictured: [`AT_ONCE`] in progress, or the cgroup
+    /// pictured within [`AGAIN_NS`].
+    pub not_taken: u64,
 }
 
 impl Pictures {
@@ -125,6 +133,7 @@ impl Pictures {
             taking: Vec::new(),
             last: BTreeMap::new(),
             taken: 0,
+            not_taken: 0,
         }
     }
 
@@ -138,6 +147,26 @@ impl Pictures {
         heap_held: bool,
     ) {
         if self.taking.iter().any(|t| t.path == path) {
+            return;
+        }
+        // Bounded against cgroups that arm again and again, or many at
+        // once (any user with a delegated subtree can make them): each
+        // picture asks the worker for up to 8 processes and stores 16 KiB.
+        let recent = self
+            .last
+            .get(path)
+            .is_some_and(|p| now - p.ts_ns < AGAIN_NS);
+        if recent || self.taking.len() >= AT_ONCE {
+            self.not_taken += 1;
+            tracing::debug!(
+                "picture: {} not pictured ({})",
+                escape(path),
+                if recent {
+                    "pictured within 10 min"
+                } else {
+                    "4 pictures in progress"
+                }
+            );
             return;
         }
         let mut skipped = Vec::new();
@@ -502,6 +531,32 @@ mod tests {
             pic.skipped
         );
         assert_eq!(pic.more_processes, 4);
+    }
+
+    #[test]
+    fn pictures_are_bounded_at_once_and_per_cgroup() {
+        let mut p = Pictures::new(false);
+        for i in 0..6 {
+            p.armed(&format!("/c{i}"), 100, None, false);
+        }
+        assert_eq!((p.taking.len(), p.not_taken), (AT_ONCE, 2));
+        // Arming again while its picture is taken: nothing new.
+        p.armed("/c0", 200, None, false);
+        assert_eq!((p.taking.len(), p.not_taken), (AT_ONCE, 2));
+        // Pictured a minute ago: not again until AGAIN_NS has passed.
+        p.taking.clear();
+        p.last.insert(
+            "/c0".into(),
+            Picture {
+                memcg: "/c0".into(),
+                ts_ns: 1_000,
+                ..Default::default()
+            },
+        );
+        p.armed("/c0", 1_000 + 60_000_000_000, None, false);
+        assert_eq!((p.taking.len(), p.not_taken), (0, 3));
+        p.armed("/c0", 1_000 + AGAIN_NS, None, false);
+        assert_eq!((p.taking.len(), p.not_taken), (1, 3));
     }
 
     #[test]
