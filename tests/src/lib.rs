@@ -321,10 +321,32 @@ impl TestCgroup {
         let kubepods = format!("{top}/kubepods");
         let qos = format!("{kubepods}/burstable");
         let pod = format!("{qos}/pod{uid}");
-        let above = [top, &kubepods, &qos, &pod];
-        let mut cg = Self::at(&format!("{pod}/{id}"), &above, limit);
+        Self::in_levels(&[top, &kubepods, &qos, &pod], id, limit)
+    }
+
+    /// The same pod as the kubelet's systemd driver (the default on cgroup
+    /// v2) names it: `kubepods.slice/kubepods-burstable.slice/
+    /// kubepods-burstable-pod<uid, `_` for `-`>.slice/cri-containerd-<64
+    /// hex>.scope`, under `top`.
+    pub fn in_systemd_pod(top: &str, uid: &str, id: &str, limit: u64) -> Self {
+        let kubepods = format!("{top}/kubepods.slice");
+        let qos = format!("{kubepods}/kubepods-burstable.slice");
+        let pod = format!(
+            "{qos}/kubepods-burstable-pod{}.slice",
+            uid.replace('-', "_")
+        );
+        let scope = format!("cri-containerd-{id}.scope");
+        Self::in_levels(&[top, &kubepods, &qos, &pod], &scope, limit)
+    }
+
+    /// A cgroup `leaf` below `levels` (outermost first, the last its
+    /// parent), each level made if missing and removed by the last cgroup
+    /// below it to go.
+    fn in_levels(levels: &[&str], leaf: &str, limit: u64) -> Self {
+        let parent = levels.last().expect("a level");
+        let mut cg = Self::at(&format!("{parent}/{leaf}"), levels, limit);
         let root = memory_root().0;
-        cg.parents = above.iter().rev().map(|p| root.join(p)).collect();
+        cg.parents = levels.iter().rev().map(|p| root.join(p)).collect();
         cg
     }
 

@@ -462,6 +462,91 @@ fn a_pods_kill_is_named_and_counted_by_pod_and_container_across_a_replaced_conta
     );
 }
 
+/// kubelet's systemd cgroup driver (kubeadm's default since 1.22, and the
+/// one for cgroup v2) names a pod's cgroup after its uid with `_` for `-`,
+/// in slices, and a container's after its runtime and id, in a scope. A
+/// live kill there, and `top`'s row of a process there, are named by pod
+/// and container as under the cgroupfs driver. Both cgroup versions.
+#[test]
+fn a_pod_under_the_systemd_drivers_slices_is_named_by_pod_and_container() {
+    let Some(sc) = Scenario::new() else {
+        return;
+    };
+    let store = sc.store.clone();
+    let host = tempfile::tempdir().unwrap();
+    let host_root = host.path().to_str().unwrap();
+    let uid = format!("{:08x}-7a2b-4c6d-8e9f-0a1b2c3d4e5f", std::process::id());
+    let top = format!("tracer-e2e-sdpod-{}", std::process::id());
+    let id = "c3".repeat(32);
+    kubelet_files(host.path(), POD, &uid, 0, &id);
+    let rec = Recorder::on(&store)
+        .args(&["--host-root", host_root])
+        .start();
+    let cg = TestCgroup::in_systemd_pod(&top, &uid, &id, 48 * MIB);
+    let pod_cgroup = format!(
+        "/{top}/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+        uid.replace('-', "_")
+    );
+    assert_eq!(cg.path, format!("{pod_cgroup}/cri-containerd-{id}.scope"));
+    let mut sleeper = cg.command("sleep");
+    sleeper.arg("120");
+    let sleeper = Proc::spawn(sleeper);
+    let rows = tracer(&[
+        "top",
+        "--once",
+        "--json",
+        "--store",
+        "/nonexistent/t.db",
+        "--host-root",
+        host_root,
+    ]);
+    let rows = String::from_utf8_lossy(&rows.stdout);
+    let row = rows
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|r| r["pid"] == sleeper.pid())
+        .unwrap_or_else(|| panic!("no row of pid {}: {rows}", sleeper.pid()));
+    assert_eq!(
+        row["container"],
+        format!("ml-team/trainer-0/worker (containerd {})", &id[..12]),
+        "{row}"
+    );
+    drop(sleeper);
+    oom_kill_in(&cg);
+    rec.stop();
+    let all = tracer_json(&[
+        "explain",
+        "--store",
+        store.to_str().unwrap(),
+        "--all",
+        "--format",
+        "json",
+    ]);
+    // The sleeper's SIGKILL (ended by the test) and the OOM kill.
+    let kills: Vec<&serde_json::Value> = all
+        .as_array()
+        .unwrap_or_else(|| panic!("{all}"))
+        .iter()
+        .filter(|e| e["kill"]["victim"]["memcg"] == cg.path.as_str())
+        .collect();
+    let comms: Vec<&str> = kills
+        .iter()
+        .filter_map(|e| e["kill"]["victim"]["comm"].as_str())
+        .collect();
+    assert!(comms.contains(&"memhog"), "{all:#}");
+    for e in kills {
+        let o = &e["kill"]["victim"]["owner"];
+        assert_eq!(o["kube"]["namespace"], "ml-team", "{o}");
+        assert_eq!(o["kube"]["pod"], "trainer-0", "{o}");
+        assert_eq!(o["kube"]["container"], "worker", "{o}");
+        assert_eq!(o["container_id"], id.as_str(), "{o}");
+        assert_eq!(o["runtime"], "containerd", "{o}");
+        // The slice's `_` are the uid's `-` again.
+        assert_eq!(o["pod_uid"], uid.as_str(), "{o}");
+        assert_eq!(o["qos"], "Burstable", "{o}");
+    }
+}
+
 /// Runs `tracer record` with `extra`; it must fail within 60 s.
 fn record_fails(extra: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();

@@ -130,6 +130,12 @@ impl Suite {
                         "v2_only_a_cgroup_over_memory_high_arms_growth",
                     ],
                 ),
+                // kubelet's systemd driver's slices, the layout of a
+                // Kubernetes node on cgroup v2.
+                (
+                    "metrics",
+                    &["a_pod_under_the_systemd_drivers_slices_is_named_by_pod_and_container"],
+                ),
                 // Not v2_only_memory_high_throttling_is_warned_by_psi_before_the_kill:
                 // its throttled grower takes 294 s under emulation on 7.3,
                 // and did not finish within the guest's 900 s on 6.12
