@@ -119,12 +119,26 @@ fn build_release() -> anyhow::Result<Bins> {
         "tracer-e2e",
         "--bins",
     ]))?;
+    release_bins()
+}
+
+/// The release binaries as they are; an error naming the first missing.
+fn release_bins() -> anyhow::Result<Bins> {
     let dir = root().join("target/release");
-    Ok(Bins {
+    let bins = Bins {
         tracer: dir.join("tracer"),
         memhog: dir.join("memhog"),
         killstorm: dir.join("killstorm"),
-    })
+    };
+    for b in [&bins.tracer, &bins.memhog, &bins.killstorm] {
+        if !b.exists() {
+            bail!(
+                "{} is missing: build the release binaries first",
+                b.display()
+            );
+        }
+    }
+    Ok(bins)
 }
 
 /// The release memhog alone (the artifacts' checks OOM-kill it).

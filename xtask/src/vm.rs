@@ -51,10 +51,23 @@ pub struct Options {
     /// Seconds a guest may run, boot included.
     #[arg(long, default_value_t = 900)]
     timeout: u64,
+    /// Run the kill-latency and idle benchmarks in the guest instead of
+    /// tests (release binaries built here): figures to compare guest
+    /// against guest, never against the host.
+    #[arg(long, conflicts_with_all = ["suite", "filter"])]
+    bench: bool,
     /// Test name filters, as `cargo test` takes them (any matches).
     #[arg(last = true)]
     filter: Vec<String>,
 }
+
+/// The benchmarks a `--bench` guest runs (`cargo xtask bench` arguments):
+/// kill to durable row, and the idle recorder beside bpftrace, shortened
+/// (emulation runs some twenty times slower).
+const GUEST_BENCHES: &[&[&str]] = &[
+    &["--only", "latency"],
+    &["--only", "idle", "--idle-secs", "30"],
+];
 
 /// The memory controller's hierarchy in the guest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -240,7 +253,12 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
         vec![(opts.kernel.clone(), opts.cgroup)]
     };
     tools()?;
-    let plan = build_plan(opts.suite, &opts.filter)?;
+    let plan = if opts.bench {
+        crate::build_release()?;
+        Vec::new()
+    } else {
+        build_plan(opts.suite, &opts.filter)?
+    };
     let mut table = Vec::new();
     for (kernel, cgroup) in &runs {
         let verdict = match fetch(kernel)? {
@@ -534,6 +552,20 @@ fn guest(
         plan_text.push('\n');
     }
     fs::write(out.join("plan"), plan_text)?;
+    if opts.bench {
+        let xtask = std::env::current_exe().context("this program's path")?;
+        let lines: Vec<String> = GUEST_BENCHES
+            .iter()
+            .map(|args| {
+                format!(
+                    "{}\tbench\t--prebuilt\t{}",
+                    xtask.display(),
+                    args.join("\t")
+                )
+            })
+            .collect();
+        fs::write(out.join("bench"), lines.join("\n") + "\n")?;
+    }
     let script = root().join("xtask/vm/guest.sh");
     // KVM only with real VT-x/AMD-V; nested paravirtualised hosts (no vmx
     // or svm flag) cannot run a stock kernel under KVM.
@@ -637,6 +669,38 @@ fn guest(
             match matched.iter_mut().find(|(f, _)| f == filter) {
                 Some((_, any)) => *any |= !results.is_empty(),
                 None => matched.push((filter.to_string(), !results.is_empty())),
+            }
+        }
+    }
+    if opts.bench {
+        for (i, args) in GUEST_BENCHES.iter().enumerate() {
+            let md = fs::read_to_string(out.join(format!("bench.{i}.md"))).unwrap_or_default();
+            let exit = fs::read_to_string(out.join(format!("bench.{i}.exit"))).unwrap_or_default();
+            println!("{md}");
+            if exit.trim() == "0" {
+                passed += 1;
+            } else {
+                let log =
+                    fs::read_to_string(out.join(format!("bench.{i}.log"))).unwrap_or_default();
+                for l in log
+                    .lines()
+                    .rev()
+                    .take(FAILURE_LINES)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                {
+                    eprintln!("xtask:     | {l}");
+                }
+                failures.push(format!(
+                    "bench {} exit {}",
+                    args.join(" "),
+                    if exit.is_empty() {
+                        "none (did not finish)"
+                    } else {
+                        exit.trim()
+                    }
+                ));
             }
         }
     }

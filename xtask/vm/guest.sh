@@ -2,7 +2,8 @@
 # Runs inside a `cargo xtask vm-test` guest, as root: sets up the memory
 # controller as asked, runs `tracer doctor`, then each test binary of
 # OUT/plan (one per line: path, then tab-separated name filters) with
-# CI=true, writing BINARY.log into OUT for the host to read.
+# CI=true, writing BINARY.log into OUT for the host to read; then the
+# benchmarks of OUT/bench, if any.
 #
 #   guest.sh v2|v1 OUT BINDIR
 MODE=$1; OUT=$2; BIN=$3
@@ -52,4 +53,18 @@ while IFS=$'\t' read -r -a line; do
     i=$((i + 1))
   done
 done < "$OUT/plan"
+# Benchmarks (`vm-test --bench`): one command per line, tab-separated; the
+# figures (stdout) to BENCH.N.md, the rest to BENCH.N.log, the exit code to
+# BENCH.N.exit.
+if [ -r "$OUT/bench" ]; then
+  i=0
+  while IFS=$'\t' read -r -a cmd; do
+    start=$(date +%s)
+    "${cmd[@]}" > "$OUT/bench.$i.md" 2> "$OUT/bench.$i.log"
+    rc=$?
+    echo "$rc" > "$OUT/bench.$i.exit"
+    echo "bench ${cmd[*]:1} exit $rc in $(( $(date +%s) - start )) s"
+    i=$((i + 1))
+  done < "$OUT/bench"
+fi
 echo "guest: done"

@@ -60,13 +60,21 @@ pub struct Options {
     /// MiB the growth benchmark's page-touch workload faults in per round.
     #[arg(long, default_value_t = 2048)]
     pub growth_mib: u64,
+    /// Use the release binaries as they are: no setup, no build (a
+    /// `vm-test --bench` guest, whose file system is read-only).
+    #[arg(long, hide = true)]
+    pub prebuilt: bool,
 }
 
 /// Runs the benchmarks and prints the figures.
 pub fn run(opts: Options) -> anyhow::Result<()> {
-    crate::setup::run()?;
-    crate::setup::bench_peers()?;
-    let bins = crate::build_release()?;
+    let bins = if opts.prebuilt {
+        crate::release_bins()?
+    } else {
+        crate::setup::run()?;
+        crate::setup::bench_peers()?;
+        crate::build_release()?
+    };
     if !crate::is_root() {
         bail!("the benchmarks load eBPF programs and make cgroups: run them as root");
     }
@@ -365,57 +373,84 @@ fn start_bpftrace() -> anyhow::Result<Child> {
     let script = "tracepoint:oom:mark_victim { printf(\"oom %d\\n\", args->pid); } \
                   tracepoint:sched:sched_process_exit { @exits = count(); } \
                   tracepoint:signal:signal_generate /args->sig == 9/ { printf(\"kill %d\\n\", args->pid); }";
+    // Its messages go to a file, read only to say why it did not start.
+    let mut err_file = tempfile::tempfile()?;
     let mut child = Command::new("bpftrace")
         .args(["-e", script])
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(err_file.try_clone()?)
         .spawn()
         .context("start bpftrace")?;
     let out = child.stdout.take().context("bpftrace stdout")?;
     let mut line = String::new();
     BufReader::new(out).read_line(&mut line)?;
     if !line.contains("Attaching") {
-        bail!("bpftrace did not start: {line}");
+        let _ = child.kill();
+        let _ = child.wait();
+        let mut err = String::new();
+        std::io::Seek::rewind(&mut err_file)?;
+        std::io::Read::read_to_string(&mut std::io::Read::take(err_file, 4096), &mut err)?;
+        let why = err
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or(line.trim());
+        bail!("bpftrace did not start: {why}");
     }
     Ok(child)
 }
 
-/// Idle cost of the recorder, beside bpftrace on the same hooks.
+/// Idle cost of the recorder, beside bpftrace on the same hooks (or alone,
+/// saying why, where bpftrace cannot run: an old kernel in a guest).
 fn idle_cost(bins: &crate::Bins, secs: u64) -> anyhow::Result<String> {
     let dir = tempfile::tempdir()?;
     let rec = Recorder::on(&dir.path().join("idle.db"))
         .bin(&bins.tracer)
         .quiet()
         .start();
-    let mut peer = start_bpftrace()?;
+    let mut peer = start_bpftrace();
     thread::sleep(Duration::from_secs(2));
     let (ours0, _, _) = usage(rec.pid())?;
-    let (peer0, _, _) = usage(peer.id())?;
+    let peer0 = match &peer {
+        Ok(p) => Some(usage(p.id())?.0),
+        Err(_) => None,
+    };
     let t0 = Instant::now();
     thread::sleep(Duration::from_secs(secs));
     let wall = t0.elapsed().as_secs_f64();
     let (ours1, ours_rss, ours_hwm) = usage(rec.pid())?;
-    let (peer1, peer_rss, _) = usage(peer.id())?;
-    tracer_e2e::interrupt(&mut peer, Duration::from_secs(10));
+    let peer_row = match (&mut peer, peer0) {
+        (Ok(p), Some(peer0)) => {
+            let (peer1, peer_rss, _) = usage(p.id())?;
+            tracer_e2e::interrupt(p, Duration::from_secs(10));
+            Some(((peer1 - peer0) / wall * 100.0, peer_rss))
+        }
+        _ => None,
+    };
     rec.stop();
     let ours_cpu = (ours1 - ours0) / wall * 100.0;
-    let peer_cpu = (peer1 - peer0) / wall * 100.0;
+    let peer_rows = match (peer_row, &peer) {
+        (Some((peer_cpu, peer_rss)), _) => format!(
+            "| bpftrace | {peer_cpu:.2} % | {:.1} MiB | |\n\
+             | ratio tracer / bpftrace | {:.2} | {:.2} | |\n",
+            peer_rss as f64 / 1024.0,
+            if peer_cpu > 0.0 {
+                ours_cpu / peer_cpu
+            } else {
+                f64::NAN
+            },
+            ours_rss as f64 / peer_rss.max(1) as f64,
+        ),
+        (None, Err(e)) => format!("| bpftrace | not run: {e:#} | | |\n"),
+        (None, Ok(_)) => String::new(),
+    };
     Ok(format!(
         "### Recorder idle cost over {secs} s (side by side with bpftrace on the same hooks)\n\n\
          | | CPU (% of a core) | RSS | peak RSS |\n|---|---|---|---|\n\
          | tracer record | {ours_cpu:.2} % | {:.1} MiB | {:.1} MiB |\n\
-         | bpftrace | {peer_cpu:.2} % | {:.1} MiB | |\n\
-         | ratio tracer / bpftrace | {:.2} | {:.2} | |\n\n\
+         {peer_rows}\n\
          Targets: CPU under 1 % of a core, RSS under 50 MiB.\n",
         ours_rss as f64 / 1024.0,
         ours_hwm as f64 / 1024.0,
-        peer_rss as f64 / 1024.0,
-        if peer_cpu > 0.0 {
-            ours_cpu / peer_cpu
-        } else {
-            f64::NAN
-        },
-        ours_rss as f64 / peer_rss.max(1) as f64,
     ))
 }
 
