@@ -97,6 +97,13 @@ pub(super) fn said_out_of_memory(before: &str) -> bool {
     b.contains("out of memory")
 }
 
+/// The trigger's name of a header whose figures a paste cut off
+/// (`mysqld invoked oom-killer`): one word, at most a task name long.
+pub(crate) fn header_alone(text: &str) -> Option<&str> {
+    text.strip_suffix(" invoked oom-killer")
+        .filter(|c| !c.is_empty() && c.len() <= 16 && !c.contains(' '))
+}
+
 /// `[Memory cgroup out of memory: |Out of memory: ]Killed process 3129
 /// (python3) total-vm:75160kB, anon-rss:65152kB, file-rss:2648kB,
 /// shmem-rss:0kB, UID:0 pgtables:188kB oom_score_adj:0`
@@ -118,7 +125,9 @@ pub(super) fn parse_killed(text: &str) -> Option<KilledProcess> {
         .find("Killed process ")
         .or_else(|| text.find("OOM killed process ").map(|i| i + 4))?;
     let rest = &text[at + "Killed process ".len()..];
-    let (pid, rest) = rest.split_once(' ')?;
+    // A paste that aligned columns may put more than one space before the
+    // pid (`Killed process  532 (kodi.bin)`).
+    let (pid, rest) = rest.trim_start().split_once(' ')?;
     // RHEL 6 and older: `Killed process 29591, UID 500, (python2.7) ...`.
     let mut uid = None;
     let mut rest = rest.trim_start();

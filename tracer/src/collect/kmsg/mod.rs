@@ -17,8 +17,8 @@ mod tests;
 mod xid;
 
 pub use device::{measure_clock_skew, open, read_all, read_all_reports, read_record};
-pub(crate) use lines::parse_summary;
 use lines::*;
+pub(crate) use lines::{header_alone, parse_summary};
 pub use xid::{Xid, parse_xid, pci_key};
 
 use serde::{Deserialize, Serialize};
@@ -547,7 +547,12 @@ impl Assembler {
         if self.group.is_some() && parse_killed(text).is_none() {
             self.group = None;
         }
-        if let Some((comm, rest)) = text.split_once(" invoked oom-killer: ") {
+        // A paste may keep the header's start alone (`mysqld invoked
+        // oom-killer`, its figures cut by whoever pasted it).
+        let header = text
+            .split_once(" invoked oom-killer: ")
+            .or_else(|| header_alone(text).map(|c| (c, "")));
+        if let Some((comm, rest)) = header {
             let pending = self.flush_chosen();
             *self = self.reset(None);
             self.started_us = Some(rec.ts_us);

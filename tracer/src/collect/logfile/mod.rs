@@ -372,7 +372,11 @@ fn feed(hosts: &mut HashMap<Option<String>, HostLog>, log: &mut SavedLog, mut l:
         *w -= (days_from_civil(y, m, d) - days_from_civil(y - 1, m, d)) * 86_400_000_000_000;
         l.year_guess = Some((y - 1, m, d));
     }
-    h.guessed = (l.year_guess.map(|(y, _, _)| y), l.zone_guessed);
+    // A line without a time (`dmesg -H`'s offsets, bare text) is at the
+    // time before it, and so is its guess.
+    if l.mono_us.is_some() || l.wall_ns.is_some() {
+        h.guessed = (l.year_guess.map(|(y, _, _)| y), l.zone_guessed);
+    }
     // The report's stamps: monotonic when the line has one (then the wall
     // time, when also given, fixes the host's offset), else the wall time
     // itself (offset 0).

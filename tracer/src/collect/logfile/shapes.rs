@@ -71,12 +71,18 @@ pub fn parse_line(line: &str, year: i64) -> Option<LogLine> {
                 text: rest.strip_prefix(' ').unwrap_or(rest).to_string(),
             });
         }
-        return None;
+        return human(stamp, rest.strip_prefix(' ').unwrap_or(rest), year);
     }
     // journalctl short-iso / short-precise-iso, RFC 3339 syslog
     // (`2025-03-03T10:00:00+0000 host kernel: text`), and `dmesg
     // --time-format iso` (no host: `2025-03-03T10:00:00,123456+00:00 text`).
     if line.as_bytes().first().is_some_and(u8::is_ascii_digit) {
+        // dmesg's stamp that lost its `[` in a paste (`95327.384563] text`).
+        if let Some((stamp, _)) = line.split_once("] ")
+            && seconds_us(stamp).is_some()
+        {
+            return parse_line(&format!("[{line}"), year);
+        }
         let (stamp, rest) = line.split_once(' ')?;
         let wall_ns = iso(stamp)?;
         let rest = rest.trim_start();
@@ -134,6 +140,42 @@ pub fn parse_line(line: &str, year: i64) -> Option<LogLine> {
         }
     };
     l.year_guess = year_guess.filter(|_| wall_ns.is_some());
+    l.zone_guessed = true;
+    Some(l)
+}
+
+/// `dmesg -H` (`--human`): the first message of a minute at its wall time
+/// without a year (`[Oct28 16:58]`), the others at their offset from the
+/// message before (`[  +0.000082]`), read as untimed (they stay at the
+/// time before them, which is within a second of theirs).
+fn human(stamp: &str, text: &str, year: i64) -> Option<LogLine> {
+    let mut l = LogLine {
+        host: None,
+        mono_us: None,
+        wall_ns: None,
+        kernel: true,
+        unreadable: false,
+        untimed: true,
+        program: None,
+        year_guess: None,
+        zone_guessed: false,
+        text: text.to_string(),
+    };
+    if let Some(delta) = stamp.trim_start().strip_prefix('+') {
+        seconds_us(delta)?;
+        return Some(l);
+    }
+    let [month_day, clock] = stamp.split_whitespace().collect::<Vec<_>>()[..] else {
+        return None;
+    };
+    let split = month_day.find(|c: char| c.is_ascii_digit())?;
+    let (mon, day) = month_day.split_at(split);
+    let (mon, day) = (month(mon)?, day.parse::<i64>().ok()?);
+    let t = hms_shaped(&format!("{clock}:00"))?;
+    l.wall_ns = t.and_then(|t| wall((year, mon, day), t, 0, 0));
+    l.untimed = false;
+    l.unreadable = l.wall_ns.is_none();
+    l.year_guess = l.wall_ns.map(|_| (year, mon, day));
     l.zone_guessed = true;
     Some(l)
 }
@@ -508,6 +550,7 @@ pub(super) const KERNEL_STARTS: &[&str] = &[
 pub(super) fn bare_kernel(text: &str) -> bool {
     KERNEL_STARTS.iter().any(|k| text.starts_with(k))
         || text.contains(" invoked oom-killer: ")
+        || crate::collect::kmsg::header_alone(text).is_some()
         || is_task_row(text)
 }
 

@@ -359,6 +359,50 @@ fn a_report_from_each_shape_of_log() {
     }
 }
 
+/// `dmesg -H`: a minute's first message at its wall time without a year,
+/// the rest at their offsets from the one before (the shape of
+/// tests/fixtures/real-logs/hr-07); a stamp that lost its `[` in a quote
+/// (hr-27); a pid after two spaces (hr-22); a header whose figures a
+/// paste cut off (hr-12).
+#[test]
+fn human_stamps_and_damaged_lines() {
+    let log = "[Oct28 16:58] mysqld invoked oom-killer: gfp_mask=0x14200ca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0\n\
+               [  +0.000082] Out of memory: Kill process 16556 (mysqld) score 1663 or sacrifice child\n\
+               [  +0.000003] Killed process 16556 (mysqld) total-vm:16816660kB, anon-rss:4469476kB, file-rss:0kB, shmem-rss:0kB\n";
+    let found = read_log(log.as_bytes(), 2025).unwrap();
+    let r = &found.reports[0];
+    assert_eq!(r.report.killed.pid, 16556);
+    assert_eq!(r.report.trigger_comm.as_deref(), Some("mysqld"));
+    let wall = r.report.ts_us as i64 * 1000 + r.mono_to_wall_ns.unwrap();
+    assert_eq!(
+        wall,
+        super::wall((2025, 10, 28), (16, 58, 0), 0, 0).unwrap()
+    );
+    assert_eq!(r.guessed.0, Some(2025));
+
+    let l = parse_pasted("> 95327.384563] Out of memory: Kill process 1 (x)", 2025).unwrap();
+    assert_eq!(l.mono_us, Some(95_327_384_563));
+    assert_eq!(l.text, "Out of memory: Kill process 1 (x)");
+    // Not a stamp: no `[` is put before it.
+    assert_eq!(parse_pasted("95327.384563 Out of memory", 2025), None);
+
+    let log = "Jul 22 19:16:26 kodi kernel: Out of memory: Killed process  532 (kodi.bin) total-vm:1561568kB, anon-rss:397140kB, file-rss:112348kB, shmem-rss:0kB\n";
+    let found = read_log(log.as_bytes(), 2025).unwrap();
+    assert_eq!(found.reports[0].report.killed.pid, 532);
+    assert_eq!(found.reports[0].report.killed.comm, "kodi.bin");
+
+    let log = "kernel: mysqld invoked oom-killer\nkernel: Out of memory: Killed process 14612 (mysqld) total-vm:106961224kB, anon-rss:104949800kB\n";
+    let found = read_log(log.as_bytes(), 2025).unwrap();
+    assert_eq!(
+        found.reports[0].report.trigger_comm.as_deref(),
+        Some("mysqld")
+    );
+    // Prose is no header.
+    let log = "the job invoked oom-killer\nkernel: Out of memory: Killed process 14612 (mysqld) total-vm:1kB\n";
+    let found = read_log(log.as_bytes(), 2025).unwrap();
+    assert_eq!(found.reports[0].report.trigger_comm, None);
+}
+
 /// Wraps `line` at `width` columns the way mail clients do: at a space
 /// when there is one, else hard.
 fn wrap(line: &str, width: usize) -> Vec<String> {
