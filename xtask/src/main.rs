@@ -106,6 +106,8 @@ pub struct Bins {
     pub memhog: PathBuf,
     /// target/release/killstorm.
     pub killstorm: PathBuf,
+    /// target/release/oomstorm.
+    pub oomstorm: PathBuf,
 }
 
 fn build_release() -> anyhow::Result<Bins> {
@@ -129,8 +131,9 @@ fn release_bins() -> anyhow::Result<Bins> {
         tracer: dir.join("tracer"),
         memhog: dir.join("memhog"),
         killstorm: dir.join("killstorm"),
+        oomstorm: dir.join("oomstorm"),
     };
-    for b in [&bins.tracer, &bins.memhog, &bins.killstorm] {
+    for b in [&bins.tracer, &bins.memhog, &bins.killstorm, &bins.oomstorm] {
         if !b.exists() {
             bail!(
                 "{} is missing: build the release binaries first",

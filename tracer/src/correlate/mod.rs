@@ -724,6 +724,17 @@ pub fn kill_from_report(
         ..Default::default()
     });
     merge_report(&mut rec, report, None, model);
+    // A kill within a cgroup's limit is never of a task in the root memory
+    // cgroup, which has none: a model that says so read the task while it
+    // was torn down (its cgroup gone, /proc saying `/`).
+    if report.killed.memcg
+        && rec.victim.memcg.as_deref() == Some("/")
+        && rec.victim.memcg_source == Some(MemcgSource::Model)
+    {
+        rec.victim.memcg = None;
+        rec.victim.memcg_source = None;
+        rec.victim.owner = None;
+    }
     rec.gaps.push(Gap::Note("found in the kernel log only: no lead-up samples, process details from the kernel's report".into()));
     rec
 }

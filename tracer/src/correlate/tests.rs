@@ -185,3 +185,22 @@ fn a_rate_limited_or_cut_report_says_what_is_missing_and_stale() {
         "{gaps:?}"
     );
 }
+
+#[test]
+fn a_memcg_kill_from_the_log_is_never_placed_in_the_root_by_the_model() {
+    use crate::correlate::fixtures::{CLOCK, report};
+    // Only the kill line (a rate-limited header): no cgroup from the kernel.
+    let mut r = report(4242, "/storm", 5_000_000);
+    r.summary = None;
+    r.task_in = None;
+    assert!(r.killed.memcg && r.task_memcg().is_none());
+    // The model read the task while it was torn down: `/`. The root has no
+    // limit to be killed within.
+    let model = model_with(&[(4242, "oomstorm", "/")]);
+    let rec = kill_from_report(&r, &CLOCK, Some(&model));
+    assert_eq!(rec.victim.memcg, None, "{rec:?}");
+    // A cgroup of its own stands.
+    let model = model_with(&[(4242, "oomstorm", "/job")]);
+    let rec = kill_from_report(&r, &CLOCK, Some(&model));
+    assert_eq!(rec.victim.memcg.as_deref(), Some("/job"));
+}

@@ -21,6 +21,7 @@ mod busy;
 mod cuda;
 mod growth;
 mod heap;
+mod oomstorm;
 mod python;
 
 use cuda::*;
@@ -46,7 +47,7 @@ pub struct Options {
     #[arg(long, default_value_t = 1000)]
     pub churn_rate: u64,
     /// Run only one benchmark.
-    #[arg(long, value_parser = ["latency", "load", "busy", "cuda-scan", "idle", "churn", "nvml", "cuda", "cuda-real", "usdt", "heap", "growth", "arming", "python", "scrape"])]
+    #[arg(long, value_parser = ["latency", "load", "busy", "oomstorm", "cuda-scan", "idle", "churn", "nvml", "cuda", "cuda-real", "usdt", "heap", "growth", "arming", "python", "scrape"])]
     pub only: Option<String>,
     /// cudaMalloc/cudaFree pairs per measured loop of the CUDA benchmark.
     #[arg(long, default_value_t = 100_000)]
@@ -88,6 +89,9 @@ pub fn run(opts: Options) -> anyhow::Result<()> {
     }
     if want("busy") {
         println!("{}", busy::busy(&bins, opts.kills)?);
+    }
+    if want("oomstorm") {
+        println!("{}", oomstorm::oom_storm(&bins, 15)?);
     }
     if want("cuda-scan") {
         println!("{}", kill_latency_during_cuda_scans(&bins, opts.kills)?);
