@@ -236,6 +236,10 @@ pub struct OomReport {
     /// (printk cuts a record at about 1 KiB: a long cgroup path does it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary_cut: Option<usize>,
+    /// The constraint a cut summary line still says (`oom-kill:constraint=
+    /// CONSTRAINT_CPUSET,...` with its task and pid cut off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_constraint: Option<String>,
     /// Rows of the `Tasks state` table left out: a table of more than
     /// [`MAX_TASK_ROWS`] keeps its largest tasks and those the kernel
     /// prefers to kill (a node of 100,000 processes prints them all).
@@ -266,7 +270,10 @@ impl OomReport {
     /// `Task in` line or the kill line (or the line of the kernel's choice
     /// before it); None for a bare `Killed process` line alone.
     pub fn known_constraint(&self) -> Option<&str> {
-        (self.summary.is_some() || self.task_in.is_some() || !self.killed.bare)
+        (self.summary.is_some()
+            || self.task_in.is_some()
+            || self.cut_constraint.is_some()
+            || !self.killed.bare)
             .then(|| self.constraint())
     }
 
@@ -274,6 +281,7 @@ impl OomReport {
     pub fn constraint(&self) -> &str {
         match &self.summary {
             Some(s) => &s.constraint,
+            None if let Some(c) = &self.cut_constraint => c,
             None if self.killed.memcg || self.task_in.is_some() => "CONSTRAINT_MEMCG",
             None => "CONSTRAINT_NONE",
         }
@@ -371,6 +379,13 @@ pub struct Assembler {
     columns: Vec<String>,
     /// A `memory.oom.group` kill under way: its cgroup and when it began.
     group: Option<(String, u64)>,
+    /// The kill that began it, as its kill line said it: (pid, a memcg
+    /// kill, no constraint said). The kernel kills that task again with
+    /// the group, and prints it again; kernels before 4.19 print the
+    /// members' kill lines without the constraint, which is the first's.
+    group_first: Option<(u32, bool, bool)>,
+    /// The last kill line's (pid, memcg, bare), for the group it may begin.
+    last_killed: Option<(u32, bool, bool)>,
     /// Kernels before 5.0 name a memcg kill on the line before the kill
     /// line (`Memory cgroup out of memory: Kill process N ... or sacrifice
     /// child`), not on the kill line itself.
@@ -394,6 +409,8 @@ impl Default for Assembler {
             section: Section::None,
             columns: Vec::new(),
             group: None,
+            group_first: None,
+            last_killed: None,
             memcg_kill: false,
             saved: false,
             chosen: None,
@@ -493,7 +510,9 @@ impl Assembler {
     /// A fresh assembler of the same kind, with `group` under way.
     fn reset(&self, group: Option<(String, u64)>) -> Self {
         Self {
+            group_first: self.group_first.filter(|_| group.is_some()),
             group,
+            last_killed: self.last_killed,
             saved: self.saved,
             ..Self::default()
         }
@@ -526,6 +545,7 @@ impl Assembler {
         }
         if let Some(cgroup) = parse_oom_group(text) {
             self.group = Some((cgroup.to_string(), rec.ts_us));
+            self.group_first = self.last_killed;
             return Some(KmsgEvent::OomGroup(OomGroup {
                 ts_us: rec.ts_us,
                 cgroup: cgroup.to_string(),
@@ -572,11 +592,24 @@ impl Assembler {
                 k.bare = false;
             }
             k.memcg |= self.memcg_kill;
-            let mut report = self.close(k, rec.ts_us);
             let group = self
                 .group
                 .take()
                 .filter(|(_, at)| rec.ts_us.saturating_sub(*at) <= GROUP_SPAN_US);
+            if group.is_some()
+                && let Some((pid, memcg, bare)) = self.group_first
+            {
+                // The task that began the incident, killed again with its
+                // group: the same kill.
+                if pid == k.pid {
+                    self.group = group;
+                    return None;
+                }
+                k.memcg |= memcg;
+                k.bare &= bare;
+            }
+            self.last_killed = Some((k.pid, k.memcg, k.bare));
+            let mut report = self.close(k, rec.ts_us);
             report.oom_group = group.as_ref().map(|(g, _)| g.clone());
             *self = self.reset(group);
             return Some(KmsgEvent::Report(Box::new(report)));
@@ -603,10 +636,20 @@ impl Assembler {
             self.current.summary = parse_summary(s);
             if self.current.summary.is_none() {
                 self.current.summary_cut = Some(text.len());
+                self.current.cut_constraint = s
+                    .strip_prefix("constraint=")
+                    .and_then(|r| r.split(',').next())
+                    .filter(|c| c.starts_with("CONSTRAINT_") && c.len() > "CONSTRAINT_".len())
+                    .map(String::from);
             }
             self.section = Section::None;
         } else if text.starts_with("CPU: ") && self.current.trigger_pid.is_none() {
             self.current.trigger_pid = word_after(text, "PID: ").and_then(|v| v.parse().ok());
+            // Its name too, where the header that names it is not in a
+            // saved log.
+            if self.current.trigger_comm.is_none() {
+                self.current.trigger_comm = word_after(text, "Comm: ").map(String::from);
+            }
         } else if let Some(c) = text.strip_prefix("memory: ") {
             self.current.memory = parse_counter(c);
         } else if let Some(c) = text

@@ -262,8 +262,55 @@ pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<SavedLog> {
             });
         }
     }
+    one_of_each(&mut log.reports);
     log.shape = shape;
     Ok(log)
+}
+
+/// Keeps one report of a kill a paste holds twice (a quoted copy of the
+/// kill line beside the console's log, a summary above the whole report):
+/// the same victim on the same host with the same figures is one kill, as
+/// the kernel kills a process once (a `memory.oom.group` kill's second
+/// line of its first victim is left out when read). The copy with a time
+/// stays, else the first.
+fn one_of_each(reports: &mut Vec<LogReport>) {
+    type Key = (Option<String>, u32, String, u64, Option<u64>);
+    let key = |r: &LogReport| -> Option<Key> {
+        let k = &r.report.killed;
+        Some((
+            r.host.clone(),
+            k.pid,
+            k.comm.clone(),
+            k.total_vm_kb?,
+            k.anon_rss_kb,
+        ))
+    };
+    let mut first: HashMap<Key, usize> = HashMap::new();
+    let mut gone = vec![false; reports.len()];
+    for i in 0..reports.len() {
+        let Some(k) = key(&reports[i]) else {
+            continue;
+        };
+        match first.get(&k) {
+            None => {
+                first.insert(k, i);
+            }
+            Some(&j) => {
+                let later_timed = reports[j].untimed && !reports[i].untimed;
+                if later_timed {
+                    gone[j] = true;
+                    first.insert(k, i);
+                } else {
+                    gone[i] = true;
+                }
+            }
+        }
+    }
+    let mut i = 0;
+    reports.retain(|_| {
+        i += 1;
+        !gone[i - 1]
+    });
 }
 
 /// A journal entry's header in `journalctl -o verbose`: `Thu 2023-02-02

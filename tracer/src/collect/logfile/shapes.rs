@@ -552,6 +552,8 @@ pub(super) fn bare_kernel(text: &str) -> bool {
         || text.contains(" invoked oom-killer: ")
         || crate::collect::kmsg::header_alone(text).is_some()
         || is_task_row(text)
+        // The stack dump's first line, which names the trigger's pid.
+        || (text.starts_with("CPU: ") && text.contains(" PID: ") && text.contains(" Comm: "))
 }
 
 /// `[  1234]     0  1234 ...`: a row of the `Tasks state` table.

@@ -403,6 +403,69 @@ fn human_stamps_and_damaged_lines() {
     assert_eq!(found.reports[0].report.trigger_comm, None);
 }
 
+/// Shapes of the fifth held-out set (tests/fixtures/real-logs/hs-*):
+/// printk's caller id (hs-15), a `memory.oom.group` kill of a kernel
+/// before 4.19 (hs-13), a summary cut before its task (hs-12), a quoted
+/// and indented `CPU:` line (hs-10), one kill pasted twice (hs-18).
+#[test]
+fn caller_ids_old_group_kills_cut_summaries_and_copies() {
+    let one = |log: &str| read_log(log.as_bytes(), 2025).unwrap().reports;
+    let r = one(
+        "[   49.921978][ T6736] leaker invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0\n\
+                 [   50.052086][ T6736] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/leaker,task_memcg=/leaker,task=leaker,pid=6736,uid=0\n\
+                 [   50.052090][ T6736] Memory cgroup out of memory: Killed process 6736 (leaker) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB\n",
+    );
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].report.trigger_comm.as_deref(), Some("leaker"));
+    assert_eq!(r[0].report.task_memcg(), Some("/leaker"));
+
+    let r = one(
+        "[   52.835327] Out of memory: Kill process 1221 (allocate) score 241 or sacrifice child\n\
+                 [   52.836625] Killed process 1221 (allocate) total-vm:2257144kB, anon-rss:2009128kB, file-rss:4kB, shmem-rss:0kB\n\
+                 [   52.841431] Tasks in /A1 are going to be killed due to memory.oom.group set\n\
+                 [   52.869439] Killed process 1217 (allocate) total-vm:2052344kB, anon-rss:1704036kB, file-rss:0kB, shmem-rss:0kB\n\
+                 [   52.903770] Killed process 1221 (allocate) total-vm:2257144kB, anon-rss:2009128kB, file-rss:4kB, shmem-rss:0kB\n\
+                 [   52.905574] Killed process 1222 (allocate) total-vm:2257144kB, anon-rss:2063640kB, file-rss:0kB, shmem-rss:0kB\n",
+    );
+    let pids: Vec<u32> = r.iter().map(|r| r.report.killed.pid).collect();
+    assert_eq!(pids, [1221, 1217, 1222]);
+    for r in &r {
+        assert_eq!(
+            r.report.known_constraint(),
+            Some("CONSTRAINT_NONE"),
+            "{r:?}"
+        );
+    }
+    assert_eq!(r[1].report.oom_group.as_deref(), Some("/A1"));
+
+    let r = one(
+        "[ 2787.216534] oom-kill:constraint=CONSTRAINT_CPUSET,nodemask=(null),cpuset=test,mems_allowed=0\n\
+                 [ 2787.216900] Out of memory: Killed process 13432 (mem_on_node1) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB\n",
+    );
+    assert_eq!(r[0].report.known_constraint(), Some("CONSTRAINT_CPUSET"));
+
+    let r = one(
+        ">   runc:[2:INIT] invoked oom-killer: gfp_mask=0x500cc2(GFP_HIGHUSER|__GFP_ACCOUNT), order=0, oom_score_adj=0\n\
+                 >   CPU: 8 PID: 8291 Comm: runc:[2:INIT] Tainted: G        W I E     5.8.2 #1\n\
+                 >   Out of memory: Killed process 4100 (containerd) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB\n",
+    );
+    assert_eq!(r[0].report.trigger_pid, Some(8291));
+
+    // The same kill quoted without a time, then in the console's log.
+    let r = one(
+        ">> Killed process 6410 (syz-executor5) total-vm:37708kB, anon-rss:2128kB, file-rss:0kB, shmem-rss:0kB\n\
+                 > : [   65.996474] Killed process 6410 (syz-executor5) total-vm:37708kB, anon-rss:2128kB, file-rss:0kB, shmem-rss:0kB\n",
+    );
+    assert_eq!(r.len(), 1);
+    assert!(!r[0].untimed);
+    // A pid used again, by another process (other figures): two kills.
+    let r = one(
+        "[ 1.0] Out of memory: Killed process 7 (a) total-vm:10kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB\n\
+                 [ 9.0] Out of memory: Killed process 7 (a) total-vm:20kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB\n",
+    );
+    assert_eq!(r.len(), 2);
+}
+
 /// Wraps `line` at `width` columns the way mail clients do: at a space
 /// when there is one, else hard.
 fn wrap(line: &str, width: usize) -> Vec<String> {

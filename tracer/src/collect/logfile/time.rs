@@ -264,7 +264,25 @@ pub(super) fn seconds_us(s: &str) -> Option<Stamp<u64>> {
 pub(super) fn mono_prefix(s: &str) -> Option<(Stamp<u64>, &str)> {
     let inner = s.strip_prefix('[')?;
     let (stamp, rest) = inner.split_once(']')?;
+    let rest = without_caller(rest);
     Some((seconds_us(stamp)?, rest.strip_prefix(' ').unwrap_or(rest)))
+}
+
+/// What follows printk's caller id, where the kernel adds one after the
+/// stamp (`CONFIG_PRINTK_CALLER`: `[   50.052086][ T6736] text`, a task's
+/// id, or `[ C1]` a CPU's outside a task); `rest` itself otherwise.
+fn without_caller(rest: &str) -> &str {
+    let Some(inner) = rest.strip_prefix('[') else {
+        return rest;
+    };
+    let Some((id, after)) = inner.split_once(']') else {
+        return rest;
+    };
+    let id = id.trim_start();
+    let caller = id
+        .strip_prefix(['T', 'C'])
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    if caller { after } else { rest }
 }
 
 /// `2025-03-03T10:00:00[.123456][Z|+0000|+00:00]` -> wall ns;
