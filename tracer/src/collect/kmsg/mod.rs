@@ -379,13 +379,12 @@ pub struct Assembler {
     columns: Vec<String>,
     /// A `memory.oom.group` kill under way: its cgroup and when it began.
     group: Option<(String, u64)>,
-    /// The kill that began it, as its kill line said it: (pid, a memcg
-    /// kill, no constraint said). The kernel kills that task again with
-    /// the group, and prints it again; kernels before 4.19 print the
-    /// members' kill lines without the constraint, which is the first's.
-    group_first: Option<(u32, bool, bool)>,
-    /// The last kill line's (pid, memcg, bare), for the group it may begin.
-    last_killed: Option<(u32, bool, bool)>,
+    /// The kill that began it, as its kill line said it: (a memcg kill, no
+    /// constraint said). Kernels before 4.19 print the members' kill lines
+    /// without the constraint, which is the first's.
+    group_first: Option<(bool, bool)>,
+    /// The last kill line's (memcg, bare), for the group it may begin.
+    last_killed: Option<(bool, bool)>,
     /// Kernels before 5.0 name a memcg kill on the line before the kill
     /// line (`Memory cgroup out of memory: Kill process N ... or sacrifice
     /// child`), not on the kill line itself.
@@ -596,19 +595,17 @@ impl Assembler {
                 .group
                 .take()
                 .filter(|(_, at)| rec.ts_us.saturating_sub(*at) <= GROUP_SPAN_US);
+            // A member of a group kill under way says the constraint of
+            // the kill that began it. (That kill's task, killed and printed
+            // again with its group, is its own report here: live it joins
+            // the same kill, and a saved log keeps one of the two.)
             if group.is_some()
-                && let Some((pid, memcg, bare)) = self.group_first
+                && let Some((memcg, bare)) = self.group_first
             {
-                // The task that began the incident, killed again with its
-                // group: the same kill.
-                if pid == k.pid {
-                    self.group = group;
-                    return None;
-                }
                 k.memcg |= memcg;
                 k.bare &= bare;
             }
-            self.last_killed = Some((k.pid, k.memcg, k.bare));
+            self.last_killed = Some((k.memcg, k.bare));
             let mut report = self.close(k, rec.ts_us);
             report.oom_group = group.as_ref().map(|(g, _)| g.clone());
             *self = self.reset(group);

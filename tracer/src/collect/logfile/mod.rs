@@ -270,9 +270,9 @@ pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<SavedLog> {
 /// Keeps one report of a kill a paste holds twice (a quoted copy of the
 /// kill line beside the console's log, a summary above the whole report):
 /// the same victim on the same host with the same figures is one kill, as
-/// the kernel kills a process once (a `memory.oom.group` kill's second
-/// line of its first victim is left out when read). The copy with a time
-/// stays, else the first.
+/// the kernel kills a process once (and prints a `memory.oom.group`
+/// kill's first victim again with its group). The copy with a time stays,
+/// else the first, with the group either says.
 fn one_of_each(reports: &mut Vec<LogReport>) {
     type Key = (Option<String>, u32, String, u64, Option<u64>);
     let key = |r: &LogReport| -> Option<Key> {
@@ -296,12 +296,17 @@ fn one_of_each(reports: &mut Vec<LogReport>) {
                 first.insert(k, i);
             }
             Some(&j) => {
-                let later_timed = reports[j].untimed && !reports[i].untimed;
-                if later_timed {
-                    gone[j] = true;
+                let (keep, drop) = if reports[j].untimed && !reports[i].untimed {
                     first.insert(k, i);
+                    (i, j)
                 } else {
-                    gone[i] = true;
+                    (j, i)
+                };
+                gone[drop] = true;
+                // The group kill's second line of its first victim says
+                // the group.
+                if reports[keep].report.oom_group.is_none() {
+                    reports[keep].report.oom_group = reports[drop].report.oom_group.take();
                 }
             }
         }

@@ -436,6 +436,9 @@ fn caller_ids_old_group_kills_cut_summaries_and_copies() {
             "{r:?}"
         );
     }
+    // The first victim's second line (with its group) is the same kill,
+    // and says the group.
+    assert_eq!(r[0].report.oom_group.as_deref(), Some("/A1"));
     assert_eq!(r[1].report.oom_group.as_deref(), Some("/A1"));
 
     let r = one(
