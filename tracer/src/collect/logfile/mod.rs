@@ -194,15 +194,28 @@ pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<SavedLog> {
     let mut held: Option<LogLine> = None;
     let mut may_wrap = false;
     let mut verbose: Option<(u64, i64)> = None;
-    for line in input.split(b'\n') {
-        let line = line?;
+    let mut qp = QuotedPrintable::default();
+    // The lines of the input, and the line a quoted-printable mail's
+    // soft breaks still held at its end.
+    let lines = input.split(b'\n').map(Some).chain(std::iter::once(None));
+    for line in lines {
+        let raw = match line {
+            Some(l) => l?,
+            None => match qp.rest() {
+                Some(rest) => rest.into_bytes(),
+                None => break,
+            },
+        };
         shape.lines += 1;
-        if line.contains(&0) {
+        if raw.contains(&0) {
             shape.binary += 1;
             continue;
         }
-        let line = String::from_utf8_lossy(&line);
-        let line = line.trim_end_matches(['\r', '\n']);
+        let text = String::from_utf8_lossy(&raw);
+        let Some(line) = qp.feed(text.trim_end_matches(['\r', '\n'])) else {
+            continue;
+        };
+        let line: &str = &line;
         // journalctl -o verbose: an entry's stamps on its header line, its
         // message on a `MESSAGE=` line below it.
         if let Some(stamps) = verbose_header(line) {
@@ -316,6 +329,65 @@ fn one_of_each(reports: &mut Vec<LogReport>) {
         i += 1;
         !gone[i - 1]
     });
+}
+
+/// A raw quoted-printable mail (a list archive's `raw` message): `=3D`
+/// for `=`, `=XX` for other bytes, and a line ending in `=` continued on
+/// the next. Off until a line holds `=3D`, which no kernel message does;
+/// a continued line is held up to [`MAX_HELD`] bytes.
+#[derive(Default)]
+struct QuotedPrintable {
+    on: bool,
+    held: String,
+}
+
+/// The most of a quoted-printable line held across soft breaks.
+const MAX_HELD: usize = 64 << 10;
+
+impl QuotedPrintable {
+    /// The line to read for `line`, decoded once the input is known to be
+    /// quoted-printable; `None` while a soft break holds it.
+    fn feed<'a>(&mut self, line: &'a str) -> Option<std::borrow::Cow<'a, str>> {
+        self.on |= line.contains("=3D");
+        if !self.on {
+            return Some(line.into());
+        }
+        if let Some(part) = line.strip_suffix('=')
+            && self.held.len() + part.len() <= MAX_HELD
+        {
+            self.held.push_str(part);
+            return None;
+        }
+        let mut whole = std::mem::take(&mut self.held);
+        whole.push_str(line);
+        Some(decode_qp(&whole).into())
+    }
+
+    /// What a soft break still held at the end of the input.
+    fn rest(&mut self) -> Option<String> {
+        (!self.held.is_empty()).then(|| std::mem::take(&mut self.held))
+    }
+}
+
+/// `=XX` escapes to their bytes; anything else as it is.
+fn decode_qp(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'='
+            && i + 2 < b.len()
+            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A journal entry's header in `journalctl -o verbose`: `Thu 2023-02-02

@@ -585,10 +585,18 @@ pub(super) fn glued_starts(line: &str) -> Vec<usize> {
     let mut out = Vec::new();
     for (i, _) in line.match_indices(' ') {
         let at = i + 1;
-        if at >= b.len() || i == 0 || b[i - 1] == b':' {
+        if at >= b.len() || i == 0 {
             continue;
         }
         let rest = &line[at..];
+        if b[i - 1] == b':' {
+            // node-problem-detector's event (`kubectl get events`: `1
+            // OOMKilling: Memory cgroup out of memory: Kill process ...`).
+            if line[..i].ends_with("OOMKilling:") && STARTS.iter().any(|s| rest.starts_with(s)) {
+                out.push(at);
+            }
+            continue;
+        }
         // After a run of spaces only a kill's message starts (a column of
         // a table: kubectl's events, `OOMKilling ...  Memory cgroup out of
         // memory: Kill process ...`); a stamp there is the same stamp's

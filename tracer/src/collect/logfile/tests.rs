@@ -461,6 +461,30 @@ fn caller_ids_old_group_kills_cut_summaries_and_copies() {
     );
     assert_eq!(r.len(), 1);
     assert!(!r[0].untimed);
+    // node-problem-detector's event before the kernel's choice (hs-03).
+    let r = one(
+        "1 OOMKilling: Memory cgroup out of memory: Kill process 605624 (pause) score 0 or sacrifice child\n\
+                 Killed process 605624 (pause) total-vm:1024kB, anon-rss:4kB, file-rss:0kB, shmem-rss:0kB\n",
+    );
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].report.known_constraint(), Some("CONSTRAINT_MEMCG"));
+    // A raw quoted-printable mail (hs-14): `=3D` and soft breaks.
+    let r = one(
+        "[   71.736596] oom-kill:constraint=3DCONSTRAINT_MEMCG,nodemask=3D(null),cpu=\n\
+                 set=3D/,mems_allowed=3D0-1,oom_memcg=3D/mglru,task_memcg=3D/mglru,task=3Dte=\n\
+                 st.sh,pid=3D7215,uid=3D0\n\
+                 [   71.736600] Memory cgroup out of memory: Killed process 7215 (test.sh) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB\n",
+    );
+    assert_eq!(r[0].report.task_memcg(), Some("/mglru"));
+    assert_eq!(
+        r[0].report.summary.as_ref().map(|s| s.task.as_str()),
+        Some("test.sh")
+    );
+    // Held across a soft break at the very end: still read.
+    let r = one(
+        "mems_allowed=3D0\n[ 1.0] Out of memory: Killed process 8 (b) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0k=\nB\n",
+    );
+    assert_eq!(r.len(), 1);
     // A pid used again, by another process (other figures): two kills.
     let r = one(
         "[ 1.0] Out of memory: Killed process 7 (a) total-vm:10kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB\n\
