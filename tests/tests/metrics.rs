@@ -385,21 +385,7 @@ fn a_pods_kill_is_named_and_counted_by_pod_and_container_across_a_replaced_conta
     let mut sleeper = cg2.command("sleep");
     sleeper.arg("120");
     let sleeper = Proc::spawn(sleeper);
-    let rows = tracer(&[
-        "top",
-        "--once",
-        "--json",
-        "--store",
-        "/nonexistent/t.db",
-        "--host-root",
-        host_root,
-    ]);
-    let rows = String::from_utf8_lossy(&rows.stdout);
-    let row = rows
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|r| r["pid"] == sleeper.pid())
-        .unwrap_or_else(|| panic!("no row of pid {}: {rows}", sleeper.pid()));
+    let row = top_row(host_root, sleeper.pid());
     assert_eq!(
         row["container"],
         format!("ml-team/trainer-0/worker (containerd {})", &id2[..12]),
@@ -491,21 +477,7 @@ fn a_pod_under_the_systemd_drivers_slices_is_named_by_pod_and_container() {
     let mut sleeper = cg.command("sleep");
     sleeper.arg("120");
     let sleeper = Proc::spawn(sleeper);
-    let rows = tracer(&[
-        "top",
-        "--once",
-        "--json",
-        "--store",
-        "/nonexistent/t.db",
-        "--host-root",
-        host_root,
-    ]);
-    let rows = String::from_utf8_lossy(&rows.stdout);
-    let row = rows
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|r| r["pid"] == sleeper.pid())
-        .unwrap_or_else(|| panic!("no row of pid {}: {rows}", sleeper.pid()));
+    let row = top_row(host_root, sleeper.pid());
     assert_eq!(
         row["container"],
         format!("ml-team/trainer-0/worker (containerd {})", &id[..12]),
@@ -545,6 +517,24 @@ fn a_pod_under_the_systemd_drivers_slices_is_named_by_pod_and_container() {
         assert_eq!(o["pod_uid"], uid.as_str(), "{o}");
         assert_eq!(o["qos"], "Burstable", "{o}");
     }
+}
+
+/// `top --once --json`'s row of `pid`, pods named from `host_root`.
+fn top_row(host_root: &str, pid: u32) -> serde_json::Value {
+    let rows = tracer(&[
+        "top",
+        "--once",
+        "--json",
+        "--store",
+        "/nonexistent/t.db",
+        "--host-root",
+        host_root,
+    ]);
+    let rows = String::from_utf8_lossy(&rows.stdout);
+    rows.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|r| r["pid"] == pid)
+        .unwrap_or_else(|| panic!("no row of pid {pid}: {rows}"))
 }
 
 /// Runs `tracer record` with `extra`; it must fail within 60 s.

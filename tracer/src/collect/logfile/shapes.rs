@@ -144,12 +144,9 @@ pub fn parse_line(line: &str, year: i64) -> Option<LogLine> {
     Some(l)
 }
 
-/// `dmesg -H` (`--human`): the first message of a minute at its wall time
-/// without a year (`[Oct28 16:58]`), the others at their offset from the
-/// message before (`[  +0.000082]`), read as untimed (they stay at the
-/// time before them, which is within a second of theirs).
-fn human(stamp: &str, text: &str, year: i64) -> Option<LogLine> {
-    let mut l = LogLine {
+/// A kernel message with no time of its own.
+fn untimed_kernel(text: &str) -> LogLine {
+    LogLine {
         host: None,
         mono_us: None,
         wall_ns: None,
@@ -160,7 +157,15 @@ fn human(stamp: &str, text: &str, year: i64) -> Option<LogLine> {
         year_guess: None,
         zone_guessed: false,
         text: text.to_string(),
-    };
+    }
+}
+
+/// `dmesg -H` (`--human`): the first message of a minute at its wall time
+/// without a year (`[Oct28 16:58]`), the others at their offset from the
+/// message before (`[  +0.000082]`), read as untimed (they stay at the
+/// time before them, which is within a second of theirs).
+fn human(stamp: &str, text: &str, year: i64) -> Option<LogLine> {
+    let mut l = untimed_kernel(text);
     if let Some(delta) = stamp.trim_start().strip_prefix('+') {
         seconds_us(delta)?;
         return Some(l);
@@ -314,18 +319,7 @@ pub fn parse_pasted(piece: &str, year: i64) -> Option<LogLine> {
             text: text.to_string(),
         });
     }
-    bare_kernel(s).then(|| LogLine {
-        host: None,
-        mono_us: None,
-        wall_ns: None,
-        kernel: true,
-        unreadable: false,
-        untimed: true,
-        program: None,
-        year_guess: None,
-        zone_guessed: false,
-        text: s.to_string(),
-    })
+    bare_kernel(s).then(|| untimed_kernel(s))
 }
 
 /// `journalctl -o json` (one entry a line): the kernel's messages and the
