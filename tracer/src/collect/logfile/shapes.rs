@@ -369,6 +369,31 @@ pub(super) fn journal_json(line: &str) -> Option<LogLine> {
     })
 }
 
+/// What follows a Go program's klog prefix (`I0601 23:23:10.446437
+/// 13604 utils.go:240] text`: level, month and day, time, thread, file
+/// and line), as minikube and the kubelet print the lines they relay.
+fn after_klog(s: &str) -> Option<&str> {
+    let (head, rest) = s.split_once("] ")?;
+    let mut w = head.split_whitespace();
+    let (date, time, thread, at) = (w.next()?, w.next()?, w.next()?, w.next()?);
+    let level_date = date.len() == 5
+        && date.starts_with(['I', 'W', 'E', 'F'])
+        && date[1..].bytes().all(|c| c.is_ascii_digit());
+    let clock = time.len() >= 8
+        && time
+            .bytes()
+            .all(|c| c.is_ascii_digit() || c == b':' || c == b'.');
+    let file_line = at.rsplit_once(':').is_some_and(|(f, l)| {
+        f.ends_with(".go") && !l.is_empty() && l.bytes().all(|c| c.is_ascii_digit())
+    });
+    (level_date
+        && clock
+        && thread.bytes().all(|c| c.is_ascii_digit())
+        && file_line
+        && w.next().is_none())
+    .then_some(rest)
+}
+
 /// One layer of what pasting adds around a line, taken off; None when
 /// there is none.
 pub(super) fn undress(s: &str) -> Option<&str> {
@@ -393,6 +418,8 @@ pub(super) fn undress(s: &str) -> Option<&str> {
     {
         rest
     } else if let Some(rest) = s.strip_prefix("kernel:") {
+        rest
+    } else if let Some(rest) = after_klog(s) {
         rest
     } else if let Some(rest) = facility_level(s) {
         rest

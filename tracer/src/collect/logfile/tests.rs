@@ -485,6 +485,13 @@ fn caller_ids_old_group_kills_cut_summaries_and_copies() {
         "mems_allowed=3D0\n[ 1.0] Out of memory: Killed process 8 (b) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0k=\nB\n",
     );
     assert_eq!(r.len(), 1);
+    // minikube's klog prefix before relayed `dmesg -H` lines (ht-06).
+    let r = one(
+        "I0601 23:23:10.446437   13604 utils.go:240] > [  +0.000036] Out of memory: Kill process 3400 (sshd) score 1 or sacrifice child\n\
+                 I0601 23:23:10.447437   13604 utils.go:240] > [  +0.000005] Killed process 3433 (scp) total-vm:21492kB, anon-rss:312kB, file-rss:2320kB, shmem-rss:0kB\n",
+    );
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].report.killed.pid, 3433);
     // A pid used again, by another process (other figures): two kills.
     let r = one(
         "[ 1.0] Out of memory: Killed process 7 (a) total-vm:10kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB\n\
