@@ -181,11 +181,14 @@ impl Engine {
         let mut nvml_rx = inputs.gpu.take();
         let mut stop_at = None;
         // Memory cgroups rising toward the growth arming level are read
-        // between ticks (`--growth risk`); the deadline is kept across
-        // iterations so that a stream of events does not push it back.
+        // between ticks (`--growth risk`), and pictures in progress moved
+        // on; the deadline is kept across iterations so that a stream of
+        // events does not push it back.
         let mut watch_at: Option<tokio::time::Instant> = None;
         while oom_open || crit_open || data_open || kmsg_open {
-            if watch_at.is_none() && self.armer.as_ref().is_some_and(Armer::watching) {
+            if watch_at.is_none()
+                && (self.armer.as_ref().is_some_and(Armer::watching) || self.pictures.busy())
+            {
                 watch_at = Some(
                     tokio::time::Instant::now()
                         + Duration::from_nanos(crate::correlate::arming::WATCH_NS as u64),
@@ -285,7 +288,29 @@ impl Engine {
         if let (Some(armer), Some(maps)) = (&mut self.armer, &mut self.growth) {
             armer.watch(self.model.layout(), maps, wall_now_ns(), &mut self.out);
         }
-        self.start_pictures(wall_now_ns());
+        let now = wall_now_ns();
+        self.start_pictures(now);
+        // A picture ends its window and takes its answers at this pace
+        // too, not only at the tick: a kill a second or two after arming
+        // has it.
+        if self.pictures.busy() {
+            self.tick_pictures(now);
+        }
+    }
+
+    /// Pictures in progress: windows that ended ask the worker, answers
+    /// that came are kept.
+    fn tick_pictures(&mut self, now: i64) {
+        let env = env!(self);
+        let warnings = &self.warnings;
+        self.pictures.tick(
+            &env,
+            self.heap.as_ref(),
+            self.watcher.as_ref(),
+            |p| warnings.heap_traced(p),
+            now,
+            &mut self.out,
+        );
     }
 
     /// Cgroups that armed start their pictures.

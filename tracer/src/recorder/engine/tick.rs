@@ -78,18 +78,7 @@ impl Engine {
             );
         }
         self.start_pictures(now);
-        {
-            let env = env!(self);
-            let warnings = &self.warnings;
-            self.pictures.tick(
-                &env,
-                self.heap.as_ref(),
-                self.watcher.as_ref(),
-                |p| warnings.heap_traced(p),
-                now,
-                &mut self.out,
-            );
-        }
+        self.tick_pictures(now);
         self.out.extend(self.upkeep.read_drops(now, &self.metrics));
         self.apply()?;
         self.commit_storms(now, false)?;

@@ -201,6 +201,11 @@ impl Pictures {
         });
     }
 
+    /// Whether a picture is in progress.
+    pub fn busy(&self) -> bool {
+        !self.taking.is_empty()
+    }
+
     /// Moves the pictures on: at a window's end its processes are asked
     /// for; once answered (or past the budget) the picture is stored.
     pub fn tick(
