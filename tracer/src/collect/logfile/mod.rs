@@ -144,6 +144,9 @@ struct HostLog {
     killers: super::killers::Killers,
     /// What the last line's wall time guessed: its year, its zone.
     guessed: (Option<i64>, bool),
+    /// A header pasted below its kill was just given to that kill: its
+    /// stack dump's `CPU:` line names the trigger's pid.
+    late_header: bool,
 }
 
 /// What a saved log held, besides its reports: enough to tell an empty
@@ -560,6 +563,58 @@ fn feed(hosts: &mut HashMap<Option<String>, HostLog>, log: &mut SavedLog, mut l:
         last.report.summary = Some(summary);
         return;
     }
+    // A header pasted below its kill line (in a block of its own), the
+    // kill printed after it: the kill just before in the text, with no
+    // header of its own, takes its trigger. A later report's header comes
+    // after the kill in time too, and starts its own report.
+    let header = l
+        .text
+        .split_once(" invoked oom-killer: ")
+        .map(|(c, rest)| (c, Some(rest)))
+        .or_else(|| super::kmsg::header_alone(&l.text).map(|c| (c, None)));
+    let late = out
+        .iter_mut()
+        .rev()
+        .find(|r| r.host == l.host)
+        .filter(|last| {
+            last.report.trigger_comm.is_none()
+                && ts_us <= last.report.ts_us
+                && last.report.ts_us - ts_us <= 1_000_000
+        });
+    if let (Some((comm, figures)), Some(last)) = (header, late) {
+        let r = &mut last.report;
+        r.trigger_comm = Some(comm.to_string());
+        for (k, v) in figures
+            .unwrap_or("")
+            .split(", ")
+            .filter_map(|kv| kv.split_once('='))
+        {
+            match k {
+                "gfp_mask" => r.gfp_mask = Some(v.to_string()),
+                "order" => r.order = v.parse().ok(),
+                _ => {}
+            }
+        }
+        h.late_header = true;
+        return;
+    }
+    // Until its report's time has passed.
+    if h.late_header
+        && let Some(last) = out.iter_mut().rev().find(|r| r.host == l.host)
+        && ts_us <= last.report.ts_us
+    {
+        if !l.text.starts_with("CPU: ") || last.report.trigger_pid.is_some() {
+            return;
+        }
+        h.late_header = false;
+        last.report.trigger_pid = l
+            .text
+            .split_once("PID: ")
+            .and_then(|(_, r)| r.split_whitespace().next())
+            .and_then(|p| p.parse().ok());
+        return;
+    }
+    h.late_header = false;
     h.seq += 1;
     let rec = KmsgRecord {
         seq: h.seq,

@@ -492,6 +492,21 @@ fn caller_ids_old_group_kills_cut_summaries_and_copies() {
     );
     assert_eq!(r.len(), 1);
     assert_eq!(r[0].report.killed.pid, 3433);
+    // The header pasted below its kill (ht-09): the kill takes its
+    // trigger; a later report's header (after the kill in time) does not.
+    let r = one(
+        "Apr  6 06:43:33 exocortex kernel: [1504351.813020] Out of memory: Kill process 8055 (ruby) score 267 or sacrifice child\n\
+                 Apr  6 06:43:33 exocortex kernel: [1504351.813029] Killed process 8055 (ruby) total-vm:2159008kB, anon-rss:1kB, file-rss:0kB\n\
+                 With the following right before it:\n\
+                 Apr  6 06:43:33 exocortex kernel: [1504351.812543] mysqld invoked oom-killer: gfp_mask=0x201da, order=0, oom_score_adj=0\n\
+                 Apr  6 06:43:33 exocortex kernel: [1504351.812562] mysqld cpuset=/ mems_allowed=0\n\
+                 Apr  6 06:43:33 exocortex kernel: [1504351.812577] CPU: 0 PID: 1251 Comm: mysqld Tainted: GF 3.13.0-24-generic #46-Ubuntu\n\
+                 Apr  6 06:44:33 exocortex kernel: [1504411.000000] java invoked oom-killer: gfp_mask=0x201da, order=0, oom_score_adj=0\n",
+    );
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].report.trigger_comm.as_deref(), Some("mysqld"));
+    assert_eq!(r[0].report.trigger_pid, Some(1251));
+    assert_eq!(r[0].report.order, Some(0));
     // A pid used again, by another process (other figures): two kills.
     let r = one(
         "[ 1.0] Out of memory: Killed process 7 (a) total-vm:10kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB\n\
