@@ -576,9 +576,14 @@ fn feed(hosts: &mut HashMap<Option<String>, HostLog>, log: &mut SavedLog, mut l:
         .iter_mut()
         .rev()
         .find(|r| r.host == l.host)
+        // Only by the kernel's own stamp, and strictly before: a stamp of
+        // whole seconds, or none, cannot tell a header before its kill
+        // from the next report's.
         .filter(|last| {
-            last.report.trigger_comm.is_none()
-                && ts_us <= last.report.ts_us
+            l.mono_us.is_some()
+                && !last.untimed
+                && last.report.trigger_comm.is_none()
+                && ts_us < last.report.ts_us
                 && last.report.ts_us - ts_us <= 1_000_000
         });
     if let (Some((comm, figures)), Some(last)) = (header, late) {
