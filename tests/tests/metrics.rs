@@ -382,15 +382,7 @@ fn a_pods_kill_is_named_and_counted_by_pod_and_container_across_a_replaced_conta
     assert!(again.ends_with(" 1"), "{again}");
     let cg2 = TestCgroup::in_pod(&top, &uid, &id2, 48 * MIB);
     // `top` names the pod's processes too.
-    let mut sleeper = cg2.command("sleep");
-    sleeper.arg("120");
-    let sleeper = Proc::spawn(sleeper);
-    let row = top_row(host_root, sleeper.pid());
-    assert_eq!(
-        row["container"],
-        format!("ml-team/trainer-0/worker (containerd {})", &id2[..12]),
-        "{row}"
-    );
+    let _sleeper = top_names_the_worker(&cg2, host_root, &id2);
     oom_kill_in(&cg2);
     let line2 = wait_for(Duration::from_secs(10), || {
         series(&scrape(port2)?).filter(|l| l.ends_with(" 2"))
@@ -474,16 +466,7 @@ fn a_pod_under_the_systemd_drivers_slices_is_named_by_pod_and_container() {
         uid.replace('-', "_")
     );
     assert_eq!(cg.path, format!("{pod_cgroup}/cri-containerd-{id}.scope"));
-    let mut sleeper = cg.command("sleep");
-    sleeper.arg("120");
-    let sleeper = Proc::spawn(sleeper);
-    let row = top_row(host_root, sleeper.pid());
-    assert_eq!(
-        row["container"],
-        format!("ml-team/trainer-0/worker (containerd {})", &id[..12]),
-        "{row}"
-    );
-    drop(sleeper);
+    drop(top_names_the_worker(&cg, host_root, &id));
     oom_kill_in(&cg);
     rec.stop();
     let all = tracer_json(&[
@@ -519,8 +502,13 @@ fn a_pod_under_the_systemd_drivers_slices_is_named_by_pod_and_container() {
     }
 }
 
-/// `top --once --json`'s row of `pid`, pods named from `host_root`.
-fn top_row(host_root: &str, pid: u32) -> serde_json::Value {
+/// Starts a sleeper in `cg` and checks that `top --once --json` names it
+/// as [`POD`]'s worker in containerd's container `id` (pods named from
+/// `host_root`); returns the sleeper.
+fn top_names_the_worker(cg: &TestCgroup, host_root: &str, id: &str) -> Proc {
+    let mut sleeper = cg.command("sleep");
+    sleeper.arg("120");
+    let sleeper = Proc::spawn(sleeper);
     let rows = tracer(&[
         "top",
         "--once",
@@ -531,10 +519,17 @@ fn top_row(host_root: &str, pid: u32) -> serde_json::Value {
         host_root,
     ]);
     let rows = String::from_utf8_lossy(&rows.stdout);
-    rows.lines()
+    let row = rows
+        .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|r| r["pid"] == pid)
-        .unwrap_or_else(|| panic!("no row of pid {pid}: {rows}"))
+        .find(|r| r["pid"] == sleeper.pid())
+        .unwrap_or_else(|| panic!("no row of pid {}: {rows}", sleeper.pid()));
+    assert_eq!(
+        row["container"],
+        format!("ml-team/trainer-0/worker (containerd {})", &id[..12]),
+        "{row}"
+    );
+    sleeper
 }
 
 /// Runs `tracer record` with `extra`; it must fail within 60 s.

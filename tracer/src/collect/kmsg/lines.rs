@@ -97,11 +97,47 @@ pub(super) fn said_out_of_memory(before: &str) -> bool {
     b.contains("out of memory")
 }
 
-/// The trigger's name of a header whose figures a paste cut off
-/// (`mysqld invoked oom-killer`): one word, at most a task name long.
-pub(crate) fn header_alone(text: &str) -> Option<&str> {
-    text.strip_suffix(" invoked oom-killer")
-        .filter(|c| !c.is_empty() && c.len() <= 16 && !c.contains(' '))
+/// The `invoked oom-killer` header: the trigger's name, and the
+/// allocation's gfp mask and order as far as the line gives them.
+pub(crate) struct Header<'a> {
+    pub comm: &'a str,
+    pub gfp_mask: Option<&'a str>,
+    pub order: Option<u32>,
+}
+
+/// `python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0,
+/// oom_score_adj=0`, or a paste's start of it alone (`mysqld invoked
+/// oom-killer`, one word, at most a task name long).
+pub(crate) fn parse_header(text: &str) -> Option<Header<'_>> {
+    let (comm, rest) = text.split_once(" invoked oom-killer: ").or_else(|| {
+        text.strip_suffix(" invoked oom-killer")
+            .filter(|c| !c.is_empty() && c.len() <= 16 && !c.contains(' '))
+            .map(|c| (c, ""))
+    })?;
+    let mut h = Header {
+        comm,
+        gfp_mask: None,
+        order: None,
+    };
+    for (k, v) in rest.split(", ").filter_map(|kv| kv.split_once('=')) {
+        match k {
+            "gfp_mask" => h.gfp_mask = Some(v),
+            "order" => h.order = v.parse().ok(),
+            _ => {}
+        }
+    }
+    Some(h)
+}
+
+/// The task a stack dump's first line names (`CPU: 3 PID: 8989 Comm:
+/// emhttpd Tainted: ...`): its pid and name.
+pub(crate) fn dump_task(text: &str) -> Option<(Option<u32>, Option<&str>)> {
+    text.starts_with("CPU: ").then(|| {
+        (
+            word_after(text, "PID: ").and_then(|v| v.parse().ok()),
+            word_after(text, "Comm: "),
+        )
+    })
 }
 
 /// `[Memory cgroup out of memory: |Out of memory: ]Killed process 3129

@@ -18,7 +18,7 @@ mod xid;
 
 pub use device::{measure_clock_skew, open, read_all, read_all_reports, read_record};
 use lines::*;
-pub(crate) use lines::{header_alone, parse_summary};
+pub(crate) use lines::{dump_task, parse_header, parse_summary};
 pub use xid::{Xid, parse_xid, pci_key};
 
 use serde::{Deserialize, Serialize};
@@ -568,21 +568,13 @@ impl Assembler {
         }
         // A paste may keep the header's start alone (`mysqld invoked
         // oom-killer`, its figures cut by whoever pasted it).
-        let header = text
-            .split_once(" invoked oom-killer: ")
-            .or_else(|| header_alone(text).map(|c| (c, "")));
-        if let Some((comm, rest)) = header {
+        if let Some(h) = parse_header(text) {
             let pending = self.flush_chosen();
             *self = self.reset(None);
             self.started_us = Some(rec.ts_us);
-            self.current.trigger_comm = Some(comm.to_string());
-            for (k, v) in rest.split(", ").filter_map(|kv| kv.split_once('=')) {
-                match k {
-                    "gfp_mask" => self.current.gfp_mask = Some(v.to_string()),
-                    "order" => self.current.order = v.parse().ok(),
-                    _ => {}
-                }
-            }
+            self.current.trigger_comm = Some(h.comm.to_string());
+            self.current.gfp_mask = h.gfp_mask.map(String::from);
+            self.current.order = h.order;
             return pending;
         }
         if let Some(mut k) = parse_killed(text) {
@@ -640,12 +632,14 @@ impl Assembler {
                     .map(String::from);
             }
             self.section = Section::None;
-        } else if text.starts_with("CPU: ") && self.current.trigger_pid.is_none() {
-            self.current.trigger_pid = word_after(text, "PID: ").and_then(|v| v.parse().ok());
+        } else if let Some((pid, comm)) = dump_task(text)
+            && self.current.trigger_pid.is_none()
+        {
+            self.current.trigger_pid = pid;
             // Its name too, where the header that names it is not in a
             // saved log.
             if self.current.trigger_comm.is_none() {
-                self.current.trigger_comm = word_after(text, "Comm: ").map(String::from);
+                self.current.trigger_comm = comm.map(String::from);
             }
         } else if let Some(c) = text.strip_prefix("memory: ") {
             self.current.memory = parse_counter(c);

@@ -567,39 +567,21 @@ fn feed(hosts: &mut HashMap<Option<String>, HostLog>, log: &mut SavedLog, mut l:
     // kill printed after it: the kill just before in the text, with no
     // header of its own, takes its trigger. A later report's header comes
     // after the kill in time too, and starts its own report.
-    let header = l
-        .text
-        .split_once(" invoked oom-killer: ")
-        .map(|(c, rest)| (c, Some(rest)))
-        .or_else(|| super::kmsg::header_alone(&l.text).map(|c| (c, None)));
-    let late = out
-        .iter_mut()
-        .rev()
-        .find(|r| r.host == l.host)
+    if let Some(header) = super::kmsg::parse_header(&l.text)
+        && let Some(last) = out.iter_mut().rev().find(|r| r.host == l.host)
         // Only by the kernel's own stamp, and strictly before: a stamp of
         // whole seconds, or none, cannot tell a header before its kill
         // from the next report's.
-        .filter(|last| {
-            l.mono_us.is_some()
-                && !last.untimed
-                && last.report.trigger_comm.is_none()
-                && ts_us < last.report.ts_us
-                && last.report.ts_us - ts_us <= 1_000_000
-        });
-    if let (Some((comm, figures)), Some(last)) = (header, late) {
+        && l.mono_us.is_some()
+        && !last.untimed
+        && last.report.trigger_comm.is_none()
+        && ts_us < last.report.ts_us
+        && last.report.ts_us - ts_us <= 1_000_000
+    {
         let r = &mut last.report;
-        r.trigger_comm = Some(comm.to_string());
-        for (k, v) in figures
-            .unwrap_or("")
-            .split(", ")
-            .filter_map(|kv| kv.split_once('='))
-        {
-            match k {
-                "gfp_mask" => r.gfp_mask = Some(v.to_string()),
-                "order" => r.order = v.parse().ok(),
-                _ => {}
-            }
-        }
+        r.trigger_comm = Some(header.comm.to_string());
+        r.gfp_mask = header.gfp_mask.map(String::from);
+        r.order = header.order;
         h.late_header = true;
         return;
     }
@@ -608,15 +590,12 @@ fn feed(hosts: &mut HashMap<Option<String>, HostLog>, log: &mut SavedLog, mut l:
         && let Some(last) = out.iter_mut().rev().find(|r| r.host == l.host)
         && ts_us <= last.report.ts_us
     {
-        if !l.text.starts_with("CPU: ") || last.report.trigger_pid.is_some() {
+        let pid = super::kmsg::dump_task(&l.text).and_then(|(pid, _)| pid);
+        if pid.is_none() || last.report.trigger_pid.is_some() {
             return;
         }
         h.late_header = false;
-        last.report.trigger_pid = l
-            .text
-            .split_once("PID: ")
-            .and_then(|(_, r)| r.split_whitespace().next())
-            .and_then(|p| p.parse().ok());
+        last.report.trigger_pid = pid;
         return;
     }
     h.late_header = false;

@@ -570,11 +570,10 @@ pub(super) const KERNEL_STARTS: &[&str] = &[
 /// Whether `text` is a kernel message of an OOM report without its stamp.
 pub(super) fn bare_kernel(text: &str) -> bool {
     KERNEL_STARTS.iter().any(|k| text.starts_with(k))
-        || text.contains(" invoked oom-killer: ")
-        || crate::collect::kmsg::header_alone(text).is_some()
+        || crate::collect::kmsg::parse_header(text).is_some()
         || is_task_row(text)
         // The stack dump's first line, which names the trigger's pid.
-        || (text.starts_with("CPU: ") && text.contains(" PID: ") && text.contains(" Comm: "))
+        || crate::collect::kmsg::dump_task(text).is_some_and(|(pid, comm)| pid.is_some() && comm.is_some())
 }
 
 /// `[  1234]     0  1234 ...`: a row of the `Tasks state` table.
