@@ -336,8 +336,9 @@ fn one_of_each(reports: &mut Vec<LogReport>) {
 
 /// A raw quoted-printable mail (a list archive's `raw` message): `=3D`
 /// for `=`, `=XX` for other bytes, and a line ending in `=` continued on
-/// the next. Off until a line holds `=3D`, which no kernel message does;
-/// a continued line is held up to [`MAX_HELD`] bytes.
+/// the next. Off until a line holds `=3D` and ends in a soft break, as a
+/// mail's long lines do and no kernel message does; a continued line is
+/// held up to [`MAX_HELD`] bytes.
 #[derive(Default)]
 struct QuotedPrintable {
     on: bool,
@@ -351,7 +352,9 @@ impl QuotedPrintable {
     /// The line to read for `line`, decoded once the input is known to be
     /// quoted-printable; `None` while a soft break holds it.
     fn feed<'a>(&mut self, line: &'a str) -> Option<std::borrow::Cow<'a, str>> {
-        self.on |= line.contains("=3D");
+        // A soft break on the same line: a task named `3DMark` in a summary
+        // (`task=3DMark`) is no mail, and its `pid=12..` no escape.
+        self.on |= line.contains("=3D") && line.ends_with('=');
         if !self.on {
             return Some(line.into());
         }

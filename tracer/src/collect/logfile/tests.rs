@@ -482,9 +482,19 @@ fn caller_ids_old_group_kills_cut_summaries_and_copies() {
     );
     // Held across a soft break at the very end: still read.
     let r = one(
-        "mems_allowed=3D0\n[ 1.0] Out of memory: Killed process 8 (b) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0k=\nB\n",
+        "mems_allowed=3D0,cpu=\nset=3D/\n[ 1.0] Out of memory: Killed process 8 (b) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0k=\nB\n",
     );
     assert_eq!(r.len(), 1);
+    // `=3D` in a task's name is no mail: `pid=12..` stays as it is.
+    let r = one(
+        "[ 2.0] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/,task=3DMark,pid=1234,uid=1000\n\
+                 [ 2.1] Out of memory: Killed process 1234 (3DMark) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB\n",
+    );
+    assert_eq!(r[0].report.killed.pid, 1234);
+    assert_eq!(
+        r[0].report.summary.as_ref().map(|s| (s.pid, s.uid)),
+        Some((1234, Some(1000)))
+    );
     // minikube's klog prefix before relayed `dmesg -H` lines (ht-06).
     let r = one(
         "I0601 23:23:10.446437   13604 utils.go:240] > [  +0.000036] Out of memory: Kill process 3400 (sshd) score 1 or sacrifice child\n\
