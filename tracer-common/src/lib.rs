@@ -935,9 +935,9 @@ pub struct ProbeConfig {
     /// Offsets in `mm_struct` of the file, anon and shmem RSS counters
     /// (a `long`/`s64` each, from BTF); 0 = unknown.
     pub mm_rss_off: [u32; 3],
-    /// `enum vm_event_item` values the reclaim counters of `MEMCG_COUNTS`
-    /// are keyed by: PGSCAN_DIRECT, PGSTEAL_DIRECT, PGSCAN_KSWAPD,
-    /// PGSTEAL_KSWAPD; -1 = unknown.
+    /// The keys the reclaim counters of `MEMCG_COUNTS` are kept under:
+    /// pages scanned and reclaimed, directly and by kswapd (userspace
+    /// sets each item's slot); -1 = not counted.
     pub memcg_counted_items: [i32; MEMCG_COUNTED_ITEMS],
     /// The chain from a task to its memory cgroup's id, offsets from BTF
     /// (0 = unknown): `task_struct.cgroups` (a `css_set *`), then in the

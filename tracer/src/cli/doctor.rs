@@ -233,19 +233,6 @@ pub fn checks(store: &Path, nvml_lib: Option<&Path>) -> Vec<Check> {
                     None,
                 ));
             }
-            let mut items: Vec<String> = probes
-                .notes
-                .memcg_items
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            items.sort();
-            out.push(check(
-                "memcg event items",
-                Status::Info,
-                items.join(" "),
-                None,
-            ));
             drop(probes);
         }
         Some(Err(e)) => {

@@ -311,7 +311,7 @@ pub struct Sampler {
     layout: CgroupLayout,
     windows: HashMap<String, Window>,
     keep_ns: i64,
-    /// `enum vm_event_item` values of the scan items.
+    /// The reclaim counters' keys of the scan items.
     scan_items: Vec<i32>,
     /// Cgroups whose files are held open now, and at most.
     held: usize,

@@ -146,9 +146,9 @@ const FIELDS: &[(usize, &str, &str, &str, Want)] = &[
     ),
 ];
 
-/// `enum vm_event_item` members the reclaim counters are keyed by, in
-/// `CONFIG` order: direct reclaim and kswapd work (the memcg under
-/// pressure before a kill).
+/// What the reclaim counters count, in `CONFIG` order (each keyed by its
+/// slot here): direct reclaim and kswapd work (the memcg under pressure
+/// before a kill), named as the kernel's vmstat items are.
 pub const MEMCG_ITEM_NAMES: [&str; MEMCG_COUNTED_ITEMS] = [
     "PGSCAN_DIRECT",
     "PGSTEAL_DIRECT",
@@ -163,8 +163,6 @@ pub struct LayoutNotes {
     pub missing_fields: Vec<String>,
     /// Tracepoints whose format could not be read, with why.
     pub missing_tracepoints: Vec<(String, String)>,
-    /// `enum vm_event_item` values, by name, of the items in [`MEMCG_ITEM_NAMES`] found.
-    pub memcg_items: HashMap<String, i32>,
 }
 
 /// The configuration for this kernel, and what is missing.
@@ -231,14 +229,11 @@ pub fn build(tracefs: &Path, btf: &KernelBtf) -> Result<(ProbeConfig, LayoutNote
             .missing_fields
             .push(format!("memory cgroup ids in events ({e})")),
     }
-    let items = btf.enum_values("vm_event_item")?;
-    for (slot, name) in MEMCG_ITEM_NAMES.iter().enumerate() {
-        if let Some(&v) = items.get(*name) {
-            let v = v as i32;
-            cfg.memcg_counted_items[slot] = v;
-            notes.memcg_items.insert(name.to_string(), v);
-        }
-    }
+    // The reclaim counters' keys: each item's slot. The program takes the
+    // pages scanned and reclaimed from the tracepoint's arguments, so no
+    // kernel enum is needed (7.x moved these items out of `enum
+    // vm_event_item`, and a lookup there found none).
+    cfg.memcg_counted_items = std::array::from_fn(|slot| slot as i32);
     Ok((cfg, notes))
 }
 

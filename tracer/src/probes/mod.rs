@@ -651,7 +651,7 @@ pub struct MemcgCounters {
 }
 
 impl MemcgCounters {
-    /// Totals per (memcg id, vm_event_item).
+    /// Totals per (memcg id, item slot).
     pub fn read(&self) -> HashMap<(u64, i32), u64> {
         let mut out = HashMap::new();
         for entry in self.map.iter().flatten() {

@@ -463,16 +463,15 @@ async fn wire(
     let mut model = ProcessTable::new(CgroupLayout::detect(), 300_000_000_000, 1 << 20);
     model.set_kube(crate::model::kube::KubeResolver::new(&cfg.host_root));
     let session = super::journal::start_session(&mut store, &probe_json)?;
-    let items = probes.notes.memcg_items.clone();
     let opts = EngineOptions {
         sample_interval: cfg.sample_interval,
         retention: cfg.retention,
         max_store_bytes: cfg.max_store_bytes,
         cgroups: cfg.cgroups.clone(),
-        scan_items: MEMCG_ITEM_NAMES
-            .iter()
-            .filter(|n| n.starts_with("PGSCAN"))
-            .filter_map(|n| items.get(*n).copied())
+        scan_items: (0..)
+            .zip(MEMCG_ITEM_NAMES)
+            .filter(|(_, n)| n.starts_with("PGSCAN"))
+            .map(|(slot, _)| slot)
             .collect(),
         sees_kernel_kills: sees_kernel_kills(&probes, &statuses),
         leak_step: cfg.leak_step,

@@ -26,7 +26,7 @@ pub struct EngineOptions {
     pub max_store_bytes: u64,
     /// Memory cgroups always sampled.
     pub cgroups: Vec<String>,
-    /// `enum vm_event_item` values of the reclaim scan items.
+    /// The reclaim counters' keys of the scan items (`MEMCG_ITEM_NAMES` slots).
     pub scan_items: Vec<i32>,
     /// The kernel's own SIGKILLs are seen and its log is read: an OOM
     /// victim marked with no SIGKILL before it is told from a kill.
