@@ -592,9 +592,14 @@ fn programs_killed_just_after_exec_keep_their_command_line_and_cgroup() {
     for (pid, want, path, lived, _cg) in &killed {
         // The record is committed at once; where the program's exec was
         // read after its kill, its command line follows a moment later.
-        let v = explain_json(&["--store", store_s, "--pid", &pid.to_string()], |v| {
-            v["kill"]["victim"]["cmdline"].is_string()
-        });
+        let pid_s = pid.to_string();
+        let args = ["--store", store_s, "--pid", &pid_s];
+        let kill = || explain_json(&args, |v| v["kill"].is_object());
+        let v = wait_for(Duration::from_secs(15), || {
+            let v = kill();
+            v["kill"]["victim"]["cmdline"].is_string().then_some(v)
+        })
+        .unwrap_or_else(kill);
         let k = &v["kill"];
         assert_eq!(k["killer"]["kind"], "kernel_oom", "{v:#}");
         let events = || {

@@ -96,6 +96,12 @@ impl KillBook {
         std::mem::take(&mut self.queued)
     }
 
+    /// Queued kills at or after `since_ns`, for a caller that updates them
+    /// itself: they are stored as they are at their commit.
+    pub fn queued_since(&mut self, since_ns: i64) -> impl Iterator<Item = &mut KillRecord> {
+        self.queued.iter_mut().filter(move |r| r.ts_ns >= since_ns)
+    }
+
     /// A kill was committed with row `id`.
     pub fn committed(&mut self, id: i64, rec: KillRecord) {
         self.recent.insert(id, rec);

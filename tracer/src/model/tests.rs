@@ -183,6 +183,53 @@ fn an_exec_is_read_from_proc_only_once_the_program_has_run_a_while() {
     assert!(t.reads.len() <= 3 && t.unread.is_empty());
 }
 
+/// A program killed a moment after its exec is a zombie when /proc is
+/// read (its exit not read yet): /proc shows no command line and no file,
+/// and what the exec event said stays. A pid held by a process of another
+/// start is not read into this one's entry.
+#[test]
+fn a_read_of_proc_never_loses_what_the_exec_said() {
+    let mut child = std::process::Command::new("true")
+        .spawn()
+        .expect("spawn true");
+    let pid = child.id();
+    // Ended, not waited for: a zombie.
+    let zombie = (0..500).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+    });
+    assert!(zombie, "true did not become a zombie");
+    let mut t = table();
+    t.on_exec(
+        pid,
+        "hog",
+        ("/usr/bin/hog", Some("hog --step 64".into())),
+        0,
+        1_000,
+        None,
+    );
+    t.read_pending(pid);
+    let p = t.get(pid).unwrap();
+    assert_eq!(&*p.info.cmdline, "hog --step 64");
+    assert_eq!(p.info.exe.as_deref(), Some("/usr/bin/hog"));
+    assert!(p.start.is_some(), "the start /proc gave");
+    // The same pid under another start: another process's /proc.
+    let other = StartTime::kernel(p.start.unwrap().ns + 10 * tick_ns());
+    t.on_exec(
+        pid,
+        "hog",
+        ("/usr/bin/hog", Some("hog --b".into())),
+        0,
+        2_000,
+        other,
+    );
+    t.read_pending(pid);
+    let p = t.get(pid).unwrap();
+    assert_eq!(&*p.info.cmdline, "hog --b");
+    assert_eq!(p.start, other);
+    child.wait().expect("wait");
+}
+
 #[test]
 fn fork_copies_the_parent_and_exit_is_kept_then_pruned() {
     let mut t = table();

@@ -21,7 +21,9 @@ impl Engine {
         if self.kills.has_backlog() {
             self.settle_unmatched(wall_now_ns(), false)?;
         }
-        Ok(())
+        // A kill a report completed (a kernel mark that waited for its
+        // line) is made durable now, not at the next tick.
+        self.commit_kills().map(drop)
     }
 
     /// A kernel log record, to the feature it belongs to.

@@ -256,17 +256,19 @@ impl Kills {
     /// An exec that reached the engine after the kill of the program it
     /// started (the kill's ring is served first, and the exec's is read
     /// lazily): the kill gets its own program's command line, file and
-    /// cgroup now, and is stored and handed on again.
+    /// cgroup now, whether it is still queued for its commit or committed
+    /// (then it is stored and handed on again).
     pub fn on_late_exec(&mut self, env: &Env<'_>, pid: u32, exec_ns: i64, out: &mut Outputs) {
         let Some(p) = env.model.get(pid) else {
             return;
         };
         let cmdline = Some(p.info.cmdline.to_string()).filter(|c| !c.is_empty());
         let (exe, memcg) = (p.info.exe.clone(), p.memcg.clone());
-        for (id, rec) in self.book.recent_since(exec_ns) {
+        // Whether the record changed.
+        let fill = |rec: &mut KillRecord| {
             let v = &mut rec.victim;
             if v.pid != pid || (v.cmdline == cmdline && v.exe == exe) {
-                continue;
+                return false;
             }
             v.cmdline = cmdline.clone();
             v.exe = exe.clone();
@@ -274,8 +276,18 @@ impl Kills {
                 v.memcg = memcg.clone();
                 v.memcg_source = Some(MemcgSource::Model);
             }
-            tracing::debug!("kill {id}: its victim's exec came after it; command line now known");
-            out.push(changed(id, rec));
+            true
+        };
+        for rec in self.book.queued_since(exec_ns) {
+            fill(rec);
+        }
+        for (id, rec) in self.book.recent_since(exec_ns) {
+            if fill(rec) {
+                tracing::debug!(
+                    "kill {id}: its victim's exec came after it; command line now known"
+                );
+                out.push(changed(id, rec));
+            }
         }
     }
 
@@ -589,6 +601,43 @@ mod tests {
             |_, _, _| false,
         );
         assert_eq!((k.queued(), k.marks_without_kill), (0, 1));
+    }
+
+    /// The exec of a killed program read after its kill: a kill still
+    /// queued for its commit is stored with the command line, a committed
+    /// one is stored again with it.
+    #[test]
+    fn an_exec_read_after_the_kill_names_it_queued_or_committed() {
+        let mut w = World::default();
+        let mut k = Kills::new(START_NS);
+        let t = 5_000_000_000;
+        let exec = |w: &mut World, pid: u32, args: &str| {
+            let ts = t - 1_000_000;
+            w.model
+                .on_exec(pid, "hog", ("/bin/hog", Some(args.into())), 0, ts, None);
+            ts
+        };
+        // Committed: changed, and handed on.
+        k.on_victim(&mut test_env(&mut w), &victim_event(42, t as u64), t, t);
+        let ids = commit(&mut k, &mut 0);
+        assert_eq!(k.book.get(ids[0]).unwrap().victim.cmdline, None);
+        let ts = exec(&mut w, 42, "hog --a");
+        let mut out = Vec::new();
+        k.on_late_exec(&test_env(&mut w), 42, ts, &mut out);
+        let c = changed(&out);
+        assert_eq!(c.len(), 1, "{out:?}");
+        assert_eq!(c[0].1.victim.cmdline.as_deref(), Some("hog --a"));
+        // Queued (a kill a report completed, not committed yet): filled in
+        // place, nothing handed on before its commit.
+        k.on_victim(&mut test_env(&mut w), &victim_event(43, t as u64), t, t);
+        assert_eq!(k.queued(), 1);
+        let ts = exec(&mut w, 43, "hog --b");
+        let mut out = Vec::new();
+        k.on_late_exec(&test_env(&mut w), 43, ts, &mut out);
+        assert!(changed(&out).is_empty(), "{out:?}");
+        let rec = k.take_queued().pop().expect("queued");
+        assert_eq!(rec.victim.cmdline.as_deref(), Some("hog --b"));
+        assert_eq!(rec.victim.exe.as_deref(), Some("/bin/hog"));
     }
 
     #[test]
