@@ -93,15 +93,48 @@ fn v2_only_memory_high_throttling_is_warned_by_psi_before_the_kill() {
     let _rec = Recorder::on(&store)
         .args(&["--warn-before", "0", "--warn-psi", "5"])
         .start();
-    let cg = TestCgroup::new("high", 48 * MIB);
+    let cg = TestCgroup::new("high", 64 * MIB);
     std::fs::write(cg.dir().join("memory.high"), (16 * MIB).to_string()).expect("memory.high");
     let mut cmd = cg.command(env!("CARGO_BIN_EXE_memhog"));
     cmd.args(["--step-mib", "2", "--interval-ms", "100"]);
+    let t0 = std::time::Instant::now();
     let mut hog = Proc::spawn(cmd);
     let pid = hog.pid();
+    // Throttled at memory.high, the hog stalls on memory: the warning
+    // comes from PSI while it is still far from memory.max.
+    let warned = wait_for(Duration::from_secs(120), || {
+        let out = tracer(&["events", "--store", store_s, "--kind", "pressure"]);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|e| e["memcg"] == cg.path.as_str() && e["state"] == "warning")
+    });
+    let warned = warned.unwrap_or_else(|| {
+        panic!(
+            "no warning while throttled: memory.pressure {:?}, memory.current {:?}",
+            std::fs::read_to_string(cg.dir().join("memory.pressure")),
+            std::fs::read_to_string(cg.dir().join("memory.current"))
+        )
+    });
+    assert_eq!(warned["reason"], "psi", "{warned}");
+    eprintln!(
+        "warned {:.1} s after the start: {warned}",
+        t0.elapsed().as_secs_f64()
+    );
+    // Then the limit closes in on it: memory.max at what the cgroup holds
+    // now, so that its next step is refused and the kernel kills it at
+    // memory.max at once. (Left to grow to the first limit, a throttled
+    // hog takes minutes under software emulation.)
+    let current = std::fs::read_to_string(cg.dir().join("memory.current")).expect("memory.current");
+    let t1 = std::time::Instant::now();
+    std::fs::write(cg.dir().join("memory.max"), current.trim()).expect("memory.max");
     assert_eq!(
-        hog.wait_signal(Duration::from_secs(180)),
+        hog.wait_signal(Duration::from_secs(60)),
         Some(libc::SIGKILL)
+    );
+    eprintln!(
+        "killed {:.1} s after memory.max was set",
+        t1.elapsed().as_secs_f64()
     );
     let events = std::fs::read_to_string(cg.dir().join("memory.events")).unwrap();
     let high: u64 = events

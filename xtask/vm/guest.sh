@@ -32,11 +32,21 @@ else # hybrid, as on a systemd host with the legacy memory controller
   mount -t cgroup2 cgroup2 /sys/fs/cgroup/unified || true
 fi
 grep cgroup /proc/mounts
-# The tests' temporary files (the host's file system is read-only here).
+# The tests' temporary files (the host's file system is read-only here),
+# on a disk as a node has them: an ext4 file system through a loop device.
+# Page cache there can be reclaimed; tmpfs's cannot without swap, and the
+# reclaim test needs some.
 mountpoint -q /tmp || mount -t tmpfs tmpfs /tmp
+modprobe -q loop 2>/dev/null; modprobe -q ext4 2>/dev/null
+truncate -s 1G /tmp/disk.img && mkfs.ext4 -q -F /tmp/disk.img \
+  || setup_failed "mkfs.ext4 of the scratch disk"
+mkdir -p /tmp/disk
+mount -o loop /tmp/disk.img /tmp/disk \
+  || setup_failed "mount the scratch disk (loop, ext4): $(grep -E 'ext4|loop' /proc/filesystems /proc/devices | tr '\n' ' ')"
+chmod 1777 /tmp/disk
 # Software emulation runs the tests some twenty times slower: their waits
 # stretch as much (tests/src/lib.rs, scaled).
-export TMPDIR=/tmp CI=true TRACER_VM_GUEST=1 RUST_BACKTRACE=1 TRACER_E2E_TIME_SCALE=${TRACER_E2E_TIME_SCALE:-20}
+export TMPDIR=/tmp/disk CI=true TRACER_VM_GUEST=1 RUST_BACKTRACE=1 TRACER_E2E_TIME_SCALE=${TRACER_E2E_TIME_SCALE:-20}
 # The table on stdout; the debug log (with any verifier log) apart.
 "$BIN/tracer" --log-level debug doctor > "$OUT/doctor.txt" 2> "$OUT/doctor.log"
 echo "doctor exit $?"
