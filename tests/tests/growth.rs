@@ -884,6 +884,17 @@ fn a_node_program_is_named_from_its_perf_map() {
     let node = Path::new("/usr/bin/node");
     assert!(node.exists(), "node missing: cargo xtask setup installs it");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("js/grow_array.js");
+    // node's 99 MB binary is read into the page cache from here first,
+    // charged to this test's cgroup, not the one under test. Pages of it
+    // faulted first by the node below would be charged to its cgroup, and
+    // at the limit the kernel would evict them and node read them back,
+    // again and again (state D in folio_wait_bit_common, over 60 s with no
+    // OOM kill): a thrash, not the kill this test is about.
+    std::io::copy(
+        &mut std::fs::File::open(node).expect("open node"),
+        &mut std::io::sink(),
+    )
+    .expect("read node");
     let cg = TestCgroup::new("growth-js", 128 * MIB);
     // In a mount namespace of its own with a tmpfs on /tmp: its perf map
     // is where the process sees it (read through its root), not on the

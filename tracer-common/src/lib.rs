@@ -184,6 +184,12 @@ pub mod ring {
     pub const OOM: u32 = 2;
     /// Number of rings.
     pub const COUNT: u32 = 3;
+    /// Index in `RING_DROPS` of the SIGKILL events the critical ring could
+    /// not take (also counted in [`CRITICAL`]'s slot): a storm's kills
+    /// are counted whether stored or lost.
+    pub const SIGKILLS: u32 = 3;
+    /// Slots of `RING_DROPS`: one per ring and [`SIGKILLS`].
+    pub const DROP_SLOTS: u32 = 4;
     /// 64 KiB: over 400 kill-sized events, for kernel OOM kills alone.
     pub const OOM_BYTES: u32 = 64 * 1024;
     /// 256 KiB: about 2,000 kill-sized events; the reader wakes on each one.

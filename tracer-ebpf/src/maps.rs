@@ -30,7 +30,7 @@ pub static DATA: RingBuf = RingBuf::with_byte_size(ring::DATA_BYTES, 0);
 
 /// Events lost because a ring was full, per ring, per CPU.
 #[map(name = "RING_DROPS")]
-pub static RING_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(ring::COUNT, 0);
+pub static RING_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(ring::DROP_SLOTS, 0);
 
 /// Bytes submitted to each ring by this CPU since it last looked at how
 /// much the ring holds (`ring::LOOK_BYTES`).

@@ -308,7 +308,7 @@ impl<T> Reserved<T> {
 }
 
 #[inline(always)]
-fn count_drop(ring_index: u32) {
+pub fn count_drop(ring_index: u32) {
     if let Some(counter) = RING_DROPS.get_ptr_mut(ring_index) {
         // SAFETY: per-CPU slot, and BPF programs do not migrate CPUs while running.
         unsafe { *counter += 1 };

@@ -4,11 +4,11 @@
 use aya_ebpf::{
     helpers::bpf_probe_read_kernel, macros::raw_tracepoint, programs::RawTracePointContext,
 };
-use tracer_common::{COMM_LEN, SignalKill, kind};
+use tracer_common::{COMM_LEN, SignalKill, kind, ring};
 
 use crate::{
     maps::KERNEL_KILLS,
-    util::{Ring, config, header, task_memcg_id, task_start_ns},
+    util::{Ring, config, count_drop, header, task_memcg_id, task_start_ns},
 };
 
 const SIGKILL: i32 = 9;
@@ -72,6 +72,7 @@ pub fn signal_generate(ctx: RawTracePointContext) -> u32 {
         let _ = KERNEL_KILLS.insert(&(tgid as u32), &[memcg, start], 0);
     }
     let Some(slot) = Ring::Critical.reserve::<SignalKill>() else {
+        count_drop(ring::SIGKILLS);
         return 1;
     };
     slot.submit_value(SignalKill {

@@ -656,9 +656,8 @@ pub fn render_text(e: &Explanation) -> String {
     let mut unknown: Vec<String> = k.gaps.iter().map(ToString::to_string).collect();
     for d in &e.drops {
         unknown.push(format!(
-            "{} events lost on the {} ring between {} and {}",
-            d.count,
-            d.ring,
+            "{} between {} and {}",
+            d.describe(),
             format_wall(d.from_ns),
             format_wall(d.to_ns)
         ));

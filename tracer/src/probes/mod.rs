@@ -630,6 +630,8 @@ pub struct Drops {
     pub data: u64,
     /// Events lost on the OOM ring.
     pub oom: u64,
+    /// SIGKILL events among the critical ring's losses.
+    pub sigkill: u64,
 }
 
 impl DropCounters {
@@ -641,6 +643,7 @@ impl DropCounters {
             critical: sum(ring::CRITICAL)?,
             data: sum(ring::DATA)?,
             oom: sum(ring::OOM)?,
+            sigkill: sum(ring::SIGKILLS)?,
         })
     }
 }

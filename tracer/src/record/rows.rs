@@ -119,7 +119,9 @@ pub struct EventRow {
 /// Drops counted by the probes in one interval.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct DropRow {
-    /// Ring: `critical` or `data`.
+    /// Ring: `critical`, `data` or `oom`; `sigkill` for the SIGKILL events
+    /// among the critical ring's losses; `stop` for events left unread at
+    /// a stop.
     pub ring: String,
     /// Events lost.
     pub count: u64,
@@ -127,6 +129,17 @@ pub struct DropRow {
     pub from_ns: i64,
     /// Interval end, wall ns.
     pub to_ns: i64,
+}
+
+impl DropRow {
+    /// What was lost, in words: `12 SIGKILLs lost on the critical ring`.
+    pub fn describe(&self) -> String {
+        match self.ring.as_str() {
+            "sigkill" => format!("{} SIGKILLs lost on the critical ring", self.count),
+            "stop" => format!("{} events left unread at the recorder's stop", self.count),
+            ring => format!("{} events lost on the {ring} ring", self.count),
+        }
+    }
 }
 
 /// The kind of the event rows of NVIDIA Xid errors from the kernel log.

@@ -64,6 +64,7 @@ impl Upkeep {
             ("critical", self.last_drops.critical, cur.critical),
             ("data", self.last_drops.data, cur.data),
             ("oom", self.last_drops.oom, cur.oom),
+            ("sigkill", self.last_drops.sigkill, cur.sigkill),
         ] {
             if after > before {
                 let row = DropRow {
@@ -72,10 +73,7 @@ impl Upkeep {
                     from_ns: self.last_drops_ns,
                     to_ns: now,
                 };
-                tracing::warn!(
-                    "{} events lost on the {ring} ring (ring buffer full)",
-                    row.count
-                );
+                tracing::warn!("{} (ring buffer full)", row.describe());
                 out.push(Output::Drops(row));
             }
         }
