@@ -28,7 +28,8 @@
  *   rename NAME                      this thread's name (prctl PR_SET_NAME) -> "ok"
  *   dlopen RUNTIME.so [DRIVER.so]    load libraries now
  *   addr SYMBOL                      the address the process calls it at
- *   exit                             exit without freeing anything */
+ *   exit [STATUS]                    exit without freeing anything (status 0 by default)
+ *   abort                            abort(): end by SIGABRT, as a CUDA program's failed check does */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -330,7 +331,8 @@ int main(int argc, char **argv) {
         }
         else if (!strcmp(cmd, "rename")) { reply(prctl(PR_SET_NAME, a, 0, 0, 0)); }
         else if (!strcmp(cmd, "dlopen")) { reply(load(a, b[0] ? b : NULL) ? -1 : 0); }
-        else if (!strcmp(cmd, "exit")) { return 0; }
+        else if (!strcmp(cmd, "exit")) { return (int)n; }
+        else if (!strcmp(cmd, "abort")) { abort(); }
         else printf("err -2 unknown command %s\n", cmd);
     }
     return 0;

@@ -6,7 +6,9 @@
  *   SIMNVML_DEVICES     devices (default 1, at most 8)
  *   SIMCUDA_DEVICE_MEM  memory per device, bytes (default 16 GiB, as the driver)
  *   SIMNVML_DELAY_MS    sleep in every call (a slow driver)
- *   SIMNVML_FAKE_PROCS  extra made-up processes per device (benchmarks), 1 GiB each */
+ *   SIMNVML_FAKE_PROCS  extra made-up processes per device (benchmarks), 1 GiB each
+ *   SIMNVML_XID_FILE    critical Xid events: each line `DEVICE CODE` appended to
+ *                       this file is one event, delivered by nvmlEventSetWait_v2 */
 #include "simstate.h"
 #include <stdio.h>
 #include <string.h>
@@ -24,6 +26,7 @@ typedef struct { unsigned int pid; unsigned long long usedGpuMemory; unsigned in
 #define NVML_ERROR_INVALID_ARGUMENT 2
 #define NVML_ERROR_NOT_SUPPORTED 3
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_ERROR_TIMEOUT 10
 
 static int initialized;
 
@@ -61,6 +64,7 @@ const char *nvmlErrorString(nvmlReturn_t r) {
     case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
     case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
     default: return "Unknown Error";
     }
 }
@@ -181,4 +185,62 @@ nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned i
     CHECK_DEVICE(d);
     *count = 0;
     return NVML_SUCCESS;
+}
+
+/* Events: critical Xids only, read from SIMNVML_XID_FILE. A set remembers
+ * how far it has read the file and which devices are registered on it. */
+#define EVENT_XID 8ull
+typedef struct { nvmlDevice_t device; unsigned long long eventType, eventData;
+                 unsigned int gpuInstanceId, computeInstanceId; } nvmlEventData_t;
+struct sim_event_set { long offset; unsigned registered; };
+typedef struct sim_event_set *nvmlEventSet_t;
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+    delay();
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    *set = calloc(1, sizeof **set);
+    /* Events from now on: what the file held before is history. */
+    const char *path = getenv("SIMNVML_XID_FILE");
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (f) { fseek(f, 0, SEEK_END); (*set)->offset = ftell(f); fclose(f); }
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) { free(set); return NVML_SUCCESS; }
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned long long *types) {
+    CHECK_DEVICE(d);
+    *types = getenv("SIMNVML_XID_FILE") ? EVENT_XID : 0;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, nvmlEventSet_t set) {
+    CHECK_DEVICE(d);
+    if (!set || types & ~EVENT_XID || !getenv("SIMNVML_XID_FILE")) return NVML_ERROR_NOT_SUPPORTED;
+    set->registered |= 1u << index_of(d);
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeout_ms) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    const char *path = getenv("SIMNVML_XID_FILE");
+    if (!set || !path) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned waited = 0;; waited += 10) {
+        FILE *f = fopen(path, "r");
+        if (f && fseek(f, set->offset, SEEK_SET) == 0) {
+            unsigned dev, code;
+            char line[64];
+            while (fgets(line, sizeof line, f) && strchr(line, '\n')) {
+                set->offset = ftell(f);
+                if (sscanf(line, "%u %u", &dev, &code) != 2 || dev >= 32 || !(set->registered & (1u << dev))) continue;
+                fclose(f);
+                memset(data, 0, sizeof *data);
+                data->device = (nvmlDevice_t)(uintptr_t)(dev + 1);
+                data->eventType = EVENT_XID;
+                data->eventData = code;
+                data->gpuInstanceId = data->computeInstanceId = 0xffffffffu;
+                return NVML_SUCCESS;
+            }
+        }
+        if (f) fclose(f);
+        if (waited >= timeout_ms) return NVML_ERROR_TIMEOUT;
+        struct timespec ts = { 0, 10 * 1000000L };
+        nanosleep(&ts, NULL);
+    }
 }

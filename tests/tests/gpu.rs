@@ -212,6 +212,114 @@ fn two_containers_on_one_gpu_attribution_and_a_gpu_oom() {
     assert_eq!(pids, 2);
 }
 
+/// An Xid that hits applications (79, as NVML's critical Xid event gives
+/// it) on the GPU a process holds memory on, then that process's abort:
+/// its death is recorded, and explain says it died from the GPU fault. A
+/// process on the same GPU that exits cleanly, and one on no GPU that
+/// fails, are not.
+#[test]
+fn a_gpu_process_that_aborts_after_an_xid_died_from_the_gpu_fault() {
+    let Some(sc) = Scenario::new() else {
+        return;
+    };
+    let gpu = Gpu::new();
+    let xids = gpu._dir.path().join("xids");
+    std::fs::write(&xids, "").unwrap();
+    let store = sc.store.clone();
+    let store_s = store.to_str().unwrap();
+    let rec = Recorder::on(&store)
+        .args(&[
+            "--cuda",
+            "--nvml-lib",
+            &Gpu::nvml(),
+            "--gpu-interval",
+            "200ms",
+        ])
+        .envs(&gpu.with(&[("SIMNVML_XID_FILE", xids.display().to_string())]))
+        .start();
+    let cg = TestCgroup::new("xid", 8 * GIB);
+    let (mut hit, mut clean, mut host) = (gpu.process(&cg), gpu.process(&cg), gpu.process(&cg));
+    let attached = wait_for(Duration::from_secs(20), || {
+        rec.log().contains("libcudart.so.12 (").then_some(())
+    });
+    assert!(attached.is_some(), "{}", rec.log());
+    for p in [&mut hit, &mut clean] {
+        p.ok("setdevice 0");
+        p.ok("malloc 268435456");
+    }
+    // NVML's picture shows both on the GPU before the Xid.
+    std::thread::sleep(tracer_e2e::scaled(Duration::from_secs(1)));
+    std::fs::write(&xids, "0 79\n").unwrap();
+    let seen = wait_for(Duration::from_secs(10), || {
+        rec.log().contains("Xid 79").then_some(())
+    });
+    assert!(
+        seen.is_some(),
+        "NVML's Xid event was not received: {}",
+        rec.log()
+    );
+    let (hit_pid, clean_pid, host_pid) = (hit.pid(), clean.pid(), host.pid());
+    hit.send("abort");
+    clean.send("exit");
+    host.send("exit 3");
+    let v = explain_json(&["--store", store_s, "--pid", &hit_pid.to_string()], |v| {
+        v["verdict"]["cause"] == "gpu_fault"
+    });
+    let said = v["verdict"]["summary"].as_str().unwrap();
+    assert!(
+        said.starts_with("died from a GPU fault: Xid 79 (the GPU has fallen off the bus")
+            && said.contains("on GPU 00000000:18:00.0")
+            && said.contains("was killed by SIGABRT"),
+        "{said}"
+    );
+    assert_eq!(v["kill"]["killer"]["kind"], "gpu_fault", "{v}");
+    let text = String::from_utf8_lossy(
+        &tracer(&["explain", "--store", store_s, "--pid", &hit_pid.to_string()]).stdout,
+    )
+    .to_string();
+    if std::env::var_os("SHOW").is_some() {
+        eprintln!("{text}");
+    }
+    assert!(
+        text.contains(&format!(
+            "cudaload (pid {hit_pid}) killed by SIGABRT after a GPU fault (Xid 79)"
+        )) && text.contains("  verdict    died from a GPU fault: Xid 79"),
+        "{text}"
+    );
+    assert_eq!(v["kill"]["source"], "exit", "{v}");
+    // Its command line and place, as for any kill.
+    assert_eq!(v["kill"]["victim"]["memcg"], cg.path.as_str(), "{v}");
+    // The others' ends are recorded as exits, never as deaths.
+    let exited = |pid: u32| {
+        let c = rusqlite::Connection::open_with_flags(
+            &store,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .unwrap();
+        c.query_row(
+            "SELECT json_extract(data, '$.exit') FROM events WHERE kind = 'exit' AND json_extract(data, '$.pid') = ?1",
+            [pid],
+            |r| r.get::<_, String>(0),
+        )
+        .ok()
+    };
+    let ends = wait_for(Duration::from_secs(10), || {
+        Some((exited(clean_pid)?, exited(host_pid)?))
+    });
+    assert_eq!(
+        ends,
+        Some(("exited with status 0".into(), "exited with status 3".into()))
+    );
+    let all = tracer_e2e::explain_all(&store);
+    let deaths: Vec<_> = all
+        .iter()
+        .filter(|e| e["kill"]["killer"]["kind"] == "gpu_fault")
+        .map(|e| e["kill"]["victim"]["pid"].as_u64())
+        .collect();
+    assert_eq!(deaths, [Some(u64::from(hit_pid))], "{all:?}");
+    drop(rec);
+}
+
 #[test]
 fn without_nvml_the_recorder_runs_and_a_kill_of_a_host_only_process_has_no_gpu_note() {
     let Some(sc) = Scenario::new() else {

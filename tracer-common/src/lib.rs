@@ -473,8 +473,14 @@ pub struct ProcExit {
     pub rss_shmem_pages: u64,
     /// The process's start ([`ProcFork::child_start_ns`]).
     pub start_ns: u64,
+    /// `task_struct.exit_code` of its last thread, as wait(2) would give it:
+    /// the status shifted left 8 bits after exit(), the signal's number
+    /// (0x80 with a core dump) after a fatal signal.
+    pub exit_code: i32,
+    /// Non-zero when `exit_code` was read.
+    pub exit_known: u32,
 }
-const _: () = assert!(size_of::<ProcExit>() == 80);
+const _: () = assert!(size_of::<ProcExit>() == 88);
 
 /// `cgroup:cgroup_mkdir` or `cgroup_rmdir`, in any hierarchy: what keeps
 /// the recorder's map of memory cgroup ids to paths current, so a new
@@ -960,8 +966,9 @@ pub struct ProbeConfig {
     /// `pthread_self()` on x86_64, which CPython before 3.11 names its
     /// threads by; 0 = unknown.
     pub task_fsbase_off: u32,
-    /// Explicit padding.
-    pub _pad: u32,
+    /// Offset of `task_struct.exit_code` (from BTF): how a process ended;
+    /// 0 = unknown.
+    pub task_exit_code_off: u32,
 }
 const _: () = assert!(size_of::<ProbeConfig>() == 128);
 
@@ -981,7 +988,7 @@ impl ProbeConfig {
             mm_start_stack_off: 0,
             mm_arg_off: [0; 2],
             task_fsbase_off: 0,
-            _pad: 0,
+            task_exit_code_off: 0,
         }
     }
 }

@@ -136,6 +136,7 @@ pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
     // which verifiers before 5.12 refuse ("invalid read from stack").
     let mut rss = [0u64; 3];
     let rss_known = exit_rss(&mut rss);
+    let exit_code = exit_code();
     // Without a wakeup: a reader woken at every process's end costs a
     // process-churning workload more than the event is worth.
     slot.submit_value_lazily(ProcExit {
@@ -146,8 +147,24 @@ pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
         rss_anon_pages: rss[1],
         rss_shmem_pages: rss[2],
         start_ns: task_start_ns(current_task()),
+        exit_code: exit_code.unwrap_or(0),
+        exit_known: u32::from(exit_code.is_some()),
     });
     0
+}
+
+/// The exiting task's `exit_code`, set by `do_exit()` before this
+/// tracepoint on every kernel since 3.4; None when its offset is unknown.
+#[inline(always)]
+fn exit_code() -> Option<i32> {
+    let off = config().task_exit_code_off;
+    if off == 0 {
+        return None;
+    }
+    let task = current_task();
+    // SAFETY: the current task, at an offset from this kernel's BTF; the
+    // helper faults safely.
+    unsafe { bpf_probe_read_kernel(task.add(off as usize).cast::<i32>()) }.ok()
 }
 
 /// Reads the exiting task's RSS counters (file, anon, shmem pages) into

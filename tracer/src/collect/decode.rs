@@ -387,6 +387,7 @@ impl Event {
                     "file_rss_kb": known.then_some(e.rss_file_pages * kb),
                     "shmem_rss_kb": known.then_some(e.rss_shmem_pages * kb),
                     "start_ns": start(e.start_ns),
+                    "exit": (e.exit_known != 0).then(|| crate::util::sys::exit_text(e.exit_code)),
                 })
             }
             Event::Cuda(e) => json!({
@@ -675,7 +676,7 @@ mod tests {
             decode(&unknown),
             Err(DecodeError::Length {
                 kind: kind::OOM_VICTIM,
-                len: 80,
+                len: size_of::<ProcExit>(),
                 expected: size_of::<OomVictim>()
             })
         );

@@ -20,7 +20,7 @@ pub struct LateNames<'a>(pub &'a ProcessTable);
 impl KillEnricher for LateNames<'_> {
     fn enrich(&self, kill: &mut KillRecord) {
         for t in kill.tasks.iter_mut().filter(|t| t.cmdline.is_none()) {
-            name_task(self.0, t);
+            name_task(self.0, t, kill.ts_ns);
         }
     }
 }
@@ -38,6 +38,45 @@ pub fn exit_memory(rec: &mut KillRecord, pid: u32, pages: [u64; 3], page_kb: u64
     m.source = Some(MemoryFrom::Exit);
     rec.gaps.retain(|g| *g != Gap::MemoryUnknown);
     true
+}
+
+/// The record of a GPU process that ended abnormally (exit `x`, at wall
+/// `ts_ns`) just after `fault`: nobody killed it; the Xid is its cause.
+pub fn death_after_gpu_fault(
+    ctx: &super::Context<'_>,
+    x: &tracer_common::ProcExit,
+    ts_ns: i64,
+    fault: crate::record::GpuFault,
+    page_kb: u64,
+) -> KillRecord {
+    use crate::{
+        model::StartTime,
+        record::{Killer, KillerKind, Seen},
+    };
+    let (p, reused) = ctx
+        .model
+        .holder(x.pid, ts_ns, StartTime::kernel(x.start_ns));
+    let victim = super::victim_from(x.pid, crate::collect::decode::c_str(&x.header.comm), p);
+    let mut rec = KillRecord {
+        ts_ns,
+        source: Seen::EXIT,
+        killer: Killer {
+            kind: KillerKind::GpuFault,
+            gpu_fault: Some(fault),
+            ..Default::default()
+        },
+        victim,
+        session_id: ctx.session_id,
+        ..Default::default()
+    };
+    if reused {
+        rec.gaps.push(super::reused_pid_gap(x.pid));
+    }
+    let pages = [x.rss_file_pages, x.rss_anon_pages, x.rss_shmem_pages];
+    if x.rss_known == 0 || !exit_memory(&mut rec, x.pid, pages, page_kb) {
+        rec.gaps.push(Gap::MemoryUnknown);
+    }
+    rec
 }
 
 /// How long a committed kill still takes later joins.
@@ -284,6 +323,8 @@ mod tests {
             rss_anon_pages: pages[1],
             rss_shmem_pages: pages[2],
             start_ns: 0,
+            exit_code: 9,
+            exit_known: 1,
         };
         match decode(&as_bytes(&ev)).unwrap() {
             Event::Exit(x) => x,
@@ -471,6 +512,8 @@ mod tests {
             task(10, "small", true),
             task(11, "grower", false),
             task(12, "old", false),
+            task(13, "quitter", false),
+            task(14, "gone", false),
         ];
         // Joined before the model read them: nothing to name yet.
         LateNames(&model).enrich(&mut k);
@@ -494,9 +537,23 @@ mod tests {
             cmdline: "/bin/small".into(),
             ..Default::default()
         });
+        // Pid 13 ended after the kill (the OOM killer took it next): it
+        // held the pid at the kill, and is named; pid 14's process ended a
+        // second before it, so another may hold the pid: not named.
+        for (pid, comm, ended) in [(13, "quitter", 5), (14, "gone", -1_000_000_000)] {
+            model.add(ProcInfo {
+                pid,
+                comm: comm.into(),
+                cmdline: format!("/bin/{comm}").into(),
+                ..Default::default()
+            });
+            model.on_exit(pid, ended, None);
+        }
         LateNames(&model).enrich(&mut k);
         assert_eq!(k.tasks[1].cmdline.as_deref(), Some("/bin/grower --fast"));
         assert_eq!(k.tasks[2].cmdline, None);
+        assert_eq!(k.tasks[3].cmdline.as_deref(), Some("/bin/quitter"));
+        assert_eq!(k.tasks[4].cmdline, None);
         // The victim's own record names it; its row is left alone.
         assert_eq!(k.tasks[0].cmdline, None);
     }

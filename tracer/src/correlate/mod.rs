@@ -178,12 +178,15 @@ const MAX_TASKS_READ: usize = 256;
 /// Names a task of the kernel's table (not the victim: its record has its
 /// own) by its command line and place, where the model has that live
 /// process under the same name.
-pub(crate) fn name_task(model: &ProcessTable, t: &mut TaskAtKill) {
+pub(crate) fn name_task(model: &ProcessTable, t: &mut TaskAtKill, kill_ns: i64) {
     if !t.victim {
+        // The process that held the pid at the kill, though it ended
+        // since (a grower the OOM killer took next): never a later holder.
         (t.cmdline, t.place) = named(
             model
-                .get(t.pid)
-                .filter(|p| p.exited_ns.is_none() && p.info.comm == t.comm),
+                .holder(t.pid, kill_ns, None)
+                .0
+                .filter(|p| p.info.comm == t.comm),
         );
     }
 }
@@ -677,7 +680,7 @@ pub fn merge_report(
                 // The kernel's table has names only: the model, where it
                 // has the task, says what it was and where it ran.
                 if let Some(m) = model {
-                    name_task(m, &mut t);
+                    name_task(m, &mut t, rec.ts_ns);
                 }
                 t
             })

@@ -39,6 +39,9 @@ pub enum Cause {
     /// Killed with every task of its cgroup (`memory.oom.group`), not the
     /// task the kernel chose.
     OomGroup,
+    /// A GPU process ended just after an Xid that hits applications on
+    /// its GPU.
+    GpuFault,
     /// Not enough is known.
     Unknown,
 }
@@ -337,6 +340,25 @@ fn self_kill(k: &KillRecord) -> bool {
 }
 
 fn base_verdict(k: &KillRecord) -> Verdict {
+    if let Some(f) = &k.killer.gpu_fault {
+        let after = (k.ts_ns - f.xid.ts_ns) as f64 / 1e9;
+        let what = f
+            .meaning
+            .as_deref()
+            .map(|m| format!(" ({m})"))
+            .unwrap_or_default();
+        return Verdict {
+            cause: Cause::GpuFault,
+            summary: format!(
+                "died from a GPU fault: Xid {}{what} on GPU {}, {after:.1} s before it {}; not killed for memory",
+                f.xid.code,
+                f.pci,
+                f.exit
+                    .strip_prefix("killed by ")
+                    .map_or_else(|| f.exit.clone(), |s| format!("was killed by {s}"))
+            ),
+        };
+    }
     if self_kill(k) {
         return Verdict {
             cause: Cause::UserspaceKill,

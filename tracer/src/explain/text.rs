@@ -381,7 +381,16 @@ pub(super) fn killer_line(k: &KillRecord) -> String {
                 (signal, _) => format!("{name} sent {}{cmd}", signal.unwrap_or("SIGKILL")),
             }
         }
-        _ => format!(
+        KillerKind::GpuFault => match &k.killer.gpu_fault {
+            Some(f) => format!(
+                "none: it {} after Xid {} on GPU {}",
+                f.ended(),
+                f.xid.code,
+                f.pci
+            ),
+            None => "none: it ended after a GPU fault".into(),
+        },
+        KillerKind::KernelOom => format!(
             "kernel OOM killer, constraint {}",
             k.killer.constraint.as_deref().unwrap_or("?")
         ),
@@ -407,6 +416,8 @@ pub fn render_text(e: &Explanation) -> String {
             Some(s) => format!("killed by {} with {signal}", s.comm),
             None => format!("killed with {signal}"),
         }
+    } else if let Some(f) = &k.killer.gpu_fault {
+        format!("{} after a GPU fault (Xid {})", f.exit, f.xid.code)
     } else {
         "killed by the kernel OOM killer".to_string()
     };

@@ -340,43 +340,161 @@ pub fn sample(nvml: &Nvml) -> GpuSample {
     out
 }
 
-/// Samples every `interval` on a thread of its own and sends each sample;
+/// What the NVML thread sends.
+#[derive(Debug)]
+pub enum FromNvml {
+    /// A sample of every device.
+    Sample(GpuSample),
+    /// An Xid the driver reported through NVML's events, at wall `ts_ns`.
+    Xid {
+        /// The error (no pid or name: NVML's event has none).
+        xid: crate::collect::kmsg::Xid,
+        /// When it was received, wall ns.
+        ts_ns: i64,
+    },
+}
+
+/// How long one wait for an NVML event lasts: how soon the Xid watcher
+/// notices that the recorder is stopping.
+const EVENT_WAIT_MS: u32 = 500;
+
+/// Samples every `interval` on a thread of its own and sends each sample,
+/// and the Xids NVML's events report (a second thread, waiting on them);
 /// a message on the returned sender asks for a sample now (after a GPU
 /// OOM, say). Stops when the receiver is gone.
 pub fn spawn(
     nvml: Nvml,
     interval: Duration,
-    tx: mpsc::Sender<GpuSample>,
+    tx: mpsc::Sender<FromNvml>,
 ) -> std::io::Result<std::sync::mpsc::Sender<()>> {
     let (now_tx, now_rx) = std::sync::mpsc::channel::<()>();
     thread::Builder::new()
         .name("tracer-nvml".into())
         .spawn(move || {
-            let mut next = Instant::now();
-            loop {
-                let s = sample(&nvml);
-                if tx.blocking_send(s).is_err() {
-                    return;
+            thread::scope(|scope| {
+                let (nvml, xids) = (&nvml, tx.clone());
+                if let Err(e) = thread::Builder::new()
+                    .name("tracer-nvml-xid".into())
+                    .spawn_scoped(scope, move || watch_xids(nvml, &xids))
+                {
+                    tracing::warn!(
+                        "NVML Xid events: no thread ({e}); Xids come from the kernel log alone"
+                    );
                 }
-                next += interval;
-                let now = Instant::now();
-                if next <= now {
-                    // A sample slower than the interval: start the next one now.
-                    next = now;
-                    continue;
-                }
-                match now_rx.recv_timeout(next - now) {
-                    Ok(()) => {
-                        while now_rx.try_recv().is_ok() {}
-                        next = Instant::now();
-                    }
-                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-                    // The engine is gone; the sample send above will notice.
-                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {}
-                }
-            }
+                sample_every(nvml, interval, &tx, &now_rx);
+            });
         })?;
     Ok(now_tx)
+}
+
+fn sample_every(
+    nvml: &Nvml,
+    interval: Duration,
+    tx: &mpsc::Sender<FromNvml>,
+    now_rx: &std::sync::mpsc::Receiver<()>,
+) {
+    let mut next = Instant::now();
+    loop {
+        let s = sample(nvml);
+        if tx.blocking_send(FromNvml::Sample(s)).is_err() {
+            return;
+        }
+        next += interval;
+        let now = Instant::now();
+        if next <= now {
+            // A sample slower than the interval: start the next one now.
+            next = now;
+            continue;
+        }
+        match now_rx.recv_timeout(next - now) {
+            Ok(()) => {
+                while now_rx.try_recv().is_ok() {}
+                next = Instant::now();
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            // The engine is gone; the sample send above will notice.
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {}
+        }
+    }
+}
+
+/// Waits on NVML's critical-Xid events of every device that has them and
+/// sends each one, until the receiver is gone. The kernel log names the
+/// same errors (with the process, where the driver knows it): the engine
+/// keeps one of the two. NVML's events reach a recorder that cannot read
+/// the kernel log, and come without the log's rate limit.
+fn watch_xids(nvml: &Nvml, tx: &mpsc::Sender<FromNvml>) {
+    use nvml_wrapper::{bitmasks::event::EventTypes, enums::event::XidError};
+    let count = nvml.device_count().unwrap_or(0);
+    let devices: Vec<u32> = (0..count)
+        .filter(|&i| {
+            nvml.device_by_index(i)
+                .and_then(|d| d.supported_event_types())
+                .is_ok_and(|t| t.contains(EventTypes::CRITICAL_XID_ERROR))
+        })
+        .collect();
+    // A failed registration frees the set (NVML's rule): start again
+    // without that device.
+    let mut skip: Vec<u32> = Vec::new();
+    let set = 'register: loop {
+        let mut set = match nvml.create_event_set() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::info!(
+                    "NVML Xid events unavailable ({e}); Xids come from the kernel log alone"
+                );
+                return;
+            }
+        };
+        for &i in devices.iter().filter(|i| !skip.contains(i)) {
+            let registered = nvml
+                .device_by_index(i)
+                .map_err(Into::into)
+                .and_then(|d| d.register_events(EventTypes::CRITICAL_XID_ERROR, set));
+            match registered {
+                Ok(s) => set = s,
+                Err(e) => {
+                    tracing::warn!("NVML Xid events of GPU {i}: {e}");
+                    skip.push(i);
+                    continue 'register;
+                }
+            }
+        }
+        break set;
+    };
+    if devices.len() == skip.len() {
+        tracing::info!(
+            "no GPU reports Xid events through NVML; Xids come from the kernel log alone"
+        );
+        return;
+    }
+    while !tx.is_closed() {
+        match set.wait(EVENT_WAIT_MS) {
+            Ok(ev) => {
+                let Some(XidError::Value(code)) = ev.event_data else {
+                    continue;
+                };
+                let pci = ev.device.pci_info().map(|p| p.bus_id).unwrap_or_default();
+                let xid = crate::collect::kmsg::Xid {
+                    pci,
+                    code: u32::try_from(code).unwrap_or(u32::MAX),
+                    message: "reported by NVML's critical Xid event".into(),
+                    ..Default::default()
+                };
+                let ts_ns = crate::util::time::wall_now_ns();
+                if tx.blocking_send(FromNvml::Xid { xid, ts_ns }).is_err() {
+                    return;
+                }
+            }
+            Err(NvmlError::Timeout) => {}
+            Err(e) => {
+                tracing::warn!(
+                    "NVML Xid events stopped ({e}); Xids come from the kernel log alone"
+                );
+                return;
+            }
+        }
+    }
 }
 
 /// A short description of the devices, for logs.

@@ -210,6 +210,12 @@ pub fn build(tracefs: &Path, btf: &KernelBtf) -> Result<(ProbeConfig, LayoutNote
             .missing_fields
             .push(format!("Python frames of CPython 3.9 and 3.10 ({e})")),
     }
+    // How a process ended (its exit status or fatal signal): without it a
+    // GPU process's death after an Xid is not told from a clean exit.
+    match btf.member_offset("task_struct", "exit_code") {
+        Ok(off) => cfg.task_exit_code_off = off,
+        Err(e) => notes.missing_fields.push(format!("exit statuses ({e})")),
+    }
     // A new program's arguments, read at exec: without them a program
     // killed before /proc is read has only its file name.
     match (

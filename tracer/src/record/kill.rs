@@ -19,6 +19,9 @@ pub enum KillerKind {
     KernelOom,
     /// A process that sent SIGKILL.
     Userspace,
+    /// No killer: a GPU process that ended abnormally just after an Xid
+    /// that hits applications on its GPU (`Killer::gpu_fault`).
+    GpuFault,
 }
 
 impl KillerKind {
@@ -27,6 +30,7 @@ impl KillerKind {
         match self {
             KillerKind::KernelOom => "kernel_oom",
             KillerKind::Userspace => "userspace",
+            KillerKind::GpuFault => "gpu_fault",
         }
     }
 }
@@ -80,6 +84,8 @@ pub struct Seen {
     pub kmsg: bool,
     /// A userspace killer's own log line (systemd-oomd, earlyoom, kubelet).
     pub log: bool,
+    /// `sched:sched_process_exit`: a process's own end (a GPU fault's).
+    pub exit: bool,
 }
 
 impl Seen {
@@ -89,6 +95,7 @@ impl Seen {
         signal: false,
         kmsg: false,
         log: false,
+        exit: false,
     };
     /// Seen by the signal tracepoint only.
     pub const SIGNAL: Seen = Seen {
@@ -96,6 +103,7 @@ impl Seen {
         signal: true,
         kmsg: false,
         log: false,
+        exit: false,
     };
     /// Seen in a userspace killer's own log line only.
     pub const LOG: Seen = Seen {
@@ -103,6 +111,15 @@ impl Seen {
         signal: false,
         kmsg: false,
         log: true,
+        exit: false,
+    };
+    /// Seen by the exit probe only.
+    pub const EXIT: Seen = Seen {
+        tracepoint: false,
+        signal: false,
+        kmsg: false,
+        log: false,
+        exit: true,
     };
 }
 
@@ -113,6 +130,7 @@ impl std::fmt::Display for Seen {
             (self.signal, "signal"),
             (self.kmsg, "kmsg"),
             (self.log, "log"),
+            (self.exit, "exit"),
         ];
         let mut first = true;
         for (on, name) in names {
@@ -144,6 +162,7 @@ impl<'de> Deserialize<'de> for Seen {
                 "signal" => seen.signal = true,
                 "kmsg" => seen.kmsg = true,
                 "log" => seen.log = true,
+                "exit" => seen.exit = true,
                 other => {
                     return Err(serde::de::Error::custom(format!(
                         "unknown kill source {other:?}"
@@ -226,6 +245,33 @@ pub struct Killer {
     /// line: systemd-oomd's pressure, earlyoom's limits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The GPU fault a process ended after ([`KillerKind::GpuFault`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_fault: Option<GpuFault>,
+}
+
+/// The Xid a GPU process ended after, and how it ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuFault {
+    /// The GPU's PCI address, as NVML or the driver's log gave it.
+    pub pci: String,
+    /// The Xid.
+    pub xid: super::XidNote,
+    /// What the Xid means, from tracer's table of NVIDIA's catalogue.
+    pub meaning: Option<String>,
+    /// How the process ended: `exited with status 1`, `killed by SIGABRT`.
+    pub exit: String,
+}
+
+impl GpuFault {
+    /// How the process ended, after "it": `exited with status 1`, `was
+    /// killed by SIGABRT`.
+    pub fn ended(&self) -> String {
+        match self.exit.strip_prefix("killed by ") {
+            Some(sig) => format!("was killed by {sig}"),
+            None => self.exit.clone(),
+        }
+    }
 }
 
 /// Memory of the victim at the kill, kB.
@@ -469,6 +515,7 @@ impl Killer {
                 Some("earlyoom") => "earlyoom",
                 _ => "process",
             },
+            KillerKind::GpuFault => "gpu_fault",
         }
     }
 }
@@ -594,7 +641,8 @@ mod tests {
                 tracepoint: true,
                 signal: false,
                 kmsg: true,
-                log: false
+                log: false,
+                exit: false,
             }
         );
         assert_eq!(rec.victim.memory.source, Some(MemoryFrom::Tracepoint));

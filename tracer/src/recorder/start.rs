@@ -332,7 +332,7 @@ fn start_nvml(
     session: i64,
 ) -> anyhow::Result<(
     Option<(
-        mpsc::Receiver<crate::nvml::GpuSample>,
+        mpsc::Receiver<crate::nvml::FromNvml>,
         std::sync::mpsc::Sender<()>,
     )>,
     Option<String>,

@@ -81,3 +81,56 @@ pub fn open_files_limit() -> u64 {
     unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
     r.rlim_cur
 }
+
+/// How a process ended, from its `task_struct.exit_code` (wait(2)'s
+/// status): `exited with status 1`, `killed by SIGSEGV (core dumped)`.
+pub fn exit_text(code: i32) -> String {
+    let sig = code & 0x7f;
+    if sig == 0 {
+        return format!("exited with status {}", (code >> 8) & 0xff);
+    }
+    // libc exports no signal abbreviations (strsignal says "Aborted"):
+    // the ones a crash or a kill ends with are named here.
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP".to_string(),
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGQUIT => "SIGQUIT".into(),
+        libc::SIGILL => "SIGILL".into(),
+        libc::SIGTRAP => "SIGTRAP".into(),
+        libc::SIGABRT => "SIGABRT".into(),
+        libc::SIGBUS => "SIGBUS".into(),
+        libc::SIGFPE => "SIGFPE".into(),
+        libc::SIGKILL => "SIGKILL".into(),
+        libc::SIGUSR1 => "SIGUSR1".into(),
+        libc::SIGSEGV => "SIGSEGV".into(),
+        libc::SIGUSR2 => "SIGUSR2".into(),
+        libc::SIGPIPE => "SIGPIPE".into(),
+        libc::SIGALRM => "SIGALRM".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGXCPU => "SIGXCPU".into(),
+        libc::SIGXFSZ => "SIGXFSZ".into(),
+        libc::SIGSYS => "SIGSYS".into(),
+        n => format!("signal {n}"),
+    };
+    let core = if code & 0x80 != 0 {
+        " (core dumped)"
+    } else {
+        ""
+    };
+    format!("killed by {name}{core}")
+}
+
+#[cfg(test)]
+mod exit_tests {
+    #[test]
+    fn exit_codes_read_as_wait_status() {
+        assert_eq!(super::exit_text(0), "exited with status 0");
+        assert_eq!(super::exit_text(1 << 8), "exited with status 1");
+        assert_eq!(
+            super::exit_text(6 | 0x80),
+            "killed by SIGABRT (core dumped)"
+        );
+        assert_eq!(super::exit_text(9), "killed by SIGKILL");
+        assert_eq!(super::exit_text(40), "killed by signal 40");
+    }
+}

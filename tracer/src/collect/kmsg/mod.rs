@@ -21,6 +21,8 @@ use lines::*;
 pub(crate) use lines::{dump_task, parse_header, parse_summary};
 pub use xid::{Xid, parse_xid, pci_key};
 
+pub mod catalogue;
+
 use serde::{Deserialize, Serialize};
 
 /// Where the kernel log is read from.

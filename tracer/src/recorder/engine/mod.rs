@@ -253,7 +253,12 @@ impl Engine {
                     }
                 },
                 s = recv_opt(&mut nvml_rx), if nvml_rx.is_some() => match s {
-                    Some(s) => self.on_gpu_sample(s),
+                    Some(crate::nvml::FromNvml::Sample(s)) => self.on_gpu_sample(s),
+                    Some(crate::nvml::FromNvml::Xid { xid, ts_ns }) => {
+                        self.gpu.on_xid(xid, ts_ns, &mut self.out);
+                        self.late_gpu_deaths();
+                        self.apply()
+                    }
                     None => {
                         nvml_rx = None;
                         Ok(())

@@ -97,7 +97,7 @@ pub struct Inputs {
     /// Kernel log reports.
     pub kmsg: mpsc::Receiver<KmsgEvent>,
     /// NVML samples (none without NVML).
-    pub gpu: Option<mpsc::Receiver<crate::nvml::GpuSample>>,
+    pub gpu: Option<mpsc::Receiver<crate::nvml::FromNvml>>,
     /// Set to true when the recorder is asked to stop.
     pub stop: tokio::sync::watch::Receiver<bool>,
     /// Makes the critical and data readers read their rings now: at stop,

@@ -36,6 +36,7 @@ impl Engine {
             KmsgEvent::Xid(x) => {
                 let ts = self.clock.kmsg_to_wall(x.ts_us);
                 self.gpu.on_xid(x, ts, &mut self.out);
+                self.late_gpu_deaths();
             }
             KmsgEvent::Reaped(_) => {}
             KmsgEvent::OomGroup(g) => self.kills.on_oom_group(g, &self.clock, &mut self.out),
@@ -249,6 +250,7 @@ impl Engine {
                 // rings are read apart), so its parent is not known yet.
                 let name = crate::util::fnv1a(&x.header.comm);
                 stored = self.admit_churn(crate::recorder::fold::EXITS, name, &row);
+                self.on_abnormal_exit(x, row.ts_ns);
                 self.model
                     .on_exit(x.pid, row.ts_ns, StartTime::kernel(x.start_ns));
                 self.model.read_due(row.ts_ns);
@@ -288,6 +290,52 @@ impl Engine {
             self.out.push(Output::Event(row));
         }
         Ok(())
+    }
+
+    /// A process that ended abnormally (a status other than 0, a fatal
+    /// signal other than SIGKILL, whose senders are recorded as kills)
+    /// just after an Xid on its GPU: its death is recorded, with the Xid.
+    fn on_abnormal_exit(&mut self, x: &tracer_common::ProcExit, ts_ns: i64) {
+        if x.exit_known == 0 || x.exit_code == 0 || x.exit_code & 0x7f == libc::SIGKILL {
+            return;
+        }
+        match self.gpu.fault_before(x.pid, x.exit_code, ts_ns) {
+            Some(fault) => self.record_gpu_death(x, ts_ns, fault),
+            None => self.gpu.hold_exit(x, ts_ns),
+        }
+    }
+
+    /// Abnormal ends an Xid that came after them explains.
+    pub(super) fn late_gpu_deaths(&mut self) {
+        for (x, ts_ns, fault) in self.gpu.late_faults(wall_now_ns()) {
+            self.record_gpu_death(&x, ts_ns, fault);
+        }
+    }
+
+    fn record_gpu_death(
+        &mut self,
+        x: &tracer_common::ProcExit,
+        ts_ns: i64,
+        fault: crate::record::GpuFault,
+    ) {
+        tracing::warn!(
+            "{} (pid {}) {} {:.1} s after Xid {} on GPU {}",
+            crate::util::term::escape(&crate::collect::decode::c_str(&x.header.comm)),
+            x.pid,
+            fault.exit,
+            (ts_ns - fault.xid.ts_ns) as f64 / 1e9,
+            fault.xid.code,
+            fault.pci
+        );
+        let env = env!(self);
+        let rec = crate::correlate::kills::death_after_gpu_fault(
+            &env.ctx(ts_ns),
+            x,
+            ts_ns,
+            fault,
+            crate::util::sys::page_kb(),
+        );
+        self.kills.queue(rec);
     }
 
     /// Whether a fork of `parent`'s (or an exit of a process named `name`,

@@ -404,6 +404,11 @@ impl Kills {
         }
     }
 
+    /// Queues a record built elsewhere (a GPU fault's death), for commit.
+    pub fn queue(&mut self, rec: KillRecord) {
+        self.book.queue(rec);
+    }
+
     /// Kills waiting for their commit.
     pub fn queued(&self) -> usize {
         self.book.queued()
