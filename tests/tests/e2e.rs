@@ -198,6 +198,28 @@ fn memcg_oom_kill_is_recorded_and_explained() {
     let ev: Value =
         serde_json::from_str(line.lines().next().expect("one oom_victim event")).unwrap();
     assert_eq!(ev["victim_pid"], pid);
+    // Its exit says how it ended (task_struct.exit_code, read at the exit).
+    let ended = wait_for(Duration::from_secs(5), || {
+        let out = tracer(&[
+            "events",
+            "--store",
+            store.to_str().unwrap(),
+            "--kind",
+            "exit",
+            "--pid",
+            &pid.to_string(),
+        ]);
+        let line = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()?
+            .to_string();
+        serde_json::from_str::<Value>(&line).ok()
+    });
+    assert_eq!(
+        ended.as_ref().map(|e| &e["exit"]),
+        Some(&Value::from("killed by SIGKILL")),
+        "{ended:?}"
+    );
     let log = rec.stop();
     assert!(log.contains("tracer: stopped"), "{log}");
 }
