@@ -38,8 +38,11 @@ pub(crate) fn parse_summary(s: &str) -> Option<OomSummary> {
         None => (rest, None),
     };
     let oom_memcg = rest.rsplit_once(",oom_memcg=").map(|(_, m)| m.to_string());
+    // Case aside: a transcription may write `cOnstraint=`.
     let constraint = rest
-        .strip_prefix("constraint=")?
+        .get(..11)
+        .filter(|p| p.eq_ignore_ascii_case("constraint="))
+        .map(|_| &rest[11..])?
         .split(',')
         .next()?
         .to_string();
@@ -200,12 +203,16 @@ pub(super) fn parse_killed(text: &str) -> Option<KilledProcess> {
             continue;
         };
         // Only a whole `NkB`: a number damaged in a paste
-        // (`anon-rss:153,700,88kB`) is not read as a value.
+        // (`anon-rss:153,700,88kB`) is not read as a value. Letters after
+        // the `kB` are a separator a renderer replaced or lost
+        // (`540752kBundefined anon-rss:`, `34756kBoomscore`): the figure
+        // itself is whole.
         let kb = || {
-            v.trim_end_matches(['*', '"', '\'', '`'])
-                .strip_suffix("kB")?
-                .parse::<u64>()
-                .ok()
+            let (n, rest) = v.split_once("kB")?;
+            let rest = rest.trim_end_matches(['*', '"', '\'', '`']);
+            rest.chars()
+                .all(|c| c.is_ascii_alphabetic())
+                .then(|| n.parse::<u64>().ok())?
         };
         match key {
             "total-vm" => k.total_vm_kb = kb(),

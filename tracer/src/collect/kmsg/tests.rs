@@ -496,3 +496,25 @@ fn records() {
         assert!(parse_record(bad).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn a_figure_whose_separator_a_renderer_ate_is_whole_and_a_damaged_one_is_not() {
+    let k = super::lines::parse_killed(
+        "Killed process 11587 (ffmpeg) total-vm:540752kBundefined anon-rss:69412kBundefined file-rss:0kB",
+    )
+    .unwrap();
+    assert_eq!(
+        (k.total_vm_kb, k.anon_rss_kb, k.file_rss_kb),
+        (Some(540_752), Some(69_412), Some(0))
+    );
+    let k = super::lines::parse_killed(
+        "Killed process 9 (x) total-vm:1kB, anon-rss:153,700,88kB, file-rss:12kB9",
+    )
+    .unwrap();
+    assert_eq!((k.anon_rss_kb, k.file_rss_kb), (None, None));
+    let s = super::lines::parse_summary(
+        "cOnstraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=emulator,mems_allowed=0-1,oom_memcg=/machine.slice,task_memcg=/machine.slice/x.scope,task=kvm,pid=2016872,uid=0",
+    )
+    .unwrap();
+    assert_eq!(s.constraint, "CONSTRAINT_MEMCG");
+}

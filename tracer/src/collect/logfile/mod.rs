@@ -195,6 +195,7 @@ pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<SavedLog> {
     // that follows a long one is its tail, cut off by a mail client or a
     // ticket system's wrapping.
     let mut held: Option<LogLine> = None;
+    let mut last_host: Option<String> = None;
     let mut may_wrap = false;
     let mut verbose: Option<(u64, i64)> = None;
     let mut qp = QuotedPrintable::default();
@@ -232,7 +233,7 @@ pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<SavedLog> {
             let mut l = with_mono(None, Some(wall_ns), msg);
             l.mono_us = l.mono_us.or(Some(mono_us));
             if let Some(prev) = held.replace(l) {
-                feed(&mut hosts, &mut log, prev);
+                feed(&mut hosts, &mut log, &mut last_host, prev);
             }
             may_wrap = false;
             continue;
@@ -250,7 +251,7 @@ pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<SavedLog> {
                 (Some(l), _) => {
                     shape.recognized += 1;
                     if let Some(prev) = held.replace(l) {
-                        feed(&mut hosts, &mut log, prev);
+                        feed(&mut hosts, &mut log, &mut last_host, prev);
                     }
                 }
                 (None, Some(prev)) if i == 0 && may_wrap => {
@@ -264,7 +265,7 @@ pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<SavedLog> {
         may_wrap = line.trim().chars().count() >= WRAP_WIDTH;
     }
     if let Some(prev) = held {
-        feed(&mut hosts, &mut log, prev);
+        feed(&mut hosts, &mut log, &mut last_host, prev);
     }
     for (host, h) in &mut hosts {
         if let Some(r) = h.asm.finish() {
@@ -435,7 +436,13 @@ fn tail(piece: &str) -> Option<&str> {
         || mono_stamp_at(t, 0) == Some(0)
         || dmesg_t_stamp(t)
         || last_iso_stamp(t.get(..20).unwrap_or(t)) == Some(0);
-    let structured = key || stamped || t.starts_with(['{', '"']) || t.starts_with("- ");
+    // The kernel's own words (`out of memory: Killed process ...`, where a
+    // wrap cut `Memory cgroup` from it) are no other tool's `key: value`.
+    let kernel = ["Killed process ", "invoked oom-killer", "oom-kill:"]
+        .iter()
+        .any(|p| t.contains(p));
+    let structured =
+        (key && !kernel) || stamped || t.starts_with(['{', '"']) || t.starts_with("- ");
     (!t.is_empty() && !t.starts_with("```") && !prompt && !structured).then_some(t)
 }
 
@@ -460,12 +467,41 @@ fn rejoin(text: &mut String, tail: &str, indented: bool) {
     let hard = text.is_empty() || (long_last_word && !indented) || tail.starts_with([',', ')']);
     if !hard {
         text.push(' ');
+    } else if summary_fields_parted(text, tail) {
+        text.push(',');
     }
     let mut room = MAX_REJOINED.saturating_sub(text.len()).min(tail.len());
     while !tail.is_char_boundary(room) {
         room -= 1;
     }
     text.push_str(&tail[..room]);
+}
+
+/// Keys of the kernel's `oom-kill:` summary line.
+const SUMMARY_KEYS: &[&str] = &[
+    "constraint",
+    "nodemask",
+    "cpuset",
+    "mems_allowed",
+    "oom_memcg",
+    "task_memcg",
+    "task",
+    "pid",
+    "uid",
+];
+
+/// Whether a summary line was parted between two of its fields and lost
+/// the comma between them (a paste cut short and re-wrapped:
+/// `oom-kill:constraint=CONSTRAINT_MEMCG` then `task=java,pid=90057`):
+/// the text ends in a whole `key=value` and the tail starts with another.
+/// A cut inside a field (`...,ta` then `sk=java`) ends in no `key=`.
+fn summary_fields_parted(text: &str, tail: &str) -> bool {
+    let keyed = |s: &str| {
+        s.split_once('=')
+            .is_some_and(|(k, v)| SUMMARY_KEYS.contains(&k) && !v.is_empty())
+    };
+    let last = text.rsplit([',', ':']).next().unwrap_or("");
+    text.contains("oom-kill:") && keyed(last) && keyed(tail)
 }
 
 /// Whether `r` repeats the last kill of its host: the same process, at
@@ -480,8 +516,20 @@ fn repeated(out: &[LogReport], host: &Option<String>, r: &OomReport) -> bool {
     })
 }
 
-/// Hands one whole line to its host's assembler.
-fn feed(hosts: &mut HashMap<Option<String>, HostLog>, log: &mut SavedLog, mut l: LogLine) {
+/// Hands one whole line to its host's assembler. A line with neither a
+/// host nor a time of its own (bare text between syslog lines: a paste
+/// that lost a line's prefix) is of the host of the line before it.
+fn feed(
+    hosts: &mut HashMap<Option<String>, HostLog>,
+    log: &mut SavedLog,
+    last_host: &mut Option<String>,
+    mut l: LogLine,
+) {
+    if l.host.is_none() && l.mono_us.is_none() && l.wall_ns.is_none() {
+        l.host.clone_from(last_host);
+    } else {
+        last_host.clone_from(&l.host);
+    }
     let SavedLog {
         reports: out,
         xids,

@@ -620,10 +620,15 @@ pub(super) fn glued_starts(line: &str) -> Vec<usize> {
         // After a run of spaces only a kill's message starts (a column of
         // a table: kubectl's events, `OOMKilling ...  Memory cgroup out of
         // memory: Kill process ...`); a stamp there is the same stamp's
-        // padding (`Mar  3`).
+        // padding (`Mar  3`). Quoted there too, in prose (`I see an
+        // "Out of memory: Killed process ...`).
         if b[i - 1] == b' ' {
             let before = line[..i].trim_end();
-            if !before.ends_with(':') && STARTS.iter().any(|s| rest.starts_with(s)) {
+            let quoted = rest.trim_start_matches(['"', '*', '\'', '`']);
+            let bare = quoted.len() < rest.len();
+            if !before.ends_with(':')
+                && (STARTS.iter().any(|s| quoted.starts_with(s)) || bare && header_start(quoted))
+            {
                 out.push(at);
             }
             continue;
@@ -639,7 +644,7 @@ pub(super) fn glued_starts(line: &str) -> Vec<usize> {
             // Quoted or emphasised in prose: `"**Killed process ...`.
             b'"' | b'*' | b'\'' | b'`' => {
                 let bare = rest.trim_start_matches(['"', '*', '\'', '`']);
-                STARTS.iter().any(|s| bare.starts_with(s))
+                STARTS.iter().any(|s| bare.starts_with(s)) || header_start(bare)
             }
             _ => STARTS.iter().any(|s| rest.starts_with(s)) || syslog_stamp(rest),
         };
@@ -648,6 +653,13 @@ pub(super) fn glued_starts(line: &str) -> Vec<usize> {
         }
     }
     out
+}
+
+/// Whether `s` starts with a report's header, `COMM invoked oom-killer:`
+/// (quoted in prose, the only place one is looked for inside a line).
+fn header_start(s: &str) -> bool {
+    s.split_once(' ')
+        .is_some_and(|(comm, rest)| !comm.is_empty() && rest.starts_with("invoked oom-killer:"))
 }
 
 /// `[Mon Mar  3 10:00:00 2025]` at the start of `s`.

@@ -594,3 +594,27 @@ fn civil_dates() {
     assert_eq!(days_from_civil(2000, 3, 1), 11_017);
     assert_eq!(wall((2025, 3, 3), (16, 0, 0), 0, 0), Some(T));
 }
+
+#[test]
+fn a_summary_parted_between_its_fields_gets_its_comma_back_and_one_cut_inside_a_field_does_not() {
+    let mut t = String::from("oom-kill:constraint=CONSTRAINT_MEMCG");
+    rejoin(&mut t, "task=java,pid=90057,uid=0", false);
+    assert_eq!(
+        t,
+        "oom-kill:constraint=CONSTRAINT_MEMCG,task=java,pid=90057,uid=0"
+    );
+    let mut t = String::from("oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),ta");
+    rejoin(&mut t, "sk=java,pid=90057,uid=0", false);
+    assert!(t.ends_with(",task=java,pid=90057,uid=0"), "{t}");
+    // Bare text after a host's syslog line is that host's.
+    let log = "2026-03-22T15:00:03 mini-might kernel: oom-kill:constraint=CONSTRAINT_MEMCG\n\
+               task=java,pid=90057,uid=0\n\
+               Memory cgroup out of memory: Killed process 90057 (java)\n\
+               total-vm:2007864kB, anon-rss:518828kB\n";
+    let r = read_reports(log.as_bytes(), 2026).unwrap();
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0].host.as_deref(), Some("mini-might"));
+    let s = r[0].report.summary.as_ref().expect("the summary, rejoined");
+    assert_eq!((s.pid, s.uid), (90057, Some(0)));
+    assert_eq!(r[0].report.killed.anon_rss_kb, Some(518_828));
+}
