@@ -52,6 +52,21 @@ impl Gpu {
             .to_string()
     }
 
+    /// A recorder tracing CUDA and sampling this GPU every 200 ms, with
+    /// `extra` in its environment.
+    fn recorder(&self, store: &std::path::Path, extra: &[(&'static str, String)]) -> Recorder {
+        Recorder::on(store)
+            .args(&[
+                "--cuda",
+                "--nvml-lib",
+                &Gpu::nvml(),
+                "--gpu-interval",
+                "200ms",
+            ])
+            .envs(&self.with(extra))
+            .start()
+    }
+
     /// A cudaload in `cg` on this GPU.
     fn process(&self, cg: &TestCgroup) -> CudaLoad {
         let d = simcuda_dir();
@@ -95,16 +110,7 @@ fn two_containers_on_one_gpu_attribution_and_a_gpu_oom() {
     };
     let gpu = Gpu::new();
     let store = sc.store.clone();
-    let rec = Recorder::on(&store)
-        .args(&[
-            "--cuda",
-            "--nvml-lib",
-            &Gpu::nvml(),
-            "--gpu-interval",
-            "200ms",
-        ])
-        .envs(&gpu.env)
-        .start();
+    let rec = gpu.recorder(&store, &[]);
     let (cg_a, cg_b) = (
         TestCgroup::container(ID_A, 8 * GIB),
         TestCgroup::container(ID_B, 8 * GIB),
@@ -227,16 +233,7 @@ fn a_gpu_process_that_aborts_after_an_xid_died_from_the_gpu_fault() {
     std::fs::write(&xids, "").unwrap();
     let store = sc.store.clone();
     let store_s = store.to_str().unwrap();
-    let rec = Recorder::on(&store)
-        .args(&[
-            "--cuda",
-            "--nvml-lib",
-            &Gpu::nvml(),
-            "--gpu-interval",
-            "200ms",
-        ])
-        .envs(&gpu.with(&[("SIMNVML_XID_FILE", xids.display().to_string())]))
-        .start();
+    let rec = gpu.recorder(&store, &[("SIMNVML_XID_FILE", xids.display().to_string())]);
     let cg = TestCgroup::new("xid", 8 * GIB);
     let (mut hit, mut clean, mut host) = (gpu.process(&cg), gpu.process(&cg), gpu.process(&cg));
     let attached = wait_for(Duration::from_secs(20), || {
