@@ -128,6 +128,9 @@ impl Gpu {
     /// that hits applications, in the minute before, on a GPU the process
     /// held memory on (in the latest picture) or naming it.
     pub fn fault_before(&self, pid: u32, exit_code: i32, ts_ns: i64) -> Option<GpuFault> {
+        if self.xids.is_empty() {
+            return None;
+        }
         let devices: Vec<_> = self
             .view
             .as_ref()
