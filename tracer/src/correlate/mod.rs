@@ -528,14 +528,20 @@ pub fn merge_report(
             ),
             None => String::new(),
         };
+        // What the cut line no longer says.
+        let lost = match (&report.cut_constraint, &report.cut_oom_memcg) {
+            (Some(_), Some(_)) => "the victim's cgroup path is",
+            (Some(_), None) => "the kernel's cgroup paths are",
+            (None, _) => "the kernel's constraint and cgroup paths are",
+        };
         rec.gaps.push(Gap::Note(match report.summary_cut {
             // Far shorter than printk's limit: cut where it was copied (a
             // pager's `>` at the screen's edge, a paste's end).
             Some(n) if report.saved_log && n < PRINTK_CUT_CHARS => format!(
-                "the kernel's oom-kill summary line is cut short in this log ({n} characters, where printk would have printed it whole): the kernel's constraint and cgroup paths are not known{stale}"
+                "the kernel's oom-kill summary line is cut short in this log ({n} characters, where printk would have printed it whole): {lost} not known{stale}"
             ),
             Some(n) => format!(
-                "the kernel's oom-kill summary line was cut short by printk ({n} characters: a cgroup path too long): the kernel's constraint and cgroup paths are not known{stale}"
+                "the kernel's oom-kill summary line was cut short by printk ({n} characters: a cgroup path too long): {lost} not known{stale}"
             ),
             // Live, the kernel rate-limited it; a saved log may just not
             // hold it.

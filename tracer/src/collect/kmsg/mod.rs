@@ -242,6 +242,10 @@ pub struct OomReport {
     /// CONSTRAINT_CPUSET,...` with its task and pid cut off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cut_constraint: Option<String>,
+    /// The limited cgroup a cut summary line still names whole (its
+    /// `oom_memcg=` followed by `,task_memcg=`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_oom_memcg: Option<String>,
     /// Rows of the `Tasks state` table left out: a table of more than
     /// [`MAX_TASK_ROWS`] keeps its largest tasks and those the kernel
     /// prefers to kill (a node of 100,000 processes prints them all).
@@ -303,6 +307,7 @@ impl OomReport {
             .as_ref()
             .and_then(|s| s.oom_memcg.as_deref())
             .or(self.task_in.as_ref().map(|(_, l)| l.as_str()))
+            .or(self.cut_oom_memcg.as_deref())
     }
 }
 
@@ -632,6 +637,10 @@ impl Assembler {
                     .and_then(|r| r.split(',').next())
                     .filter(|c| c.starts_with("CONSTRAINT_") && c.len() > "CONSTRAINT_".len())
                     .map(String::from);
+                self.current.cut_oom_memcg = s
+                    .split_once(",oom_memcg=")
+                    .and_then(|(_, r)| r.split_once(",task_memcg="))
+                    .map(|(m, _)| m.to_string());
             }
             self.section = Section::None;
         } else if let Some((pid, comm)) = dump_task(text)

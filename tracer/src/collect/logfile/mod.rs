@@ -289,7 +289,8 @@ pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<SavedLog> {
 /// the same victim on the same host with the same figures is one kill, as
 /// the kernel kills a process once (and prints a `memory.oom.group`
 /// kill's first victim again with its group). The copy with a time stays,
-/// else the first, with the group either says.
+/// else the first, with the group either says; a kill's choice line apart
+/// from its kill line goes.
 fn one_of_each(reports: &mut Vec<LogReport>) {
     type Key = (Option<String>, u32, String, u64, Option<u64>);
     let key = |r: &LogReport| -> Option<Key> {
@@ -327,6 +328,24 @@ fn one_of_each(reports: &mut Vec<LogReport>) {
                 }
             }
         }
+    }
+    // The kernel's choice of a victim (`Kill process N ... or sacrifice
+    // child`) pasted apart from the same kill's `Killed process` line (a
+    // grep of syslog above the dmesg of the same report): the kill line's
+    // report is the kill.
+    for i in 0..reports.len() {
+        let c = &reports[i];
+        if gone[i] || !c.report.chosen_only {
+            continue;
+        }
+        let killed = reports.iter().enumerate().any(|(j, r)| {
+            !gone[j]
+                && !r.report.chosen_only
+                && r.report.killed.pid == c.report.killed.pid
+                && r.report.killed.comm == c.report.killed.comm
+                && (r.host == c.host || r.host.is_none() || c.host.is_none())
+        });
+        gone[i] = killed;
     }
     let mut i = 0;
     reports.retain(|_| {
@@ -437,13 +456,17 @@ fn tail(piece: &str) -> Option<&str> {
         || dmesg_t_stamp(t)
         || last_iso_stamp(t.get(..20).unwrap_or(t)) == Some(0);
     // The kernel's own words (`out of memory: Killed process ...`, where a
-    // wrap cut `Memory cgroup` from it) are no other tool's `key: value`.
-    let kernel = ["Killed process ", "invoked oom-killer", "oom-kill:"]
+    // wrap cut `Memory cgroup` from it; `oom-killer: gfp_mask=...` cut from
+    // its `comm invoked`) are no other tool's `key: value`.
+    let kernel = ["Killed process ", "oom-killer: gfp_mask=", "oom-kill:"]
         .iter()
         .any(|p| t.contains(p));
     let structured =
         (key && !kernel) || stamped || t.starts_with(['{', '"']) || t.starts_with("- ");
-    (!t.is_empty() && !t.starts_with("```") && !prompt && !structured).then_some(t)
+    // A list item's marker before the next line's stamp (`- [ 4890.4]
+    // ...`) is that line's, no tail of the one before.
+    let marker = matches!(t, "-" | "*" | "+" | "•");
+    (!t.is_empty() && !t.starts_with("```") && !prompt && !structured && !marker).then_some(t)
 }
 
 /// Puts a wrapped line's tail back. A soft wrap replaced a space; a hard

@@ -319,7 +319,32 @@ pub fn parse_pasted(piece: &str, year: i64) -> Option<LogLine> {
             text: text.to_string(),
         });
     }
-    bare_kernel(s).then(|| untimed_kernel(s))
+    if bare_kernel(s) {
+        return Some(untimed_kernel(s));
+    }
+    inline_kernel(s, year)
+}
+
+/// A kernel line inside prose, or after a stamp that cannot be read (`结果:
+/// Mar 3 00:31:02 host kernel: Out of memory: ...`, `Jun 1XX:XX:XX host
+/// kernel: Out of memory: ...`): read from the first place in the line
+/// where a line of a known shape starts, else as its `kernel: ` message
+/// with no time. Only an OOM report's own messages are looked for.
+fn inline_kernel(s: &str, year: i64) -> Option<LogLine> {
+    let at = s.find(" kernel: ")?;
+    let msg = &s[at + " kernel: ".len()..];
+    if !KERNEL_STARTS.iter().any(|k| msg.starts_with(k)) {
+        return None;
+    }
+    let from_stamp = s[..at]
+        .match_indices(' ')
+        .map(|(i, _)| i + 1)
+        .find_map(|i| parse_line(&s[i..], year).filter(|l| l.kernel));
+    Some(from_stamp.unwrap_or_else(|| LogLine {
+        unreadable: true,
+        untimed: false,
+        ..untimed_kernel(msg)
+    }))
 }
 
 /// `journalctl -o json` (one entry a line): the kernel's messages and the
@@ -598,7 +623,7 @@ pub(super) fn glued_starts(line: &str) -> Vec<usize> {
         "Out of memory: ",
         "Out of Memory: ",
         "Memory cgroup out of memory: ",
-        "oom-kill:",
+        "oom-kill:constraint=",
         "oom_reaper: ",
     ];
     let b = line.as_bytes();
@@ -613,6 +638,17 @@ pub(super) fn glued_starts(line: &str) -> Vec<usize> {
             // node-problem-detector's event (`kubectl get events`: `1
             // OOMKilling: Memory cgroup out of memory: Kill process ...`).
             if line[..i].ends_with("OOMKilling:") && STARTS.iter().any(|s| rest.starts_with(s)) {
+                out.push(at);
+            }
+            // Another program's output before a console's kernel line
+            // (`Creating journal (262144 blocks): [   34.739137] mkfs.ext4
+            // invoked oom-killer`); `kernel: [ 1.2]` is one message.
+            let before = &line[..i - 1];
+            if b[at] == b'['
+                && mono_stamp_at(line, at) == Some(at)
+                && !before.ends_with("kernel")
+                && before.chars().any(char::is_alphanumeric)
+            {
                 out.push(at);
             }
             continue;
@@ -646,13 +682,37 @@ pub(super) fn glued_starts(line: &str) -> Vec<usize> {
                 let bare = rest.trim_start_matches(['"', '*', '\'', '`']);
                 STARTS.iter().any(|s| bare.starts_with(s)) || header_start(bare)
             }
-            _ => STARTS.iter().any(|s| rest.starts_with(s)) || syslog_stamp(rest),
+            _ => {
+                STARTS.iter().any(|s| rest.starts_with(s))
+                    || syslog_stamp(rest)
+                    || header_start(rest) && ends_a_kill_line(&line[..i])
+            }
         };
         if starts {
             out.push(at);
         }
     }
     out
+}
+
+/// Whether `before` ends the way the kernel's kill lines end (a figure in
+/// kB, `oom_score_adj:N`, `UID:N`, `or sacrifice child`): a header glued
+/// after it starts another message (a whole report pasted on one line).
+fn ends_a_kill_line(before: &str) -> bool {
+    let last = before.rsplit(' ').next().unwrap_or("");
+    let number = |p: &str| {
+        last.strip_prefix(p).is_some_and(|n| {
+            !n.is_empty()
+                && n.trim_start_matches('-')
+                    .bytes()
+                    .all(|c| c.is_ascii_digit())
+        })
+    };
+    (before.contains("Killed process ") || before.contains("Kill process "))
+        && (last.ends_with("kB")
+            || number("oom_score_adj:")
+            || number("UID:")
+            || before.ends_with("sacrifice child"))
 }
 
 /// Whether `s` starts with a report's header, `COMM invoked oom-killer:`

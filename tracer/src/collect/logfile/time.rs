@@ -270,9 +270,10 @@ pub(super) fn mono_prefix(s: &str) -> Option<(Stamp<u64>, &str)> {
 
 /// What follows printk's caller id, where the kernel adds one after the
 /// stamp (`CONFIG_PRINTK_CALLER`: `[   50.052086][ T6736] text`, a task's
-/// id, or `[ C1]` a CPU's outside a task); `rest` itself otherwise.
+/// id, or `[ C1]` a CPU's outside a task; a space apart in some consoles'
+/// copies, `[71073.562094] [T13546] text`); `rest` itself otherwise.
 fn without_caller(rest: &str) -> &str {
-    let Some(inner) = rest.strip_prefix('[') else {
+    let Some(inner) = rest.strip_prefix('[').or_else(|| rest.strip_prefix(" [")) else {
         return rest;
     };
     let Some((id, after)) = inner.split_once(']') else {
