@@ -20,9 +20,10 @@
  *   rate CALLS_PER_S SECONDS BYTES [drv]
  *                                    paced cudaMalloc + cudaFree pairs (cuMemAlloc_v2 +
  *                                    cuMemFree_v2 with "drv"); replies "ok CALLS PER_S"
- *   slotmate SLOTS BYTES_A BYTES_B   makes a thread whose id equals this one's modulo SLOTS;
- *                                    this thread sets device 1, the mate device 2, then this
- *                                    thread's cudaMalloc(BYTES_A) and, 100 ms into it, the
+ *   slotmate SLOTS BYTES_A BYTES_B   an owner thread makes a mate whose id equals its own modulo
+ *                                    SLOTS (a new owner where no such id is free); the owner
+ *                                    sets device 1, the mate device 2, then the owner's
+ *                                    cudaMalloc(BYTES_A) and, 100 ms into it, the
  *                                    mate's cudaMalloc(BYTES_B) (SIMCUDA_ALLOC_DELAY_MS holds
  *                                    them open): "ok TID MATE_TID PTR_A PTR_B"
  *   rename NAME                      this thread's name (prctl PR_SET_NAME) -> "ok"
@@ -151,13 +152,24 @@ static void *mate_main(void *arg) {
     return NULL;
 }
 
-/* Runs `slotmate`; 0 or the first error. */
-static int slotmate(unsigned slots, size_t bytes_a, size_t bytes_b, pid_t *mate_tid, void **pa, void **pb) {
+/* The kernel's pid_max: a thread id modulo `slots` that no new thread
+ * got in two turns of the pid space is held by another process. */
+static long pid_space(void) {
+    long max = 32768;
+    FILE *f = fopen("/proc/sys/kernel/pid_max", "r");
+    if (f) { if (fscanf(f, "%ld", &max) != 1) max = 32768; fclose(f); }
+    return max;
+}
+
+/* Runs `slotmate` from the calling thread; 0 or the first error (-3: no
+ * thread id modulo `slots` is free for a mate of this one). */
+static int slotmate_here(unsigned slots, size_t bytes_a, size_t bytes_b, pid_t *mate_tid, void **pa, void **pb) {
     struct mate m = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, slots ? slots : 1,
                       (pid_t)syscall(SYS_gettid), 0, 0, 0, 0, bytes_b, NULL };
     pthread_t t;
-    for (int tries = 0; !m.tid; tries++) {
-        if (tries > (1 << 22)) return -3;
+    long limit = 2 * pid_space();
+    for (long tries = 0; !m.tid; tries++) {
+        if (tries > limit) return -3;
         m.seen = 0;
         if (pthread_create(&t, NULL, mate_main, &m)) return -4;
         pthread_mutex_lock(&m.mu);
@@ -177,6 +189,31 @@ static int slotmate(unsigned slots, size_t bytes_a, size_t bytes_b, pid_t *mate_
     *mate_tid = m.tid;
     *pb = m.p;
     return r ? r : m.r;
+}
+
+struct slot_owner { unsigned slots; size_t a, b; pid_t tid, mate; void *pa, *pb; int r; };
+
+static void *slot_owner_main(void *arg) {
+    struct slot_owner *o = arg;
+    o->tid = (pid_t)syscall(SYS_gettid);
+    o->r = slotmate_here(o->slots, o->a, o->b, &o->mate, &o->pa, &o->pb);
+    return NULL;
+}
+
+/* `slotmate`, from a thread of its own: where every id a mate of one
+ * owner could take is held by another process (on a busy node, with a
+ * small pid_max), a new owner, of another id, tries again. */
+static int slotmate(unsigned slots, size_t bytes_a, size_t bytes_b, pid_t *owner, pid_t *mate_tid, void **pa, void **pb) {
+    for (int round = 0; round < 8; round++) {
+        struct slot_owner o = { slots, bytes_a, bytes_b, 0, 0, NULL, NULL, 0 };
+        pthread_t t;
+        if (pthread_create(&t, NULL, slot_owner_main, &o)) return -4;
+        pthread_join(t, NULL);
+        if (o.r == -3) continue;
+        *owner = o.tid; *mate_tid = o.mate; *pa = o.pa; *pb = o.pb;
+        return o.r;
+    }
+    return -3;
 }
 
 int main(int argc, char **argv) {
@@ -323,11 +360,11 @@ int main(int argc, char **argv) {
         }
         else if (!strcmp(cmd, "slotmate")) {
             NEED(cudaMalloc); NEED(cudaSetDevice);
-            pid_t mate = 0;
+            pid_t owner = 0, mate = 0;
             void *pb = NULL;
-            int r = slotmate((unsigned)n, strtoull(b, NULL, 0), strtoull(c, NULL, 0), &mate, &p, &pb);
+            int r = slotmate((unsigned)n, strtoull(b, NULL, 0), strtoull(c, NULL, 0), &owner, &mate, &p, &pb);
             if (r) printf("err %d\n", r);
-            else printf("ok %d %d %p %p\n", (int)syscall(SYS_gettid), (int)mate, p, pb);
+            else printf("ok %d %d %p %p\n", (int)owner, (int)mate, p, pb);
         }
         else if (!strcmp(cmd, "rename")) { reply(prctl(PR_SET_NAME, a, 0, 0, 0)); }
         else if (!strcmp(cmd, "dlopen")) { reply(load(a, b[0] ? b : NULL) ? -1 : 0); }
