@@ -247,3 +247,58 @@ fn a_kill_whose_stamp_cannot_be_a_time_is_kept_and_said_so() {
         assert_eq!(unreadable, pid != 4304, "{pid}: {k}");
     }
 }
+
+/// A real log's line of the kernel's choice
+/// (`fixtures/real-logs/hv-21-...`), `n` times for `n` processes, none
+/// with its kill line: each is a kill the log may hold, and matching them
+/// against the kill lines stays linear.
+fn choices(n: u32) -> String {
+    let real = real_line("hv-21-", "Kill process ");
+    let (before, after) = real.split_once("Kill process ").unwrap();
+    let after = after.split_once(' ').unwrap().1;
+    let mut s = String::new();
+    for i in 0..n {
+        let _ = writeln!(s, "{before}Kill process {} {after}", 10_000 + i);
+    }
+    s
+}
+
+/// A real syslog kernel line quoted inside prose
+/// (`fixtures/real-logs/hv-17-...`), after `n` words of prose on the same
+/// line: the stamp is looked for near `kernel: ` only.
+fn long_prose(n: u32) -> String {
+    let real = real_line("hv-17-", "kernel: Killed process");
+    let at = real.find("/var/log/messages:").unwrap();
+    format!("{}{}\n", "word ".repeat(n as usize), &real[at..])
+}
+
+/// The first line of the real log named `prefix...` holding `needle`.
+fn real_line(prefix: &str, needle: &str) -> String {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/real-logs");
+    let log = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.starts_with(prefix) && name.ends_with(".log")
+        })
+        .unwrap();
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .find(|l| l.contains(needle))
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn choice_lines_by_the_thousand_are_read_in_linear_time() {
+    let text = scales("choices", choices, 5_000, &[], 16);
+    assert!(text.contains("(pid 29999)"), "{text}");
+}
+
+#[test]
+fn a_kernel_line_after_megabytes_of_prose_is_read_in_linear_time() {
+    let text = scales("prose", long_prose, 200_000, &[], 0);
+    assert!(text.contains("mongod (pid 15644) killed"), "{text}");
+}

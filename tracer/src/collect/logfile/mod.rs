@@ -333,20 +333,35 @@ fn one_of_each(reports: &mut Vec<LogReport>) {
     // child`) pasted apart from the same kill's `Killed process` line (a
     // grep of syslog above the dmesg of the same report): the kill line's
     // report is the kill.
-    for i in 0..reports.len() {
-        let c = &reports[i];
-        if gone[i] || !c.report.chosen_only {
-            continue;
-        }
-        let killed = reports.iter().enumerate().any(|(j, r)| {
-            !gone[j]
-                && !r.report.chosen_only
-                && r.report.killed.pid == c.report.killed.pid
-                && r.report.killed.comm == c.report.killed.comm
-                && (r.host == c.host || r.host.is_none() || c.host.is_none())
-        });
-        gone[i] = killed;
+    // Hosts of the kill lines' reports, by victim: one pass, not one per
+    // choice (a log of a million choices stays linear).
+    let mut killed: HashMap<(u32, &str), Vec<&Option<String>>> = HashMap::new();
+    for (r, _) in reports
+        .iter()
+        .zip(&gone)
+        .filter(|(r, g)| !**g && !r.report.chosen_only)
+    {
+        killed
+            .entry((r.report.killed.pid, r.report.killed.comm.as_str()))
+            .or_default()
+            .push(&r.host);
     }
+    let chosen_gone: Vec<bool> = reports
+        .iter()
+        .zip(&gone)
+        .map(|(c, g)| {
+            *g || c.report.chosen_only
+                && killed
+                    .get(&(c.report.killed.pid, c.report.killed.comm.as_str()))
+                    .is_some_and(|hosts| {
+                        hosts
+                            .iter()
+                            .any(|h| **h == c.host || h.is_none() || c.host.is_none())
+                    })
+        })
+        .collect();
+    drop(killed);
+    gone = chosen_gone;
     let mut i = 0;
     reports.retain(|_| {
         i += 1;

@@ -336,9 +336,16 @@ fn inline_kernel(s: &str, year: i64) -> Option<LogLine> {
     if !KERNEL_STARTS.iter().any(|k| msg.starts_with(k)) {
         return None;
     }
-    let from_stamp = s[..at]
+    // A stamp and a host take well under this: prose before them is not
+    // searched (a long line stays linear).
+    const STAMP_AND_HOST: usize = 128;
+    let mut from = at.saturating_sub(STAMP_AND_HOST);
+    while !s.is_char_boundary(from) {
+        from += 1;
+    }
+    let from_stamp = s[from..at]
         .match_indices(' ')
-        .map(|(i, _)| i + 1)
+        .map(|(i, _)| from + i + 1)
         .find_map(|i| parse_line(&s[i..], year).filter(|l| l.kernel));
     Some(from_stamp.unwrap_or_else(|| LogLine {
         unreadable: true,
