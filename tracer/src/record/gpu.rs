@@ -114,11 +114,14 @@ impl GpuView {
 
     /// Devices where `pid` holds memory (per NVML or per its traced calls).
     pub fn of_process(&self, pid: u32) -> Vec<DevicePicture> {
+        self.holding(pid).cloned().collect()
+    }
+
+    /// [`GpuView::of_process`], borrowed.
+    pub fn holding(&self, pid: u32) -> impl Iterator<Item = &DevicePicture> {
         self.devices
             .iter()
-            .filter(|d| d.processes.iter().any(|p| p.pid == pid))
-            .cloned()
-            .collect()
+            .filter(move |d| d.processes.iter().any(|p| p.pid == pid))
     }
 }
 

@@ -133,10 +133,8 @@ impl Gpu {
         }
         let devices: Vec<_> = self
             .view
-            .as_ref()
-            .map(|v| v.of_process(pid))
-            .unwrap_or_default()
             .iter()
+            .flat_map(|v| v.holding(pid))
             .filter_map(|d| pci_key(&d.pci_bus_id))
             .collect();
         let (pci, xid) = self.xids.iter().rev().find(|(pci, x)| {
@@ -160,7 +158,7 @@ impl Gpu {
         let on_gpu = self
             .view
             .as_ref()
-            .is_some_and(|v| !v.of_process(x.pid).is_empty());
+            .is_some_and(|v| v.holding(x.pid).next().is_some());
         if on_gpu {
             if self.held_exits.len() == EXITS_HELD {
                 self.held_exits.remove(0);
