@@ -426,6 +426,12 @@ fn a_sigkill_from_a_bpf_program_is_named_as_such() {
     // it from its own syscall entry.
     let mut cmd = Command::new("sh");
     cmd.args(["-c", "while :; do sleep 0.1; done"]);
+    // Its pid may have been an earlier process's whose kill the recorder
+    // read from the kernel log at its start: this kill is after this.
+    let started_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
     let mut victim = Proc::spawn(cmd);
     let pid = victim.pid();
     let out = Command::new(bpftrace)
@@ -452,7 +458,7 @@ fn a_sigkill_from_a_bpf_program_is_named_as_such() {
             "--pid",
             &pid.to_string(),
         ],
-        |_| true,
+        |v| v["kill"]["ts_ns"].as_i64().is_some_and(|t| t >= started_ns),
     );
     let k = &v["kill"];
     assert_eq!(k["killer"]["kind"], "userspace", "{v:#}");
