@@ -367,9 +367,21 @@ pub fn kill_from_victim(
 
 /// A userspace kill from what the model already knows, with no /proc read
 /// and no task table: the first kill of a storm's aggregate.
-pub fn kill_from_signal_lean(ctx: &Context<'_>, ev: &SignalKill) -> KillRecord {
+pub fn kill_from_signal_lean(
+    ctx: &Context<'_>,
+    ev: &SignalKill,
+    kernel_memcg: Option<String>,
+) -> KillRecord {
     let ts_ns = ctx.clock.boot_to_wall(ev.header.ts_boot_ns);
     let sender_pid = ev.header.pid;
+    let mut victim = victim_from(
+        ev.target_pid,
+        c_str(&ev.target_comm),
+        ctx.model
+            .holder(ev.target_pid, ts_ns, StartTime::kernel(ev.target_start_ns))
+            .0,
+    );
+    place_by_kernel(ctx, &mut victim, kernel_memcg);
     KillRecord {
         ts_ns,
         source: Seen::SIGNAL,
@@ -384,13 +396,7 @@ pub fn kill_from_signal_lean(ctx: &Context<'_>, ev: &SignalKill) -> KillRecord {
             signal_code: Some(ev.code),
             ..Default::default()
         },
-        victim: victim_from(
-            ev.target_pid,
-            c_str(&ev.target_comm),
-            ctx.model
-                .holder(ev.target_pid, ts_ns, StartTime::kernel(ev.target_start_ns))
-                .0,
-        ),
+        victim,
         session_id: ctx.session_id,
         tracepoint_ns: Some(ts_ns),
         ..Default::default()

@@ -7,6 +7,12 @@
 //! rate); past it, kills are folded per (sender, target memory cgroup) into
 //! one record a second that says how many and which. Folding costs a hash
 //! lookup: no /proc read and no store write per kill.
+//!
+//! A window is a second of the kills' own time, not of the recorder's: a
+//! recorder that lags its ring by more than a second (starved of CPU on a
+//! busy node) still folds a second of the storm into each record, instead
+//! of one record per batch it reads. A window no kill has joined for a
+//! second of the recorder's time is closed too (the storm ended).
 
 use std::collections::HashMap;
 
@@ -16,14 +22,24 @@ use crate::record::{KillAggregate, KillRecord};
 pub const BURST: f64 = 64.0;
 /// Full userspace kill records allowed per second after the burst.
 pub const RATE_PER_S: f64 = 32.0;
-/// An aggregate is stored once it has been open this long.
+/// An aggregate holds the kills of this long (by their timestamps), and
+/// is stored once no kill has joined it for this long (by the recorder's).
 pub const WINDOW_NS: i64 = 1_000_000_000;
+
+/// An open aggregate, and when (by the recorder's clock) a kill last
+/// joined it.
+struct Open {
+    rec: KillRecord,
+    touched_ns: i64,
+}
 
 /// Folds userspace kills past the rate.
 pub struct SignalStorm {
     tokens: f64,
     last_ns: i64,
-    open: HashMap<(u32, Option<String>), KillRecord>,
+    open: HashMap<(u32, Option<String>), Open>,
+    /// Aggregates whose window the kills' time has passed.
+    closed: Vec<KillRecord>,
     /// Kills folded so far.
     pub folded: u64,
 }
@@ -34,6 +50,7 @@ impl Default for SignalStorm {
             tokens: BURST,
             last_ns: 0,
             open: HashMap::new(),
+            closed: Vec::new(),
             folded: 0,
         }
     }
@@ -55,26 +72,43 @@ impl SignalStorm {
         }
     }
 
-    /// Folds a kill that was not admitted. `first` builds the record the
-    /// aggregate is stored as, from the first kill of its window.
+    /// Folds a kill (at `ts_ns`, read at `now_ns`) that was not admitted.
+    /// `first` builds the record the aggregate is stored as, from the first
+    /// kill of its window.
     pub fn fold(
         &mut self,
         sender: u32,
         memcg: Option<String>,
-        ts_ns: i64,
+        (ts_ns, now_ns): (i64, i64),
         victim: (u32, &str),
         first: impl FnOnce() -> KillRecord,
     ) {
         self.folded += 1;
-        let rec = self.open.entry((sender, memcg)).or_insert_with(|| {
+        let key = (sender, memcg);
+        let passed = |o: &Open| {
+            o.rec
+                .aggregate
+                .as_ref()
+                .is_some_and(|a| ts_ns - a.first_ns >= WINDOW_NS)
+        };
+        if self.open.get(&key).is_some_and(passed)
+            && let Some(o) = self.open.remove(&key)
+        {
+            self.closed.push(o.rec);
+        }
+        let o = self.open.entry(key).or_insert_with(|| {
             let mut r = first();
             r.aggregate = Some(KillAggregate {
                 first_ns: ts_ns,
                 ..Default::default()
             });
-            r
+            Open {
+                rec: r,
+                touched_ns: now_ns,
+            }
         });
-        let a = rec.aggregate.get_or_insert_with(Default::default);
+        o.touched_ns = now_ns;
+        let a = o.rec.aggregate.get_or_insert_with(Default::default);
         a.count += 1;
         a.last_ns = ts_ns;
         if a.victims.len() < KillAggregate::NAMED {
@@ -82,24 +116,21 @@ impl SignalStorm {
         }
     }
 
-    /// Aggregates open for a window by `now_ns` (all of them with `all`),
-    /// ready to be stored.
+    /// Aggregates whose window the kills' time has passed, or that no kill
+    /// joined for a window by `now_ns` (all of them with `all`), ready to
+    /// be stored.
     pub fn take_due(&mut self, now_ns: i64, all: bool) -> Vec<KillRecord> {
         let due: Vec<_> = self
             .open
             .iter()
-            .filter(|(_, r)| {
-                all || r
-                    .aggregate
-                    .as_ref()
-                    .is_some_and(|a| now_ns - a.first_ns >= WINDOW_NS)
-            })
+            .filter(|(_, o)| all || now_ns - o.touched_ns >= WINDOW_NS)
             .map(|(k, _)| k.clone())
             .collect();
-        let mut out: Vec<KillRecord> = due
-            .into_iter()
-            .filter_map(|k| self.open.remove(&k))
-            .collect();
+        let mut out = std::mem::take(&mut self.closed);
+        out.extend(
+            due.into_iter()
+                .filter_map(|k| self.open.remove(&k).map(|o| o.rec)),
+        );
         for r in &mut out {
             if let Some(a) = &r.aggregate {
                 r.gaps.push(crate::record::Gap::Note(format!(
@@ -147,7 +178,7 @@ mod tests {
         for i in 0..50_000u32 {
             let cg = if i % 2 == 0 { "/a" } else { "/b" };
             let ts = t0 + i64::from(i) * 10_000;
-            s.fold(7, Some(cg.into()), ts, (100 + i, "child"), || {
+            s.fold(7, Some(cg.into()), (ts, ts), (100 + i, "child"), || {
                 rec(100 + i, ts)
             });
         }
@@ -156,7 +187,7 @@ mod tests {
             s.take_due(t0 + 1, false).is_empty(),
             "not due within the window"
         );
-        let due = s.take_due(t0 + WINDOW_NS + 10_000, false);
+        let due = s.take_due(t0 + 500_000_000 + WINDOW_NS, false);
         assert_eq!(due.len(), 2, "one record per (sender, cgroup)");
         let total: u64 = due
             .iter()
@@ -175,5 +206,35 @@ mod tests {
             due[0].gaps
         );
         assert!(s.take_due(i64::MAX, true).is_empty());
+    }
+
+    #[test]
+    fn a_recorder_lagging_its_ring_folds_a_second_of_kills_per_record() {
+        // 20,000 kills a second for 3 s, read 1.5 s late in batches of
+        // 1,000, with the due aggregates taken after every batch (the
+        // engine's tick): three windows of the kills' time, not one record
+        // per batch.
+        let mut s = SignalStorm::default();
+        let t0 = 1_000_000_000_000;
+        let lag = 1_500_000_000;
+        let mut due = Vec::new();
+        for i in 0..60_000u32 {
+            let ts = t0 + i64::from(i) * 50_000;
+            s.fold(7, Some("/a".into()), (ts, ts + lag), (i, "child"), || {
+                rec(i, ts)
+            });
+            if i % 1_000 == 999 {
+                due.extend(s.take_due(ts + lag, false));
+            }
+        }
+        let last = t0 + 60_000 * 50_000 + lag;
+        assert_eq!(due.len(), 2, "two windows closed by the kills' time");
+        assert!(s.take_due(last + 1, false).is_empty(), "the third is open");
+        due.extend(s.take_due(last + WINDOW_NS, false));
+        let counts: Vec<u64> = due
+            .iter()
+            .map(|r| r.aggregate.as_ref().unwrap().count)
+            .collect();
+        assert_eq!(counts, [20_000, 20_000, 20_000]);
     }
 }

@@ -168,7 +168,8 @@ impl Kills {
         if s.code != SI_KERNEL {
             if !self.storm.admit(ts_ns) {
                 // Past the rate: no walk of the cgroups for an id not known.
-                let memcg = env.model.memcg_by_id(s.target_memcg_id, false).or_else(|| {
+                let kernel = env.model.memcg_by_id(s.target_memcg_id, false);
+                let memcg = kernel.clone().or_else(|| {
                     env.model
                         .holder(s.target_pid, ts_ns, StartTime::kernel(s.target_start_ns))
                         .0
@@ -176,10 +177,13 @@ impl Kills {
                 });
                 let comm = c_str(&s.target_comm);
                 let ctx = env.ctx(ts_ns);
-                self.storm
-                    .fold(s.header.pid, memcg, ts_ns, (s.target_pid, &comm), || {
-                        kill_from_signal_lean(&ctx, s)
-                    });
+                self.storm.fold(
+                    s.header.pid,
+                    memcg,
+                    (ts_ns, now_ns),
+                    (s.target_pid, &comm),
+                    || kill_from_signal_lean(&ctx, s, kernel),
+                );
                 return Signal::Folded;
             }
             env.model.get_or_read(s.header.pid);
