@@ -55,7 +55,8 @@ pub struct ExplainArgs {
     /// dmesg, dmesg -T, syslog/kern.log, journalctl -k, raw /dev/kmsg.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["kmsg", "gpu_oom"])]
     pub log: Option<std::path::PathBuf>,
-    /// Read the kernel's messages from the systemd journal (every boot it
+    /// Read the kernel's messages, and systemd-oomd's, earlyoom's,
+    /// kubelet's and systemd's, from the systemd journal (every boot it
     /// holds; with --since, from then on) with journalctl, instead of the store.
     #[arg(long, conflicts_with_all = ["kmsg", "gpu_oom", "log"])]
     pub journal: bool,
@@ -109,15 +110,29 @@ fn kills_from_log(path: &std::path::Path) -> anyhow::Result<FromLog> {
     .with_context(|| format!("reading {}", path.display()))
 }
 
-/// The kills in the kernel's messages of the systemd journal (this
-/// machine's, or the journal files of `dir`), latest first.
+/// The kills in the kernel's messages and the userspace OOM killers'
+/// entries of the systemd journal (this machine's, or the journal files
+/// of `dir`), latest first.
 fn kills_from_journal(
     dir: Option<&std::path::Path>,
     since: Option<Duration>,
 ) -> anyhow::Result<FromLog> {
     use std::process::{Command, Stdio};
     let mut cmd = Command::new("journalctl");
-    cmd.args(["_TRANSPORT=kernel", "-o", "short-iso-precise", "--no-pager"]);
+    // The kernel's messages, and the userspace OOM killers' entries (the
+    // second group: one field's matches are either).
+    cmd.args([
+        "-o",
+        "short-iso-precise",
+        "--no-pager",
+        "_TRANSPORT=kernel",
+        "+",
+    ]);
+    cmd.args(
+        crate::collect::killers::KILLERS
+            .iter()
+            .map(|k| format!("SYSLOG_IDENTIFIER={k}")),
+    );
     if let Some(d) = dir {
         if !d.is_dir() {
             anyhow::bail!("--journal-dir {}: not a directory", d.display());

@@ -92,6 +92,15 @@ pub struct RecordArgs {
     /// under /run): `/host` for an agent in a container that mounts them there.
     #[arg(long, value_name = "PATH", default_value = "/")]
     pub host_root: std::path::PathBuf,
+    /// Do not follow the systemd journal. Followed, systemd-oomd's,
+    /// earlyoom's and kubelet's entries give the kills they sent their
+    /// reasons (the pressure against its limit, the memory left).
+    #[arg(long)]
+    pub no_journal: bool,
+    /// Follow the journal files of this directory instead of the system
+    /// journal (a journal kept elsewhere, or written by systemd-journal-remote).
+    #[arg(long, value_name = "DIR", conflicts_with = "no_journal")]
+    pub journal_dir: Option<std::path::PathBuf>,
     /// NVML sampling period (at least 100ms).
     #[arg(long, default_value = "1s", value_parser = super::parse_duration)]
     pub gpu_interval: Duration,
@@ -231,6 +240,8 @@ fn config(args: RecordArgs) -> anyhow::Result<RecorderConfig> {
         cuda: args.cuda,
         nvml_lib: args.nvml_lib,
         gpu_interval: args.gpu_interval,
+        follow_journal: !args.no_journal,
+        journal_dir: args.journal_dir,
         export_jsonl: args.export_jsonl,
         redact: (!args.no_redact).then_some(args.redact),
         metrics: args.metrics,

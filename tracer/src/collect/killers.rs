@@ -54,6 +54,7 @@ pub struct UserKill {
 }
 
 /// What a userspace killer's lines give, once read in order.
+#[derive(Debug)]
 pub enum Said {
     /// A new kill.
     Kill(Box<UserKill>),
@@ -139,7 +140,8 @@ impl Killers {
             || lower.contains("failed startup probe")
             || lower.contains("the node was low on resource")
         {
-            let why = text.trim().trim_start_matches("eviction manager: ");
+            let why = structured_reason(text);
+            let why = why.trim().trim_start_matches("eviction manager: ");
             // One reason per incident: the first line that says it.
             if !self
                 .kubelet_why
@@ -294,6 +296,23 @@ fn klog_message(text: &str) -> &str {
 
 /// The value after `key` (`pod="ns/name"` or `Killing container "id"`),
 /// without its quotes.
+/// A reason from kubelet's structured line, in its own words: the
+/// message it gave the container (`containerMessage="Container c failed
+/// liveness probe, will be restarted"`), or a probe's failure
+/// (`"Probe failed" probeType="Liveness"` reads `Liveness probe failed`);
+/// any other line whole.
+fn structured_reason(text: &str) -> std::borrow::Cow<'_, str> {
+    if let Some(m) = quoted(text, "containerMessage=") {
+        return m.into();
+    }
+    if text.trim_start().starts_with("\"Probe failed\"")
+        && let Some(kind) = quoted(text, "probeType=")
+    {
+        return format!("{kind} probe failed").into();
+    }
+    text.into()
+}
+
 fn quoted<'a>(text: &'a str, key: &str) -> Option<&'a str> {
     let rest = text.split(key).nth(1)?.strip_prefix('"')?;
     rest.split('"').next()
@@ -498,6 +517,33 @@ mod tests {
             split_program("systemd[1]: apache2.service: Started."),
             None,
             "systemd's other lines are no killer's"
+        );
+    }
+
+    /// kubelet's structured lines of a liveness restart, as an AKS node's
+    /// journal has them (github.com/VijayRod/demo,
+    /// container-storage/logs/k8s-pod.md, `liveness-exec`).
+    #[test]
+    fn kubelet_s_structured_liveness_restart_gives_its_own_words() {
+        let probe = r#"I0516 18:34:49.885197    4052 prober.go:107] "Probe failed" probeType="Liveness" pod="default/liveness-exec" podUID="93e17ecc-ab55-461a-b526-29248d2554ad" containerName="liveness" probeResult="failure" output=<"#;
+        let message = r#"I0516 18:34:49.885576    4052 kuberuntime_manager.go:1027] "Message for Container of pod" containerName="liveness" containerStatusID={"Type":"containerd","ID":"05657a9c673d612aedd955a65136ccca36b82ba987831de7844cdc0238f1d707"} pod="default/liveness-exec" containerMessage="Container liveness failed liveness probe, will be restarted""#;
+        let killing = r#"I0516 18:34:49.885621    4052 kuberuntime_container.go:808] "Killing container with a grace period" pod="default/liveness-exec" podUID="93e17ecc-ab55-461a-b526-29248d2554ad" containerName="liveness" containerID="containerd://05657a9c673d612aedd955a65136ccca36b82ba987831de7844cdc0238f1d707" gracePeriod=30"#;
+        let k = kills(&[
+            ("kubelet", probe),
+            ("kubelet", message),
+            ("kubelet", killing),
+        ]);
+        assert_eq!(k.len(), 1);
+        assert_eq!(
+            k[0].reason,
+            "Container liveness failed liveness probe, will be restarted, 30 s to exit before SIGKILL"
+        );
+        assert_eq!(k[0].pod.as_deref(), Some("default/liveness-exec"));
+        assert_eq!(k[0].container.as_deref(), Some("liveness"));
+        let k = kills(&[("kubelet", probe), ("kubelet", killing)]);
+        assert_eq!(
+            k[0].reason,
+            "Liveness probe failed, 30 s to exit before SIGKILL"
         );
     }
 }

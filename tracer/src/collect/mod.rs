@@ -3,6 +3,7 @@
 //! only read, decode and hand on; everything slow happens downstream.
 
 pub mod decode;
+pub mod journal;
 pub mod killers;
 pub mod kmsg;
 pub mod logfile;

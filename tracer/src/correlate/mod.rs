@@ -16,6 +16,7 @@ pub mod pressure;
 pub mod selfkill;
 pub mod storm;
 pub mod timeline;
+pub mod userkill;
 pub mod warning;
 
 use tracer_common::{OomVictim, SignalKill, victim_field};

@@ -373,6 +373,10 @@ fn base_verdict(k: &KillRecord) -> Verdict {
                 p => format!("{} (pid {p})", s.comm),
             })
             .unwrap_or_else(|| "an unknown process".into());
+        let who = match &k.killer.asked_by {
+            Some(by) => format!("{by} through {who}"),
+            None => who,
+        };
         let signal = k.killer.signal.as_deref().unwrap_or("SIGKILL");
         let summary = match (&k.aggregate, &k.killer.reason) {
             (Some(a), _) => format!(

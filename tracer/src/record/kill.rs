@@ -248,6 +248,10 @@ pub struct Killer {
     /// The GPU fault a process ended after ([`KillerKind::GpuFault`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_fault: Option<GpuFault>,
+    /// The userspace OOM killer whose journal entry asked for this SIGKILL,
+    /// when another process sent it: kubelet, through the container runtime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked_by: Option<String>,
 }
 
 /// The Xid a GPU process ended after, and how it ended.
@@ -509,7 +513,11 @@ impl Killer {
     pub fn name(&self) -> &'static str {
         match self.kind {
             KillerKind::KernelOom => "kernel_oom",
-            KillerKind::Userspace => match self.sender.as_ref().map(|s| s.comm.as_str()) {
+            KillerKind::Userspace => match self
+                .asked_by
+                .as_deref()
+                .or(self.sender.as_ref().map(|s| s.comm.as_str()))
+            {
                 Some("systemd-oomd") => "systemd_oomd",
                 Some("kubelet") => "kubelet",
                 Some("earlyoom") => "earlyoom",

@@ -51,6 +51,11 @@ pub struct RecorderConfig {
     pub nvml_lib: Option<PathBuf>,
     /// NVML sampling period.
     pub gpu_interval: Duration,
+    /// The systemd journal followed for the userspace OOM killers' reasons.
+    pub follow_journal: bool,
+    /// With `follow_journal`: the journal files of this directory instead
+    /// of the system's.
+    pub journal_dir: Option<PathBuf>,
     /// Every stored kill and GPU OOM appended to this file as JSON lines.
     pub export_jsonl: Option<PathBuf>,
     /// Words whose values are hidden in the command lines that leave the

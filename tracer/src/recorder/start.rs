@@ -322,6 +322,22 @@ fn start_otlp(
     Ok(exporter)
 }
 
+/// The systemd journal's userspace OOM killers, followed on a thread of
+/// their own (see `collect::journal`), unless asked not to.
+fn follow_journal(cfg: &RecorderConfig) -> Option<mpsc::Receiver<crate::collect::journal::Logged>> {
+    if !cfg.follow_journal {
+        return None;
+    }
+    let (tx, rx) = mpsc::channel(64);
+    match crate::collect::journal::follow(cfg.journal_dir.as_deref(), tx) {
+        Ok(()) => Some(rx),
+        Err(e) => {
+            tracing::warn!("the systemd journal is not followed: no thread ({e})");
+            None
+        }
+    }
+}
+
 /// NVML on a thread of its own; no driver is a normal state, said in the
 /// session and in the log. Returns the samples, the way to ask for one
 /// now, and why there is no NVML.
@@ -596,6 +612,7 @@ async fn wire(
         data,
         kmsg,
         gpu: gpu_rx,
+        journal: follow_journal(&cfg),
         sweep: readers.sweep,
     };
     let (ready_tx, ready_rx) = oneshot::channel();

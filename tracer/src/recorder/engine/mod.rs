@@ -179,6 +179,7 @@ impl Engine {
         let (mut oom_open, mut crit_open, mut data_open, mut kmsg_open) = (true, true, true, true);
         let mut settle_due: Option<tokio::time::Instant> = None;
         let mut nvml_rx = inputs.gpu.take();
+        let mut journal_rx = inputs.journal.take();
         let mut stop_at = None;
         // Memory cgroups rising toward the growth arming level are read
         // between ticks (`--growth risk`), and pictures in progress moved
@@ -261,6 +262,16 @@ impl Engine {
                     }
                     None => {
                         nvml_rx = None;
+                        Ok(())
+                    }
+                },
+                l = recv_opt(&mut journal_rx), if journal_rx.is_some() => match l {
+                    Some(l) => {
+                        self.kills.on_logged(l.ts_ns, l.said, &mut self.out);
+                        self.apply()
+                    }
+                    None => {
+                        journal_rx = None;
                         Ok(())
                     }
                 },

@@ -98,6 +98,9 @@ pub struct Inputs {
     pub kmsg: mpsc::Receiver<KmsgEvent>,
     /// NVML samples (none without NVML).
     pub gpu: Option<mpsc::Receiver<crate::nvml::FromNvml>>,
+    /// The userspace OOM killers' journal entries (none when the journal
+    /// is not followed).
+    pub journal: Option<mpsc::Receiver<crate::collect::journal::Logged>>,
     /// Set to true when the recorder is asked to stop.
     pub stop: tokio::sync::watch::Receiver<bool>,
     /// Makes the critical and data readers read their rings now: at stop,

@@ -12,6 +12,7 @@ use super::Env;
 use crate::{
     collect::{
         decode::c_str,
+        killers::Said,
         kmsg::{GROUP_SPAN_US, OomGroup, OomReport},
     },
     correlate::{
@@ -23,6 +24,7 @@ use crate::{
         merge_report,
         selfkill::SelfKills,
         storm::SignalStorm,
+        userkill::{self, Logged},
     },
     model::StartTime,
     record::{KillRecord, MemcgSource},
@@ -63,6 +65,8 @@ pub struct Kills {
     /// Marks that no kill followed: the kernel gave a task that was
     /// already exiting its memory reserves, and killed nothing.
     pub marks_without_kill: u64,
+    /// The userspace killers' journal entries, for SIGKILLs read after them.
+    logged: Logged,
 }
 
 /// How long a mark with no SIGKILL before it waits for a "Killed process"
@@ -95,6 +99,7 @@ impl Kills {
             sees_kernel_kills: false,
             unsignalled: Vec::new(),
             marks_without_kill: 0,
+            logged: Logged::default(),
         }
     }
 
@@ -189,7 +194,8 @@ impl Kills {
             env.model.get_or_read(s.header.pid);
             env.model.read_pending(s.target_pid);
             let memcg = env.model.memcg_by_id(s.target_memcg_id, true);
-            if let Some(rec) = kill_from_signal(&env.ctx(now_ns), s, memcg) {
+            if let Some(mut rec) = kill_from_signal(&env.ctx(now_ns), s, memcg) {
+                self.logged.fill(&mut rec);
                 self.book.queue(rec);
             }
         } else if s.header.pid == s.target_pid {
@@ -293,6 +299,30 @@ impl Kills {
                 out.push(changed(id, rec));
             }
         }
+    }
+
+    /// A userspace OOM killer's journal entry (systemd-oomd, earlyoom, kubelet): the
+    /// SIGKILLs it sent, queued or committed, take its reason (committed
+    /// ones are stored and handed on again), and it is kept for those read
+    /// after it.
+    pub fn on_logged(&mut self, ts_ns: i64, said: Said, out: &mut Outputs) {
+        let Said::Kill(uk) = said else {
+            return;
+        };
+        let since = ts_ns - userkill::WINDOW_NS;
+        for rec in self.book.queued_since(since) {
+            if userkill::sent_by(&uk, ts_ns, rec) {
+                userkill::fill(&uk, rec);
+            }
+        }
+        for (id, rec) in self.book.recent_since(since) {
+            if userkill::sent_by(&uk, ts_ns, rec) {
+                userkill::fill(&uk, rec);
+                tracing::debug!("kill {id}: the reason its killer logged is joined");
+                out.push(changed(id, rec));
+            }
+        }
+        self.logged.push(ts_ns, *uk);
     }
 
     /// The kill the kernel reported just before announcing a
