@@ -689,12 +689,20 @@ fn feed(
     }
     h.late_header = false;
     h.seq += 1;
+    // A quoted line a mail client joined to the next, its `> ` inside
+    // (`Kill process 7963 > (sge_qmaster) score 948`): no OOM report's
+    // message has one.
+    let text = if l.kernel && l.text.contains(" > ") {
+        l.text.replace(" > ", " ")
+    } else {
+        l.text
+    };
     let rec = KmsgRecord {
         seq: h.seq,
         ts_us,
         level: 4,
         facility: if l.kernel { 0 } else { 1 },
-        text: l.text,
+        text,
     };
     match h.asm.push(&rec) {
         // A kill line pasted twice (or printed twice, as 2.6 kernels did)

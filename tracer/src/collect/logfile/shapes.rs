@@ -441,6 +441,8 @@ pub(super) fn undress(s: &str) -> Option<&str> {
         }
     } else if s.starts_with('`') || s.ends_with('`') {
         s.trim_matches('`')
+    } else if let Some(rest) = json_member(s) {
+        rest
     } else if s.starts_with(['*', '"', '_', '\'']) {
         // Markdown emphasis or quotes around a line quoted in prose.
         s.trim_start_matches(['*', '"', '_', '\''])
@@ -472,6 +474,20 @@ pub(super) fn undress(s: &str) -> Option<&str> {
     };
     let t = t.trim();
     (t.len() < s.len()).then_some(t)
+}
+
+/// The text of a message member of a JSON object printed over several
+/// lines (`kubectl get events -o json`, a log shipper's record:
+/// `"message": "Memory cgroup out of memory: Killed process ...",`).
+fn json_member(s: &str) -> Option<&str> {
+    let rest = s.strip_prefix('"')?;
+    let (key, rest) = rest.split_once("\":")?;
+    if !["message", "msg", "log", "MESSAGE"].contains(&key) {
+        return None;
+    }
+    let v = rest.trim_start().strip_prefix('"')?;
+    let v = v.strip_suffix(',').unwrap_or(v).trim_end();
+    Some(v.strip_suffix('"').unwrap_or(v))
 }
 
 /// `kern  :err   : text` (`dmesg -x`), `kern: warning: text` -> text.

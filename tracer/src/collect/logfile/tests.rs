@@ -523,6 +523,24 @@ fn caller_ids_old_group_kills_cut_summaries_and_copies() {
                  [ 9.0] Out of memory: Killed process 7 (a) total-vm:20kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB\n",
     );
     assert_eq!(r.len(), 2);
+    // node-problem-detector's event as `kubectl get events -o json`
+    // prints it: the kernel's line is a member of the object (hw-02).
+    let r = one("    \"reason\": \"OOMKilling\",\n\
+                 \"message\": \"Memory cgroup out of memory: Killed process 3504804 (kubectl) total-vm:753508kB, anon-rss:58776kB, file-rss:29400kB, shmem-rss:0kB, UID:0 pgtables:288kB oom_score_adj:999\",\n\
+                 \"source\": {\n");
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].report.killed.anon_rss_kb, Some(58776));
+    assert_eq!(r[0].report.known_constraint(), Some("CONSTRAINT_MEMCG"));
+    // A quoted line a mail archive joined to the next, its `> ` inside
+    // (hw-26).
+    let r = one(
+        "> Dec 1 15:01:07 cluster1 kernel: Out of memory: Kill process 7963 > (sge_qmaster) score 948 or sacrifice child it's also worth pointing out that you can explicitly tell the OOM killer to lay off a process\n",
+    );
+    assert_eq!(r.len(), 1);
+    assert_eq!(
+        (r[0].report.killed.pid, r[0].report.killed.comm.as_str()),
+        (7963, "sge_qmaster")
+    );
 }
 
 /// Wraps `line` at `width` columns the way mail clients do: at a space
