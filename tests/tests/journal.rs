@@ -71,6 +71,33 @@ fn have_remote() -> bool {
     false
 }
 
+/// A scenario with a journal directory for a recorder to follow (None
+/// where the test cannot run): journalctl follows a journal that holds
+/// this boot already, so it gets one entry first.
+fn live_journal() -> Option<(Scenario, PathBuf)> {
+    if !have_remote() {
+        return None;
+    }
+    let sc = Scenario::new()?;
+    let journal = sc.dir.path().join("journal");
+    fs::create_dir(&journal).unwrap();
+    journal_entry(
+        &journal,
+        "boot",
+        "systemd",
+        1,
+        "Reached target multi-user.target - Multi-User System.",
+    );
+    Some((sc, journal))
+}
+
+/// A process of `cg` that waits to be killed.
+fn sleeper(cg: &TestCgroup) -> Proc {
+    let mut c = cg.command("sleep");
+    c.arg("600");
+    Proc::spawn(c)
+}
+
 /// `kill` under another name (its comm is what the recorder sees),
 /// started held: it signals `victim` once its stdin gets a line.
 struct Sender {
@@ -103,22 +130,9 @@ impl Sender {
 
 #[test]
 fn a_sigkill_from_systemd_oomd_takes_the_reason_of_its_journal_entry() {
-    if !have_remote() {
-        return;
-    }
-    let Some(sc) = Scenario::new() else {
+    let Some((sc, journal)) = live_journal() else {
         return;
     };
-    let journal = sc.dir.path().join("journal");
-    fs::create_dir(&journal).unwrap();
-    // journalctl follows a journal that holds this boot already.
-    journal_entry(
-        &journal,
-        "boot",
-        "systemd",
-        1,
-        "Reached target multi-user.target - Multi-User System.",
-    );
     let cg = TestCgroup::new("oomd", 64 * MIB);
     let store = sc.store.clone();
     let rec = Recorder::on(&store)
@@ -134,11 +148,7 @@ fn a_sigkill_from_systemd_oomd_takes_the_reason_of_its_journal_entry() {
     };
 
     // The SIGKILL first, then the entry (as systemd-oomd does it).
-    let first = Proc::spawn({
-        let mut c = cg.command("sleep");
-        c.arg("600");
-        c
-    });
+    let first = sleeper(&cg);
     let killer = Sender::held(&oomd, first.pid());
     let killer_pid = killer.pid();
     killer.kill_now();
@@ -150,11 +160,7 @@ fn a_sigkill_from_systemd_oomd_takes_the_reason_of_its_journal_entry() {
         &oomd_message(&cg.path, &monitored),
     );
     // The entry first, then the SIGKILL (a recorder reading its rings late).
-    let second = Proc::spawn({
-        let mut c = cg.command("sleep");
-        c.arg("600");
-        c
-    });
+    let second = sleeper(&cg);
     let killer = Sender::held(&oomd, second.pid());
     journal_entry(
         &journal,
@@ -182,11 +188,7 @@ fn a_sigkill_from_systemd_oomd_takes_the_reason_of_its_journal_entry() {
         assert!(v["kill"]["source"].as_str().unwrap().contains("log"), "{v}");
     }
     // A SIGKILL from systemd-oomd with no entry keeps no reason.
-    let third = Proc::spawn({
-        let mut c = cg.command("sleep");
-        c.arg("600");
-        c
-    });
+    let third = sleeper(&cg);
     Sender::held(&oomd, third.pid()).kill_now();
     let v = explain_json(
         &["--store", store_s, "--pid", &third.pid().to_string()],
@@ -214,21 +216,9 @@ fn kubelet_liveness(pod: &KubePod, uid: &str, id: &str) -> [String; 2] {
 
 #[test]
 fn the_runtime_s_sigkill_after_kubelet_s_liveness_restart_takes_its_reason() {
-    if !have_remote() {
-        return;
-    }
-    let Some(sc) = Scenario::new() else {
+    let Some((sc, journal)) = live_journal() else {
         return;
     };
-    let journal = sc.dir.path().join("journal");
-    fs::create_dir(&journal).unwrap();
-    journal_entry(
-        &journal,
-        "boot",
-        "systemd",
-        1,
-        "Reached target multi-user.target - Multi-User System.",
-    );
     let host = tempfile::tempdir().unwrap();
     let pod = KubePod {
         namespace: "default",
@@ -249,11 +239,7 @@ fn the_runtime_s_sigkill_after_kubelet_s_liveness_restart_takes_its_reason() {
         ])
         .start();
     let cg = TestCgroup::in_pod(&top, &uid, id, 48 * MIB);
-    let victim = Proc::spawn({
-        let mut c = cg.command("sleep");
-        c.arg("600");
-        c
-    });
+    let victim = sleeper(&cg);
     for (i, line) in kubelet_liveness(&pod, &uid, id).iter().enumerate() {
         journal_entry(&journal, &format!("kubelet-{i}"), "kubelet", 4052, line);
     }
