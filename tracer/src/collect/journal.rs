@@ -19,7 +19,13 @@ use tokio::sync::mpsc;
 use super::killers::{Killers, Said};
 
 /// The programs whose entries are followed (their syslog identifiers).
-pub const FOLLOWED: &[&str] = &["systemd-oomd", "earlyoom", "kubelet"];
+pub const FOLLOWED: &[&str] = &[
+    "systemd-oomd",
+    "earlyoom",
+    "kubelet",
+    "nohang",
+    "nohang-desktop",
+];
 
 /// The longest entry read; a longer one is skipped whole.
 const ENTRY_MAX: u64 = 64 * 1024;

@@ -22,8 +22,17 @@
 //!
 //! Each kill keeps the reason the killer gave, as it wrote it.
 
+pub mod nohang;
+
 /// The programs whose lines are read here.
-pub const KILLERS: &[&str] = &["systemd-oomd", "earlyoom", "kubelet", "systemd"];
+pub const KILLERS: &[&str] = &[
+    "systemd-oomd",
+    "earlyoom",
+    "kubelet",
+    "systemd",
+    "nohang",
+    "nohang-desktop",
+];
 
 /// One kill a userspace killer logged.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -81,6 +90,10 @@ pub struct Killers {
     /// kubelet's last reason to evict or kill (its eviction manager's
     /// resource, a failed probe).
     kubelet_why: Option<String>,
+    /// nohang's state between its lines.
+    nohang: nohang::Nohang,
+    /// Whether Talos's OOM controller said it triggered, before its kill.
+    talos_triggered: bool,
 }
 
 impl Killers {
@@ -92,6 +105,9 @@ impl Killers {
             "earlyoom" => self.earlyoom(text),
             "kubelet" => self.kubelet(klog_message(text)),
             "systemd" => unit_notice(text),
+            "nohang" | "nohang-desktop" => self.nohang.push(text).map(|k| Said::Kill(Box::new(k))),
+            "talos" => nohang::talos(text, &mut self.talos_triggered)
+                .map(|k| Said::Kill(Box::new(k))),
             _ => None,
         };
         match said {
@@ -335,7 +351,13 @@ pub fn recognise(text: &str) -> Option<&'static str> {
             && text.contains("badness"))
         || (text.starts_with("killing process ") && text.contains("badness"))
         || text.starts_with("escalating to SIGKILL after ");
-    earlyoom.then_some("earlyoom")
+    if earlyoom {
+        return Some("earlyoom");
+    }
+    if nohang::is_talos(text) {
+        return Some("talos");
+    }
+    nohang::is_nohang(text).then_some("nohang")
 }
 
 /// `systemd-oomd[840]: text` -> (program, its pid, text), for the killers

@@ -521,6 +521,8 @@ impl Killer {
                 Some("systemd-oomd") => "systemd_oomd",
                 Some("kubelet") => "kubelet",
                 Some("earlyoom") => "earlyoom",
+                Some("nohang") => "nohang",
+                Some(crate::collect::killers::nohang::TALOS) => "talos_oom",
                 _ => "process",
             },
             KillerKind::GpuFault => "gpu_fault",

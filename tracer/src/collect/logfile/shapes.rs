@@ -492,7 +492,12 @@ fn json_member(s: &str) -> Option<&str> {
 
 /// `kern  :err   : text` (`dmesg -x`), `kern: warning: text` -> text.
 pub(super) fn facility_level(s: &str) -> Option<&str> {
-    let rest = s.strip_prefix("kern")?.trim_start().strip_prefix(':')?;
+    level_of(s, "kern")
+}
+
+/// `facility: level: text` -> text, for `facility`.
+fn level_of<'a>(s: &'a str, facility: &str) -> Option<&'a str> {
+    let rest = s.strip_prefix(facility)?.trim_start().strip_prefix(':')?;
     let (level, rest) = rest.trim_start().split_once(':')?;
     const LEVELS: [&str; 8] = [
         "emerg", "alert", "crit", "err", "warn", "warning", "notice", "info",
@@ -501,13 +506,29 @@ pub(super) fn facility_level(s: &str) -> Option<&str> {
 }
 
 /// Talos's `talosctl dmesg`: `192.168.1.2: kern: warning:
-/// [2026-04-22T21:26:20.599488292Z]: text` -> (host, wall time, text).
+/// [2026-04-22T21:26:20.599488292Z]: text` -> (host, wall time, text);
+/// the host is left out for one node. machined's own lines are of the
+/// `user` facility: its OOM controller's are read as that killer's.
 pub(super) fn talos(s: &str, year: i64) -> Option<LogLine> {
-    let (host, rest) = s.split_once(": ")?;
-    let rest = facility_level(rest)?;
+    let (host, rest) = match s.split_once(": ") {
+        Some((h, r)) if !matches!(h.trim(), "kern" | "user") => (Some(h), r),
+        _ => (None, s),
+    };
+    let (user, rest) = match facility_level(rest) {
+        Some(r) => (false, r),
+        None => (true, level_of(rest, "user")?),
+    };
     let (stamp, text) = rest.strip_prefix('[')?.split_once("]:")?;
+    if user && !crate::collect::killers::nohang::is_talos(text.trim()) {
+        return None;
+    }
     let mut l = parse_line(&format!("{stamp} kernel:{text}"), year)?;
-    l.host = Some(host.to_string());
+    l.host = host.map(str::to_string);
+    if user {
+        l.kernel = false;
+        l.program = Some(("talos", None));
+        l.text = text.trim().to_string();
+    }
     Some(l)
 }
 
