@@ -136,6 +136,16 @@ impl Suite {
                     "hardening",
                     &["a_process_that_joins_a_cgroup_execs_and_dies_at_once_is_placed_right"],
                 ),
+                // systemd-oomd acts on cgroup v2 only: its entry names the
+                // unified hierarchy's path, which the kill's must match;
+                // kubelet's pod under the same hierarchy.
+                (
+                    "journal",
+                    &[
+                        "a_sigkill_from_systemd_oomd_takes_the_reason_of_its_journal_entry",
+                        "the_runtime_s_sigkill_after_kubelet_s_liveness_restart_takes_its_reason",
+                    ],
+                ),
                 // Growth armed on risk, the default, on cgroup v2: at the
                 // level (memory.current), and over memory.high.
                 (
