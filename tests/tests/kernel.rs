@@ -40,6 +40,18 @@ fn doctor_names_what_this_kernel_lacks_in_one_line_each() {
             "a doctor row is one short line: {r}"
         );
     }
+    // Whether record can follow this boot's journal, one way or the other
+    // (no journal here, in the guests: said, not a failure).
+    let journal = row("journal");
+    assert!(
+        ["ok", "info"].contains(&journal["status"].as_str().unwrap_or_default())
+            && journal["detail"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("userspace OOM killers")
+                != (journal["status"] == "ok"),
+        "{journal}"
+    );
     for kill_capture in [
         "tracepoint/oom/mark_victim",
         "raw_tracepoint/signal_generate",

@@ -328,8 +328,54 @@ pub fn checks(store: &Path, nvml_lib: Option<&Path>) -> Vec<Check> {
         ),
     });
     out.push(nvml_check(nvml_lib));
+    out.push(journal_check());
     out.push(store_check(store));
     out
+}
+
+/// Whether `record` can follow this boot's systemd journal for the reasons
+/// userspace OOM killers log (see `collect::journal`).
+fn journal_check() -> Check {
+    let what =
+        "the reasons systemd-oomd, earlyoom, nohang and kubelet log are joined to their SIGKILLs";
+    let out = std::process::Command::new("journalctl")
+        .args(["--boot", "--lines=1", "--output=cat", "--no-pager"])
+        .stdin(std::process::Stdio::null())
+        .output();
+    // With no journal files at all it says nothing and succeeds.
+    match out {
+        Ok(o) if o.status.success() && !o.stdout.is_empty() => check(
+            "journal",
+            Status::Ok,
+            format!("this boot's journal is readable: {what}"),
+            None,
+        ),
+        Ok(o) => {
+            let said = String::from_utf8_lossy(&o.stderr);
+            let said = said.lines().next().unwrap_or("").trim();
+            check(
+                "journal",
+                Status::Info,
+                format!(
+                    "this boot's journal cannot be read (journalctl: {}): kills by userspace OOM killers are recorded without their reasons",
+                    if said.is_empty() {
+                        "no entry of this boot"
+                    } else {
+                        said
+                    }
+                ),
+                None,
+            )
+        }
+        Err(e) => check(
+            "journal",
+            Status::Info,
+            format!(
+                "no journalctl ({e}): kills by userspace OOM killers are recorded without their reasons"
+            ),
+            None,
+        ),
+    }
 }
 
 /// Whether this kernel takes the uprobe families' programs (loaded, not

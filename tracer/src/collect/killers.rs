@@ -106,8 +106,9 @@ impl Killers {
             "kubelet" => self.kubelet(klog_message(text)),
             "systemd" => unit_notice(text),
             "nohang" | "nohang-desktop" => self.nohang.push(text).map(|k| Said::Kill(Box::new(k))),
-            "talos" => nohang::talos(text, &mut self.talos_triggered)
-                .map(|k| Said::Kill(Box::new(k))),
+            "talos" => {
+                nohang::talos(text, &mut self.talos_triggered).map(|k| Said::Kill(Box::new(k)))
+            }
             _ => None,
         };
         match said {
