@@ -25,6 +25,7 @@ pub const FOLLOWED: &[&str] = &[
     "kubelet",
     "nohang",
     "nohang-desktop",
+    "hyperkube",
 ];
 
 /// The longest entry read; a longer one is skipped whole.

@@ -32,6 +32,7 @@ pub const KILLERS: &[&str] = &[
     "systemd",
     "nohang",
     "nohang-desktop",
+    "hyperkube",
 ];
 
 /// One kill a userspace killer logged.
@@ -103,7 +104,8 @@ impl Killers {
         let said = match program {
             "systemd-oomd" => self.oomd(text),
             "earlyoom" => self.earlyoom(text),
-            "kubelet" => self.kubelet(klog_message(text)),
+            // OpenShift's kubelet logs as hyperkube.
+            "kubelet" | "hyperkube" => self.kubelet(klog_message(text)),
             "systemd" => unit_notice(text),
             "nohang" | "nohang-desktop" => self.nohang.push(text).map(|k| Said::Kill(Box::new(k))),
             "talos" => {
@@ -568,5 +570,11 @@ mod tests {
             k[0].reason,
             "Liveness probe failed, 30 s to exit before SIGKILL"
         );
+        // OpenShift's kubelet logs as hyperkube (an OCP 4 master's journal,
+        // cut by a pager at its edge).
+        let (program, pid, text) = split_program(r#"hyperkube[110225]: I1024 06:38:11.949063  110225 kuberuntime_container.go:729] "Killing container with a grace period" pod="openshift-marketplace/cert>"#).unwrap();
+        assert_eq!((program, pid), ("hyperkube", Some(110225)));
+        let k = kills(&[(program, text)]);
+        assert_eq!(k[0].killer, "kubelet");
     }
 }
