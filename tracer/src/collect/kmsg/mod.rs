@@ -488,7 +488,7 @@ impl Assembler {
 
     /// The report of a kill known only by the kernel's choice.
     fn chosen_report(&mut self, k: KilledProcess, ts_us: u64) -> KmsgEvent {
-        let mut report = self.close(k, ts_us);
+        let mut report = self.close(k, ts_us, None);
         report.chosen_only = true;
         *self = self.reset(None);
         KmsgEvent::Report(Box::new(report))
@@ -496,13 +496,17 @@ impl Assembler {
 
     /// The report under way, closed by the kill of `k` at `ts_us`: what
     /// came before it only if it began within [`MAX_REPORT_SPAN_US`] and
-    /// its summary, if any, is of `k`.
-    fn close(&mut self, k: KilledProcess, ts_us: u64) -> OomReport {
+    /// its summary, if any, is of `k` or of the process the kernel chose
+    /// before sacrificing `k`, its child (`chosen`).
+    fn close(&mut self, k: KilledProcess, ts_us: u64, chosen: Option<u32>) -> OomReport {
         let mut report = std::mem::take(&mut self.current);
         let fresh = self
             .started_us
             .is_some_and(|s| ts_us.saturating_sub(s) <= MAX_REPORT_SPAN_US);
-        let same = report.summary.as_ref().is_none_or(|s| s.pid == k.pid);
+        let same = report
+            .summary
+            .as_ref()
+            .is_none_or(|s| s.pid == k.pid || Some(s.pid) == chosen);
         if !(fresh && same) {
             report = OomReport::default();
         }
@@ -586,7 +590,8 @@ impl Assembler {
         }
         if let Some(mut k) = parse_killed(text) {
             // The line of the kernel's choice before it says the constraint.
-            if self.chosen.take().is_some_and(|(c, _)| !c.bare) {
+            let chosen = self.chosen.take();
+            if chosen.as_ref().is_some_and(|(c, _)| !c.bare) {
                 k.bare = false;
             }
             k.memcg |= self.memcg_kill;
@@ -605,7 +610,7 @@ impl Assembler {
                 k.bare &= bare;
             }
             self.last_killed = Some((k.memcg, k.bare));
-            let mut report = self.close(k, rec.ts_us);
+            let mut report = self.close(k, rec.ts_us, chosen.map(|(c, _)| c.pid));
             report.oom_group = group.as_ref().map(|(g, _)| g.clone());
             *self = self.reset(group);
             return Some(KmsgEvent::Report(Box::new(report)));

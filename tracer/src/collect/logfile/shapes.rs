@@ -464,8 +464,9 @@ pub(super) fn undress(s: &str) -> Option<&str> {
         && level.bytes().all(|c| c.is_ascii_digit())
     {
         rest
-    } else if s.matches('|').count() >= 2 || s.starts_with('|') {
-        // A table exported from a log UI: the message is its last cell.
+    } else if (s.matches('|').count() >= 2 || s.starts_with('|')) && !bare_kernel(s) {
+        // A table exported from a log UI: the message is its last cell
+        // (a kernel message whose gfp flags a `|` parts is none: hx-26).
         s.split('|')
             .map(str::trim)
             .rfind(|c| !c.is_empty() && !c.chars().all(|c| c == '-' || c == ':'))?
@@ -672,16 +673,30 @@ pub(super) fn glued_starts(line: &str) -> Vec<usize> {
     ];
     let b = line.as_bytes();
     let mut out = Vec::new();
-    for (i, _) in line.match_indices(' ') {
+    for (i, _) in line.match_indices([' ', '\t']) {
         let at = i + 1;
         if at >= b.len() || i == 0 {
             continue;
         }
         let rest = &line[at..];
+        // A column of a table whose cells a tab parts (kubectl's events
+        // copied from a terminal: `Warning\tOOMKilling\tMemory cgroup out
+        // of memory: Kill process ...`): only a kill's message starts.
+        if b[i] == b'\t' {
+            if STARTS.iter().any(|s| rest.starts_with(s)) {
+                out.push(at);
+            }
+            continue;
+        }
         if b[i - 1] == b':' {
             // node-problem-detector's event (`kubectl get events`: `1
             // OOMKilling: Memory cgroup out of memory: Kill process ...`).
-            if line[..i].ends_with("OOMKilling:") && STARTS.iter().any(|s| rest.starts_with(s)) {
+            // Kubernetes' event aggregator's prefix too (`Message:(combined
+            // from similar events): Memory cgroup out of memory: ...`).
+            let event = ["OOMKilling:", "(combined from similar events):"]
+                .iter()
+                .any(|p| line[..i].ends_with(p));
+            if event && STARTS.iter().any(|s| rest.starts_with(s)) {
                 out.push(at);
             }
             // Another program's output before a console's kernel line

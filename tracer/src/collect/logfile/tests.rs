@@ -541,6 +541,38 @@ fn caller_ids_old_group_kills_cut_summaries_and_copies() {
         (r[0].report.killed.pid, r[0].report.killed.comm.as_str()),
         (7963, "sge_qmaster")
     );
+    // A kubectl event whose cells a tab parts (hx-29), and the event
+    // aggregator's prefix (hx-30): the choice line says memcg.
+    let r = one(
+        "kernel-monitor, gke-cluster-1-default-pool-81a54c78-gl40\t\t\tWarning\t\tOOMKilling\tMemory cgroup out of memory: Kill process 1371 (node) score 2081 or sacrifice child\n\
+                 Killed process 1371 (node) total-vm:783352kB, anon-rss:201844kB, file-rss:22852kB\n",
+    );
+    assert_eq!(r[0].report.known_constraint(), Some("CONSTRAINT_MEMCG"));
+    let r = one(
+        "Message:(combined from similar events): Memory cgroup out of memory: Kill process 302951 (AsyncLogger-1) score 2366 or sacrifice child\n\
+                 Killed process 300907 (java) total-vm:5870996kB, anon-rss:101048kB, file-rss:40932kB, shmem-rss:0kB\n",
+    );
+    assert_eq!(r[0].report.killed.pid, 300907);
+    assert_eq!(r[0].report.known_constraint(), Some("CONSTRAINT_MEMCG"));
+    // The summary names the process the kernel chose, whose child it
+    // sacrificed (hx-17): it is that kill's summary.
+    let r = one(
+        "[65267.037323] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=aba6,mems_allowed=0-1,oom_memcg=/kubepods/burstable/poddfc7,task_memcg=/kubepods/burstable/poddfc7/aba6,task=nginx,pid=22232,uid=0\n\
+                 [65267.037327] Memory cgroup out of memory: Kill process 22232 (nginx) score 1182 or sacrifice child\n\
+                 [65267.042541] Killed process 22964 (nginx) total-vm:14136kB, anon-rss:844kB, file-rss:4kB, shmem-rss:0kB\n",
+    );
+    assert_eq!(r[0].report.killed.pid, 22964);
+    assert_eq!(
+        r[0].report.task_memcg(),
+        Some("/kubepods/burstable/poddfc7/aba6")
+    );
+    // An untimed header whose gfp flags a `|` parts is no table row
+    // (hx-26): the choice after it takes its trigger.
+    let r = one(
+        "kthread invoked oom-killer: gfp_mask=0x27080c0(GFP_KERNEL_ACCOUNT|__GFP_ZERO|__GFP_NOTRACK), nodemask=0, order=2, oom_score_adj=0\n\
+                 Out of memory: Kill process 7248 (python3) score 266 or sacrifice child\n",
+    );
+    assert_eq!(r[0].report.trigger_comm.as_deref(), Some("kthread"));
 }
 
 /// Wraps `line` at `width` columns the way mail clients do: at a space
