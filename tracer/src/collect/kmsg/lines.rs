@@ -32,6 +32,8 @@ pub(crate) fn parse_summary(s: &str) -> Option<OomSummary> {
         None => (s, None),
     };
     let (rest, pid) = rest.rsplit_once(",pid=")?;
+    // A damaged `uid` field after it (`pid=108,uid0`) is left out.
+    let pid = pid.split(',').next().unwrap_or(pid);
     let (rest, task) = rest.rsplit_once(",task=")?;
     let (rest, task_memcg) = match rest.rsplit_once(",task_memcg=") {
         Some((r, m)) => (r, Some(m.to_string())),
@@ -212,20 +214,27 @@ pub(super) fn parse_killed(text: &str) -> Option<KilledProcess> {
             let rest = rest.trim_end_matches(['*', '"', '\'', '`']);
             rest.chars()
                 .all(|c| c.is_ascii_alphabetic())
-                .then(|| n.parse::<u64>().ok())?
+                .then(|| whole(n))?
         };
         match key {
             "total-vm" => k.total_vm_kb = kb(),
             "anon-rss" => k.anon_rss_kb = kb(),
             "file-rss" => k.file_rss_kb = kb(),
             "shmem-rss" => k.shmem_rss_kb = kb(),
-            "UID" => k.uid = v.parse().ok(),
+            "UID" => k.uid = whole(v).and_then(|u| u32::try_from(u).ok()),
             "pgtables" => k.pgtables_kb = kb(),
             "oom_score_adj" => k.oom_score_adj = v.parse().ok(),
             _ => {}
         }
     }
     Some(k)
+}
+
+/// A figure as the kernel prints it (`%lu`): a run of digits with no
+/// leading zero. Anything else (`00`, a wrapped mail's remains) was
+/// damaged on its way and is no value.
+fn whole(n: &str) -> Option<u64> {
+    (n == "0" || !n.starts_with('0')).then(|| n.parse().ok())?
 }
 
 /// `oom_reaper: reaped process 3129 (python3), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB`

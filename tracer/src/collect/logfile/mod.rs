@@ -262,7 +262,10 @@ pub fn read_log(input: impl BufRead, year: i64) -> std::io::Result<SavedLog> {
                 (None, _) => {}
             }
         }
-        may_wrap = line.trim().chars().count() >= WRAP_WIDTH;
+        // A line cut inside a field's name waits for its rest, however
+        // short the piece before (`_memcg=/test512mb,task_m` / `emcg=`).
+        may_wrap = line.trim().chars().count() >= WRAP_WIDTH
+            || held.as_ref().is_some_and(|h| cut_in_a_key(&h.text));
     }
     if let Some(prev) = held {
         feed(&mut hosts, &mut log, &mut last_host, prev);
@@ -502,10 +505,12 @@ fn rejoin(text: &mut String, tail: &str, indented: bool) {
         from -= 1;
     }
     let long_last_word = text.len() >= LONG_WORD && !text[from..].contains(' ');
-    let hard = text.is_empty() || (long_last_word && !indented) || tail.starts_with([',', ')']);
+    let parted = parted_figure(text, tail);
+    let hard =
+        text.is_empty() || (long_last_word && !indented) || tail.starts_with([',', ')']) || parted;
     if !hard {
         text.push(' ');
-    } else if summary_fields_parted(text, tail) {
+    } else if !parted && summary_fields_parted(text, tail) {
         text.push(',');
     }
     let mut room = MAX_REJOINED.saturating_sub(text.len()).min(tail.len());
@@ -513,6 +518,63 @@ fn rejoin(text: &mut String, tail: &str, indented: bool) {
         room -= 1;
     }
     text.push_str(&tail[..room]);
+}
+
+/// The fields of a kill line.
+const KILL_KEYS: &[&str] = &[
+    "total-vm:",
+    "anon-rss:",
+    "file-rss:",
+    "shmem-rss:",
+    "UID:",
+    "pgtables:",
+    "oom_score_adj:",
+];
+
+/// Whether a mail wrapped a kill line or a summary inside one of its
+/// fields or figures (`file-rss:12704k` / `B, ...`, `sh` / `mem-rss:0kB`,
+/// `oom` / `_memcg=/test512mb,task_m` / `emcg=`): the two pieces are one
+/// word.
+fn parted_figure(text: &str, tail: &str) -> bool {
+    let summary = text.contains("oom-kill:");
+    if !text.contains("Killed process") && !summary {
+        return false;
+    }
+    let last = text.rsplit([' ', ',']).next().unwrap_or("");
+    let first = tail.split([' ', ',']).next().unwrap_or("");
+    if last.is_empty() || first.is_empty() {
+        return false;
+    }
+    let joined = format!("{last}{first}");
+    let key = KILL_KEYS
+        .iter()
+        .any(|k| !last.contains(':') && joined.starts_with(k))
+        || (summary
+            && !last.contains('=')
+            && SUMMARY_KEYS
+                .iter()
+                .any(|k| joined.strip_prefix(k).is_some_and(|r| r.starts_with('='))));
+    let unit = KILL_KEYS.iter().any(|k| last.starts_with(k))
+        && ((last.ends_with('k') && first.starts_with("B"))
+            || (last.ends_with(|c: char| c.is_ascii_digit()) && first.starts_with("kB")));
+    key || unit
+}
+
+/// Whether a summary or kill line ends inside the name of one of its
+/// fields (`...,task_m`).
+fn cut_in_a_key(text: &str) -> bool {
+    let last = text.rsplit([' ', ',']).next().unwrap_or("");
+    if last.is_empty() || last.contains(['=', ':']) {
+        return false;
+    }
+    (text.contains("oom-kill:")
+        && SUMMARY_KEYS
+            .iter()
+            .any(|k| k.len() > last.len() && k.starts_with(last)))
+        || (text.contains("Killed process")
+            && KILL_KEYS
+                .iter()
+                .any(|k| k.len() > last.len() && k.starts_with(last)))
 }
 
 /// Keys of the kernel's `oom-kill:` summary line.

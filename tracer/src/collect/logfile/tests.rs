@@ -595,6 +595,44 @@ fn caller_ids_old_group_kills_cut_summaries_and_copies() {
         (Some(5646), Some("cc1"))
     );
     assert_eq!(member.report.task_memcg(), None);
+    // A mail's wraps inside a kill line's fields and figures (hx-02), and
+    // inside a summary's field names, after a piece shorter than any
+    // wrap (hx-13).
+    let r = one(
+        "[   82.536248] Memory cgroup out of memory: Killed process 4734 (time)\n\
+                 total-vm:2544kB, anon-rss:0kB, file-rss:1196kB, sh\n\
+                 mem-rss:0kB, UID:1000 pgtables:48kB oom_score_adj:0\n\
+                 [   82.528351] Memory cgroup out of memory: Killed process 5646 (cc1)\n\
+                 total-vm:63292kB, anon-rss:21852kB, file-rss:12704k\n\
+                 B, shmem-rss:0kB, UID:1000 pgtables:148kB oom_score_adj:0\n",
+    );
+    let k = |pid| {
+        &r.iter()
+            .find(|r| r.report.killed.pid == pid)
+            .unwrap()
+            .report
+            .killed
+    };
+    assert_eq!(k(4734).shmem_rss_kb, Some(0));
+    assert_eq!(k(5646).file_rss_kb, Some(12704));
+    let r = one(
+        "[   56.419654] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom\n\
+                 _memcg=/test512mb,task_m\n\
+                 emcg=/test512mb,task=stress,pid=1122,uid=0\n\
+                 [   56.419663] Memory cgroup out of memory: Killed process 1122 (stress) \n\
+                 total-vm:719740kB, anon-rss:522880kB, file-rss\n\
+                 :536kB, shmem-rss:0kB, UID:0 pgtables:1072kB oom_score_adj:0\n",
+    );
+    assert_eq!(r[0].report.task_memcg(), Some("/test512mb"));
+    assert_eq!(r[0].report.killed.file_rss_kb, Some(536));
+    // A damaged `uid0` in a summary and `UID:00` in a kill line (hx-06):
+    // the summary is read without its uid, and `00` is no uid.
+    let r = one(
+        "[   88.339563] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0-2,oom_memcg=/a,task_memcg=/a,task=tail,pid=108,uid0\n\
+                 [   88.339588] Memory cgroup out of memory: Killed process 108 (tail) total-vm:1kB, anon-rss:1kB, file-rss:0kB, shmem-rss:0kB, UID:00 pgtables:1kB oom_score_adj:0\n",
+    );
+    assert_eq!(r[0].report.task_memcg(), Some("/a"));
+    assert_eq!(r[0].report.killed.uid, None);
 }
 
 /// Wraps `line` at `width` columns the way mail clients do: at a space
