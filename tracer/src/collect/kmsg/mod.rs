@@ -311,40 +311,27 @@ impl OomReport {
     }
 }
 
-/// What a report says of the OOM incident its kill ended.
+/// What a report says of the OOM incident its kill ended: the cgroup at
+/// its limit. (Its trigger stays the first kill's own: the members were
+/// killed with their group, not by that allocation.)
 #[derive(Clone, Debug, Default)]
 struct Incident {
     oom_memcg: Option<String>,
-    trigger_pid: Option<u32>,
-    trigger_comm: Option<String>,
-    gfp_mask: Option<String>,
-    order: Option<u32>,
 }
 
 impl Incident {
     fn of(r: &OomReport) -> Self {
         Self {
             oom_memcg: r.oom_memcg().map(String::from),
-            trigger_pid: r.trigger_pid,
-            trigger_comm: r.trigger_comm.clone(),
-            gfp_mask: r.gfp_mask.clone(),
-            order: r.order,
         }
     }
 
-    /// Gives a member of the group its incident, where its own report
-    /// says nothing of one.
+    /// Gives a member of the group its incident's cgroup, where its own
+    /// report names none.
     fn fill(&self, r: &mut OomReport) {
-        if r.summary.is_some() || r.trigger_comm.is_some() || r.trigger_pid.is_some() {
-            return;
-        }
         if r.oom_memcg().is_none() {
             r.cut_oom_memcg.clone_from(&self.oom_memcg);
         }
-        r.trigger_pid = self.trigger_pid;
-        r.trigger_comm.clone_from(&self.trigger_comm);
-        r.gfp_mask.clone_from(&self.gfp_mask);
-        r.order = self.order;
     }
 }
 
@@ -430,8 +417,7 @@ pub struct Assembler {
     /// The last kill line's (memcg, bare), for the group it may begin.
     last_killed: Option<(bool, bool)>,
     /// The incident a group's first kill belonged to (the cgroup at its
-    /// limit, the trigger): its members' reports have no header or
-    /// summary of their own.
+    /// limit): its members' reports have no summary of their own.
     group_incident: Option<Incident>,
     /// The last kill's incident, for the group it may begin.
     last_incident: Option<Incident>,
