@@ -18,16 +18,6 @@ use tokio::sync::mpsc;
 
 use super::killers::{Killers, Said};
 
-/// The programs whose entries are followed (their syslog identifiers).
-pub const FOLLOWED: &[&str] = &[
-    "systemd-oomd",
-    "earlyoom",
-    "kubelet",
-    "nohang",
-    "nohang-desktop",
-    "hyperkube",
-];
-
 /// The longest entry read; a longer one is skipped whole.
 const ENTRY_MAX: u64 = 64 * 1024;
 
@@ -86,7 +76,14 @@ fn run(dir: Option<PathBuf>, tx: &mpsc::Sender<Logged>) {
     if let Some(d) = &dir {
         cmd.arg("--directory").arg(d);
     }
-    cmd.args(FOLLOWED.iter().map(|p| format!("SYSLOG_IDENTIFIER={p}")));
+    // The killers' own identifiers (systemd's unit notices are of the
+    // kernel's kills, which the probes see live).
+    cmd.args(
+        super::killers::KILLERS
+            .iter()
+            .filter(|p| **p != "systemd")
+            .map(|p| format!("SYSLOG_IDENTIFIER={p}")),
+    );
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
