@@ -108,7 +108,17 @@ fn run(dir: Option<PathBuf>, tx: &mpsc::Sender<Logged>) {
         }
     };
     let stdout = child.stdout.take().expect("piped");
+    // Its complaints are read beside its entries (the first 4 KiB kept):
+    // a full stderr pipe must not stall it.
     let mut stderr = child.stderr.take().expect("piped");
+    let complaints = std::thread::Builder::new()
+        .name("tracer-journal-err".into())
+        .spawn(move || {
+            let mut said = Vec::new();
+            let _ = (&mut stderr).take(4096).read_to_end(&mut said);
+            let _ = std::io::copy(&mut stderr, &mut std::io::sink());
+            said
+        });
     let mut killers = Killers::default();
     let mut reader = BufReader::new(stdout);
     let mut line = Vec::new();
@@ -147,9 +157,12 @@ fn run(dir: Option<PathBuf>, tx: &mpsc::Sender<Logged>) {
         let _ = child.wait();
         return;
     }
-    let mut said = String::new();
-    let _ = (&mut stderr).take(4096).read_to_string(&mut said);
     let status = child.wait();
+    let said = complaints
+        .ok()
+        .and_then(|t| t.join().ok())
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
     tracing::info!(
         "the systemd journal is not followed (journalctl ended{}{}): kills by systemd-oomd, earlyoom and kubelet are recorded without the reasons they log",
         status.map(|s| format!(", {s}")).unwrap_or_default(),
