@@ -690,6 +690,17 @@ fn a_full_disk_costs_events_never_kills_or_the_recorder() {
     let store = mnt.0.join("t.db");
     let cg = TestCgroup::new("full", 64 * MIB);
     let rec = Recorder::on(&store).start();
+    // The kills read from the kernel's log at start leave the kill log
+    // (zeros at its start) once the store's WAL is synced.
+    let kill_log = mnt.0.join("t.db.kills");
+    assert!(
+        wait_for(Duration::from_secs(5), || fs::read(&kill_log)
+            .ok()
+            .filter(|b| b.first() == Some(&0))
+            .map(|_| ()))
+        .is_some(),
+        "the kill log was not emptied"
+    );
     let filler = fill(&mnt.0);
 
     // A userspace kill and a real OOM kill while nothing can be written.

@@ -2,41 +2,181 @@
 
 use rusqlite::{OptionalExtension, params};
 
-use super::{EventRow, Store, StoreError, events::insert_events_tx, sql};
+use super::{EventRow, Store, StoreError, events::insert_events_tx, killlog::KillLog, sql};
 use crate::record::KillRecord;
+use crate::util::time::wall_now_ns;
+
+/// Adds one kill's row.
+fn insert_row(
+    tx: &rusqlite::Transaction,
+    kill: &KillRecord,
+    committed_ns: i64,
+) -> Result<i64, StoreError> {
+    let json = serde_json::to_string(kill).expect("kill records serialize");
+    tx.execute(
+        "INSERT INTO kills (ts_ns, pid, comm, killer, session_id, committed_ns, record) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![kill.ts_ns, kill.victim.pid, kill.victim.comm, kill.killer.kind.as_str(), kill.session_id, committed_ns, json],
+    )
+    .map_err(sql("insert kill"))?;
+    Ok(tx.last_insert_rowid())
+}
 
 /// Kills read back (id, record), and the ids of damaged ones with why.
 pub type KillsRead = (Vec<(i64, KillRecord)>, Vec<(i64, String)>);
 
 impl Store {
-    /// Commits kills (and the events buffered with them) in one durable
+    /// Commits kills (and the events buffered with them) in one
     /// transaction; returns their ids in order. Kills that arrive together
-    /// share one fsync.
+    /// share one sync. A recording store makes them durable in its kill log
+    /// (one append and one `fdatasync`) and commits them unsynced; without
+    /// a log, or when the log cannot take them (a full disk), the commit
+    /// itself is synced. `committed_ns` of the rows: when they were durable
+    /// (after the log's sync), or `now_ns` for a synced commit.
     pub fn insert_kills(
         &mut self,
         kills: &[KillRecord],
         events: &[EventRow],
         now_ns: i64,
     ) -> Result<Vec<i64>, StoreError> {
-        // This commit syncs the WAL (and every earlier commit with it): a
-        // kill is often followed by a node reboot.
-        self.durably(|conn| {
+        let logged = self.kill_log.as_mut().and_then(|log| {
+            let t0 = wall_now_ns();
+            match log.append(kills, t0) {
+                Ok(()) => {
+                    let t = wall_now_ns();
+                    tracing::debug!(
+                        "{} kill(s) durable in the kill log in {} us",
+                        kills.len(),
+                        (t - t0) / 1000
+                    );
+                    Some(t)
+                }
+                Err(e) => {
+                    tracing::debug!("the kill log did not take {} kill(s): {e}", kills.len());
+                    None
+                }
+            }
+        });
+        let write = |conn: &mut rusqlite::Connection, committed_ns: i64| {
             let tx = conn.transaction().map_err(sql("insert kill"))?;
             let session = kills.first().and_then(|k| k.session_id);
             insert_events_tx(&tx, session, events)?;
-            let mut ids = Vec::with_capacity(kills.len());
-            for kill in kills {
-                let json = serde_json::to_string(kill).expect("kill records serialize");
-                tx.execute(
-                    "INSERT INTO kills (ts_ns, pid, comm, killer, session_id, committed_ns, record) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                    params![kill.ts_ns, kill.victim.pid, kill.victim.comm, kill.killer.kind.as_str(), kill.session_id, now_ns, json],
-                )
-                .map_err(sql("insert kill"))?;
-                ids.push(tx.last_insert_rowid());
-            }
+            let ids = kills
+                .iter()
+                .map(|kill| insert_row(&tx, kill, committed_ns))
+                .collect::<Result<Vec<_>, _>>()?;
             tx.commit().map_err(sql("insert kill"))?;
             Ok(ids)
-        })
+        };
+        match logged {
+            // A log that kills kept coming into (its thread empties it
+            // only between them) is emptied by a synced commit.
+            Some(t) if self.kill_log.as_ref().is_some_and(|l| l.is_long()) => {
+                let ids = self.durably(|conn| write(conn, t))?;
+                if let Some(log) = self.kill_log.as_mut()
+                    && let Err(e) = log.clear()
+                {
+                    tracing::debug!("emptying the kill log: {e}");
+                }
+                Ok(ids)
+            }
+            Some(t) => {
+                let ids = write(&mut self.conn, t)?;
+                if let Some(log) = self.kill_log.as_mut() {
+                    log.stored();
+                }
+                Ok(ids)
+            }
+            // This commit syncs the WAL (and every earlier commit with it):
+            // a kill is often followed by a node reboot.
+            None => self.durably(|conn| write(conn, now_ns)),
+        }
+    }
+
+    /// Runs `write`; when the kill log holds kills, as a synced commit
+    /// that makes them (and every earlier commit) durable in the store
+    /// itself, after which the log is emptied.
+    pub(super) fn settled<T>(
+        &mut self,
+        write: impl FnOnce(&mut rusqlite::Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        if !self.kill_log.as_ref().is_some_and(|l| l.pending()) {
+            return write(&mut self.conn);
+        }
+        let v = self.durably(write)?;
+        if let Some(log) = self.kill_log.as_mut()
+            && let Err(e) = log.clear()
+        {
+            // Left as it is, the next start finds its kills stored.
+            tracing::debug!("emptying the kill log: {e}");
+        }
+        Ok(v)
+    }
+
+    /// Opens the kill log of a recording store and first stores what an
+    /// earlier writer left in it that the store lacks (its WAL lost them
+    /// in a power loss or a crash of the machine).
+    pub(super) fn open_kill_log(&mut self) -> Result<(), StoreError> {
+        let log_path = KillLog::path_for(&self.path);
+        let (log, left) = KillLog::open(&self.path).map_err(|e| match e {
+            crate::util::fsafe::UnsafePath::Io { source, .. }
+                if source.kind() == std::io::ErrorKind::InvalidData =>
+            {
+                StoreError::Corrupt {
+                    path: log_path.clone(),
+                    detail: source.to_string(),
+                }
+            }
+            e => super::refuse(&self.path, e),
+        })?;
+        self.kill_log = Some(log);
+        if left.kills.is_empty() && left.damaged == 0 {
+            return Ok(());
+        }
+        let added = self.settled(|conn| {
+            let tx = conn.transaction().map_err(sql("kill log"))?;
+            let mut added = 0;
+            for k in &left.kills {
+                let known: bool = tx
+                    .query_row(
+                        "SELECT EXISTS(SELECT 1 FROM kills WHERE ts_ns = ?1 AND pid = ?2)",
+                        params![k.record.ts_ns, k.record.victim.pid],
+                        |r| r.get(0),
+                    )
+                    .map_err(sql("kill log"))?;
+                if known {
+                    continue;
+                }
+                let mut rec = k.record.clone();
+                if let Some(s) = rec.session_id {
+                    let session: bool = tx
+                        .query_row(
+                            "SELECT EXISTS(SELECT 1 FROM sessions WHERE id = ?1)",
+                            [s],
+                            |r| r.get(0),
+                        )
+                        .map_err(sql("kill log"))?;
+                    rec.session_id = rec.session_id.filter(|_| session);
+                }
+                insert_row(&tx, &rec, k.logged_ns)?;
+                added += 1;
+            }
+            tx.commit().map_err(sql("kill log"))?;
+            Ok(added)
+        })?;
+        if added > 0 || left.damaged > 0 {
+            tracing::warn!(
+                "the kill log {} held {} kill(s) the store had lost ({} added){}",
+                log_path.display(),
+                added,
+                added,
+                if left.damaged > 0 {
+                    format!(", and {} line(s) torn by a crash", left.damaged)
+                } else {
+                    String::new()
+                }
+            );
+        }
+        Ok(())
     }
 
     /// Commits one kill; returns its id.
@@ -212,5 +352,124 @@ impl Store {
             })
             .optional()
             .map_err(sql("committed_ns"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Victim;
+
+    fn kill(pid: u32, ts_ns: i64, session_id: Option<i64>) -> KillRecord {
+        KillRecord {
+            ts_ns,
+            session_id,
+            victim: Victim {
+                pid,
+                comm: "python3".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn log_len(store: &std::path::Path) -> usize {
+        super::super::killlog::left_in(store)
+    }
+
+    #[test]
+    fn a_kill_is_in_the_log_until_the_wal_is_synced_and_the_next_start_stores_what_the_wal_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let mut s = Store::open_rw(&path).unwrap();
+        let sid = s.start_session(100, "h", "6.18", "[]").unwrap();
+        s.insert_kills(
+            &[kill(7, 1_000, Some(sid)), kill(8, 1_000, Some(sid))],
+            &[],
+            5,
+        )
+        .unwrap();
+        assert!(log_len(&path) > 0, "the kills are durable in the log");
+        // The log's thread syncs the WAL and empties it within a second
+        // or two.
+        let t0 = std::time::Instant::now();
+        while log_len(&path) > 0 && t0.elapsed().as_secs() < 5 {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert_eq!(log_len(&path), 0, "the WAL synced, the log is emptied");
+        s.insert_kill(&kill(9, 3_000, Some(sid)), &[], 5).unwrap();
+        drop(s);
+        // What a power loss leaves: the log has kills 9 (stored) and, as
+        // if the WAL lost them, 10 (of a session the store never got) and
+        // 11, logged twice (a retry after a failed commit).
+        let (mut log, _) = KillLog::open(&path).unwrap();
+        log.append(&[kill(10, 4_000, Some(sid + 5))], 4_100)
+            .unwrap();
+        log.append(&[kill(11, 5_000, Some(sid))], 5_100).unwrap();
+        log.append(&[kill(11, 5_000, Some(sid))], 5_200).unwrap();
+        drop(log);
+        let s = Store::open_rw(&path).unwrap();
+        assert_eq!(log_len(&path), 0);
+        drop(s);
+        let r = Store::open_ro(&path).unwrap();
+        let kills = r.kills(0, None, 10).unwrap();
+        let got: Vec<(u32, Option<i64>)> = kills
+            .iter()
+            .map(|(_, k)| (k.victim.pid, k.session_id))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (11, Some(sid)),
+                (10, None),
+                (9, Some(sid)),
+                (8, Some(sid)),
+                (7, Some(sid))
+            ]
+        );
+        let id11 = kills[0].0;
+        assert_eq!(r.committed_ns(id11).unwrap(), Some(5_100));
+        drop(r);
+        // A second start adds nothing.
+        drop(Store::open_rw(&path).unwrap());
+        assert_eq!(
+            Store::open_ro(&path)
+                .unwrap()
+                .kills(0, None, 10)
+                .unwrap()
+                .len(),
+            5
+        );
+    }
+
+    #[test]
+    fn kills_that_never_stop_keep_the_log_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let mut s = Store::open_rw(&path).unwrap();
+        let sid = s.start_session(100, "h", "6.18", "[]").unwrap();
+        let mut longest = 0;
+        for pid in 0..1100 {
+            s.insert_kill(&kill(pid, 1_000 + pid as i64, Some(sid)), &[], 5)
+                .unwrap();
+            longest = longest.max(s.kill_log.as_ref().unwrap().written());
+        }
+        assert!(longest <= (4 << 20) + 4096, "{longest}");
+        assert_eq!(s.kills(0, None, 2000).unwrap().len(), 1100);
+    }
+
+    #[test]
+    fn a_kill_log_too_big_to_be_ours_is_refused_as_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        drop(Store::open_rw(&path).unwrap());
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(KillLog::path_for(&path))
+            .unwrap();
+        f.set_len(65 << 20).unwrap();
+        let err = Store::open_rw(&path).err().unwrap();
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+        assert!(err.to_string().contains(".kills"), "{err}");
     }
 }

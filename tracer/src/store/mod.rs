@@ -6,6 +6,7 @@ mod gpu;
 pub use gpu::ProcessPoint;
 mod bounds;
 mod checkpoint;
+mod killlog;
 mod kills;
 mod schema;
 mod sessions;
@@ -148,6 +149,9 @@ fn sql(op: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
 /// The store.
 pub struct Store {
     conn: Connection,
+    /// The durable path of kills (see [`killlog`]): a recording store's
+    /// (its thread stops before the lock is let go).
+    kill_log: Option<killlog::KillLog>,
     path: PathBuf,
     /// The writer's lock, held as long as the store is open for writing
     /// (after `conn` in drop order).
@@ -398,16 +402,18 @@ impl Store {
                 | OpenFlags::SQLITE_OPEN_NOFOLLOW,
         )
         .map_err(|e| classify(path, e, "open"))?;
-        let store = Self {
+        let mut store = Self {
             conn,
             path: path.into(),
             _lock: None,
             spill: !reserve,
+            kill_log: None,
         };
         store.configure(true)?;
         store.migrate()?;
         if reserve {
             store.ensure_reserve();
+            store.open_kill_log()?;
         }
         Ok(store)
     }
@@ -450,6 +456,7 @@ impl Store {
                 path: path.into(),
                 _lock: None,
                 spill: false,
+                kill_log: None,
             };
             store.configure(false)?;
             Ok(store)
@@ -601,6 +608,7 @@ mod tests {
         let path = dir.path().join("sub/t.db");
         let mut s = Store::open_rw(&path).unwrap();
         let sid = s.start_session(100, "h", "6.18", "[]").unwrap();
+        let before = crate::util::time::wall_now_ns();
         let id = s
             .insert_kill(&kill(42, 1_000), &[event(900)], 1_005)
             .unwrap();
@@ -627,7 +635,8 @@ mod tests {
         assert_eq!(kills.len(), 1);
         assert_eq!(kills[0].1.victim.comm, "renamed");
         assert_eq!(r.kills(0, Some(7), 10).unwrap().len(), 0);
-        assert_eq!(r.committed_ns(id).unwrap(), Some(1_005));
+        // Durable in the kill log: stamped when its sync returned.
+        assert!(r.committed_ns(id).unwrap().unwrap() >= before);
         assert_eq!(
             r.events(0, Some("exec"), None, 10).unwrap(),
             vec![event(900)]

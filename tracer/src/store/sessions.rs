@@ -91,14 +91,16 @@ impl Store {
         Ok(())
     }
 
-    /// Ends a session cleanly.
-    pub fn end_session(&self, session: i64, now_ns: i64) -> Result<(), StoreError> {
-        self.conn
-            .execute(
+    /// Ends a session cleanly (and durably, with the kills of its kill
+    /// log).
+    pub fn end_session(&mut self, session: i64, now_ns: i64) -> Result<(), StoreError> {
+        self.settled(|conn| {
+            conn.execute(
                 "UPDATE sessions SET last_seen_ns = ?2, ended_ns = ?2 WHERE id = ?1",
                 params![session, now_ns],
             )
-            .map_err(sql("end session"))?;
+            .map_err(sql("end session"))
+        })?;
         Ok(())
     }
 
