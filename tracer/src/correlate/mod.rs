@@ -653,11 +653,7 @@ pub fn merge_report(
                 rec.leadup = lead.into_iter().filter(|s| s.ts_ns <= rec.ts_ns).collect();
             }
         }
-    } else if report
-        .summary
-        .as_ref()
-        .is_some_and(|s| s.constraint != "CONSTRAINT_MEMCG")
-    {
+    } else if report.summary.is_some() && report.constraint() != "CONSTRAINT_MEMCG" {
         // A global OOM: the memcg figures we inferred do not apply.
         rec.memcg = None;
     } else if let Some(path) = memcg_path

@@ -135,8 +135,14 @@ pub(crate) fn parse_header(text: &str) -> Option<Header<'_>> {
 }
 
 /// The task a stack dump's first line names (`CPU: 3 PID: 8989 Comm:
-/// emhttpd Tainted: ...`): its pid and name.
+/// emhttpd Tainted: ...`; before 3.11 on x86, `Pid: 6344, comm: sh Not
+/// tainted 3.2.32 #1`): its pid and name.
 pub(crate) fn dump_task(text: &str) -> Option<(Option<u32>, Option<&str>)> {
+    if let Some(rest) = text.strip_prefix("Pid: ") {
+        let (pid, rest) = rest.split_once(", comm: ")?;
+        let pid = pid.parse().ok()?;
+        return Some((Some(pid), rest.split(' ').next().filter(|c| !c.is_empty())));
+    }
     text.starts_with("CPU: ").then(|| {
         (
             word_after(text, "PID: ").and_then(|v| v.parse().ok()),

@@ -286,6 +286,16 @@ impl OomReport {
     /// The constraint, from the summary or, without one, from the kill line.
     pub fn constraint(&self) -> &str {
         match &self.summary {
+            // Kernels 4.19 to 5.2 printed the summary before they set the
+            // constraint ("mm/oom_kill.c: fix uninitialized
+            // oc->constraint", 5.3): every memcg OOM said CONSTRAINT_NONE.
+            // Only a memcg OOM names oom_memcg or says `Memory cgroup`.
+            Some(s)
+                if s.constraint == "CONSTRAINT_NONE"
+                    && (s.oom_memcg.is_some() || self.killed.memcg) =>
+            {
+                "CONSTRAINT_MEMCG"
+            }
             Some(s) => &s.constraint,
             None if let Some(c) = &self.cut_constraint => c,
             None if self.killed.memcg || self.task_in.is_some() => "CONSTRAINT_MEMCG",
@@ -531,13 +541,17 @@ impl Assembler {
     /// before sacrificing `k`, its child (`chosen`).
     fn close(&mut self, k: KilledProcess, ts_us: u64, chosen: Option<u32>) -> OomReport {
         let mut report = std::mem::take(&mut self.current);
-        let fresh = self
-            .started_us
-            .is_some_and(|s| ts_us.saturating_sub(s) <= MAX_REPORT_SPAN_US);
-        let same = report
-            .summary
-            .as_ref()
-            .is_none_or(|s| s.pid == k.pid || Some(s.pid) == chosen);
+        // A saved log's report begun on a line with no stamp before any
+        // stamped line (a paste's header lost its stamp) is at time 0: its
+        // span is not known, and it is not taken for stale.
+        let fresh = self.started_us.is_some_and(|s| {
+            ts_us.saturating_sub(s) <= MAX_REPORT_SPAN_US || (s == 0 && self.saved)
+        });
+        // A summary cut before its uid (a mail's wrap) may have its pid cut
+        // or mangled too: its task's name says whose it is.
+        let same = report.summary.as_ref().is_none_or(|s| {
+            s.pid == k.pid || Some(s.pid) == chosen || (s.uid.is_none() && s.task == k.comm)
+        });
         if !(fresh && same) {
             report = OomReport::default();
         }

@@ -518,3 +518,33 @@ fn a_figure_whose_separator_a_renderer_ate_is_whole_and_a_damaged_one_is_not() {
     .unwrap();
     assert_eq!(s.constraint, "CONSTRAINT_MEMCG");
 }
+
+#[test]
+fn a_memcg_kill_of_4_19_to_5_2_said_constraint_none_and_stays_memcg() {
+    // The summary and kill line of tests/fixtures/real-logs/hy-02 (a
+    // 5.2-rc kernel: the summary printed before the constraint was set).
+    let r = one_report(&[
+        "stress invoked oom-killer: gfp_mask=0x6000c0(GFP_KERNEL), order=0, oom_score_adj=0",
+        "oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),oom_memcg=/foo,task_memcg=/foo,task=stress,pid=210,uid=0",
+        "Memory cgroup out of memory: Killed process 210 (stress) total-vm:265768kB, anon-rss:0kB, file-rss:224kB, shmem-rss:0kB",
+    ]);
+    assert_eq!(r.summary.as_ref().unwrap().constraint, "CONSTRAINT_NONE");
+    assert_eq!(r.constraint(), "CONSTRAINT_MEMCG");
+    assert_eq!(r.oom_memcg(), Some("/foo"));
+}
+
+#[test]
+fn the_stack_dump_line_before_3_11_names_the_trigger() {
+    assert_eq!(
+        super::dump_task("Pid: 6344, comm: sh Not tainted 3.2.32-pk06.11-i386 #1"),
+        Some((Some(6344), Some("sh")))
+    );
+    assert_eq!(super::dump_task("Pid: x, comm: sh"), None);
+    let r = one_report(&[
+        "sh invoked oom-killer: gfp_mask=0xd0, order=1, oom_adj=0, oom_score_adj=0",
+        "Pid: 6344, comm: sh Not tainted 3.2.32-pk06.11-i386 #1",
+        "Out of memory (oom_kill_allocating_task): Kill process 6344 (sh) score 0 or sacrifice child",
+        "Killed process 6345 (sleep) total-vm:4804kB, anon-rss:104kB, file-rss:332kB",
+    ]);
+    assert_eq!((r.trigger_pid, r.killed.pid), (Some(6344), 6345));
+}
