@@ -313,3 +313,108 @@ fn explain_journal_reads_systemd_oomd_s_entries_beside_the_kernel_s() {
         "{k}"
     );
 }
+
+/// The real earlyoom (Debian's 1.7, unpacked by `cargo xtask setup`).
+fn earlyoom_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/earlyoom/root/usr/bin/earlyoom")
+}
+
+/// earlyoom's real SIGKILL and its real lines: it runs with limits the
+/// guest is always below, and kills the process with the highest
+/// oom_score there, the test's victim (oom_score_adj 1000); its lines go
+/// to the journal as its unit's output would. Only in a guest: earlyoom
+/// acts on the whole machine, and on a shared host it could pick another
+/// program.
+#[test]
+fn vm_only_earlyoom_s_sigkill_takes_the_reason_of_its_own_lines() {
+    if std::env::var_os("TRACER_VM_GUEST").is_none() {
+        eprintln!("not run: earlyoom kills on the whole machine; this test runs in the v2 guest");
+        return;
+    }
+    let bin = earlyoom_bin();
+    assert!(bin.exists(), "{} missing: cargo xtask setup", bin.display());
+    let Some((sc, journal)) = live_journal() else {
+        return;
+    };
+    let cg = TestCgroup::new("earlyoom", 64 * MIB);
+    let store = sc.store.clone();
+    let rec = Recorder::on(&store)
+        .args(&["--journal-dir", journal.to_str().unwrap()])
+        .start();
+    let mut c = cg.command("sh");
+    c.args([
+        "-c",
+        "echo 1000 > /proc/self/oom_score_adj && exec sleep 600",
+    ]);
+    let victim = Proc::spawn(c);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+
+    let mut eo = Command::new("sh")
+        .args([
+            "-c",
+            r#"exec "$0" -m 99,99 -s 100,100 -r 0 --prefer '^sleep$' --avoid '^(tracer|journal|journalctl|systemd-journal|cargo|sh)' 2>&1"#,
+        ])
+        .arg(&bin)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let eo_pid = eo.id();
+    let out = eo.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // Its lines up to its SIGKILL; then it is stopped before it looks for
+    // another process.
+    let mut lines = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while let Ok(line) =
+        rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+    {
+        let done = line.starts_with("sending SIGKILL");
+        lines.push(line);
+        if done {
+            break;
+        }
+    }
+    let _ = eo.kill();
+    let _ = eo.wait();
+    let sent = lines
+        .iter()
+        .find(|l| l.starts_with("sending SIGKILL"))
+        .unwrap_or_else(|| panic!("earlyoom sent no SIGKILL: {lines:#?}"));
+    assert!(
+        sent.contains(&format!("process {} ", victim.pid())),
+        "earlyoom chose another process: {sent}"
+    );
+    for (i, line) in lines.iter().enumerate() {
+        journal_entry(&journal, &format!("earlyoom-{i}"), "earlyoom", eo_pid, line);
+    }
+    let v = explain_json(
+        &[
+            "--store",
+            store.to_str().unwrap(),
+            "--pid",
+            &victim.pid().to_string(),
+        ],
+        |v| v["kill"]["killer"]["reason"].is_string(),
+    );
+    assert_eq!(v["kill"]["killer"]["sender"]["comm"], "earlyoom", "{v}");
+    assert_eq!(v["kill"]["killer"]["sender"]["pid"], eo_pid, "{v}");
+    let reason = v["kill"]["killer"]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("low memory! at or below SIGKILL limits: mem 99.00%"),
+        "{v}"
+    );
+    let summary = v["verdict"]["summary"].as_str().unwrap_or_default();
+    assert!(
+        summary.starts_with(&format!("killed by earlyoom (pid {eo_pid}): low memory!")),
+        "{summary:?}: {v}"
+    );
+    drop(rec);
+}

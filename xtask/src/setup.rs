@@ -27,7 +27,8 @@ const TORCH_WHEEL: &str = "torch==2.11.0";
 /// The manifests' validator from PyPI.
 const KUBERNETES_VALIDATE: &str = "1.37.0";
 const OPENTELEMETRY_PROTO: &str = "1.45.2";
-/// Where Debian's `prometheus` (promtool and the server) comes from.
+/// Where Debian's `prometheus` (promtool and the server) and `earlyoom`
+/// come from.
 const PROMETHEUS_SOURCE: &str = "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm main";
 
 fn output(cmd: &str, args: &[&str]) -> Option<String> {
@@ -76,6 +77,7 @@ pub fn run() -> anyhow::Result<()> {
     cuda_wheel()?;
     driver_libraries()?;
     prometheus()?;
+    earlyoom()?;
     python_tools()?;
     torch_viz()?;
     test_packages()?;
@@ -266,6 +268,23 @@ fn prometheus() -> anyhow::Result<()> {
             "prometheus unpacked without usr/bin/promtool in {}",
             dir.display()
         );
+    }
+    Ok(())
+}
+
+/// Downloads Debian's `earlyoom` and unpacks it (once) into
+/// target/earlyoom: the real userspace OOM killer that the v2 guest's
+/// journal test runs. Not installed: its package would start its service,
+/// which kills on the whole machine.
+fn earlyoom() -> anyhow::Result<()> {
+    let dir = crate::root().join("target/earlyoom");
+    let bin = dir.join("root/usr/bin/earlyoom");
+    if bin.exists() {
+        return Ok(());
+    }
+    private_debs(&dir, &[PROMETHEUS_SOURCE], &["earlyoom"])?;
+    if !bin.exists() {
+        bail!("earlyoom unpacked without {}", bin.display());
     }
     Ok(())
 }
