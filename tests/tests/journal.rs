@@ -418,3 +418,27 @@ fn vm_only_earlyoom_s_sigkill_takes_the_reason_of_its_own_lines() {
     );
     drop(rec);
 }
+
+#[test]
+fn a_journal_dir_that_does_not_exist_is_refused_before_anything_is_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-journal-here");
+    let store = dir.path().join("store/t.db");
+    let out = tracer_e2e::tracer(&[
+        "record",
+        "--journal-dir",
+        missing.to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "--journal-dir {}: no such directory",
+            missing.display()
+        )),
+        "{err}"
+    );
+    assert!(!store.parent().unwrap().exists(), "nothing was made");
+}

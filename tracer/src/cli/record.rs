@@ -224,6 +224,12 @@ fn config(args: RecordArgs) -> anyhow::Result<RecorderConfig> {
         return Err(anyhow!("--gpu-interval must be at least 100ms"));
     }
     check_bounds(&args)?;
+    if let Some(dir) = args.journal_dir.as_ref().filter(|d| !d.is_dir()) {
+        return Err(anyhow!(
+            "--journal-dir {}: no such directory (journalctl reads journal files from a directory; leave the flag out to follow this machine's journal)",
+            crate::util::term::escape(&dir.to_string_lossy())
+        ));
+    }
     if let Some(url) = &args.otlp {
         crate::export::otlp::check_url(url)?;
         if args.otlp_interval < Duration::from_secs(1) {
