@@ -91,6 +91,19 @@ fn live_journal() -> Option<(Scenario, PathBuf)> {
     Some((sc, journal))
 }
 
+/// `explain --pid` of `pid` once its kill has a killer's reason.
+fn explained_with_reason(store: &Path, pid: u32) -> serde_json::Value {
+    explain_json(
+        &[
+            "--store",
+            store.to_str().unwrap(),
+            "--pid",
+            &pid.to_string(),
+        ],
+        |v| v["kill"]["killer"]["reason"].is_string(),
+    )
+}
+
 /// A process of `cg` that waits to be killed.
 fn sleeper(cg: &TestCgroup) -> Proc {
     let mut c = cg.command("sleep");
@@ -248,15 +261,7 @@ fn the_runtime_s_sigkill_after_kubelet_s_liveness_restart_takes_its_reason() {
     let runc = sc.dir.path().join("runc");
     fs::copy("/usr/bin/kill", &runc).unwrap();
     Sender::held(&runc, victim.pid()).kill_now();
-    let v = explain_json(
-        &[
-            "--store",
-            store.to_str().unwrap(),
-            "--pid",
-            &victim.pid().to_string(),
-        ],
-        |v| v["kill"]["killer"]["reason"].is_string(),
-    );
+    let v = explained_with_reason(&store, victim.pid());
     assert_eq!(v["kill"]["killer"]["sender"]["comm"], "runc", "{v}");
     assert_eq!(v["kill"]["killer"]["asked_by"], "kubelet", "{v}");
     let summary = v["verdict"]["summary"].as_str().unwrap_or_default();
@@ -395,15 +400,7 @@ fn vm_only_earlyoom_s_sigkill_takes_the_reason_of_its_own_lines() {
     for (i, line) in lines.iter().enumerate() {
         journal_entry(&journal, &format!("earlyoom-{i}"), "earlyoom", eo_pid, line);
     }
-    let v = explain_json(
-        &[
-            "--store",
-            store.to_str().unwrap(),
-            "--pid",
-            &victim.pid().to_string(),
-        ],
-        |v| v["kill"]["killer"]["reason"].is_string(),
-    );
+    let v = explained_with_reason(&store, victim.pid());
     assert_eq!(v["kill"]["killer"]["sender"]["comm"], "earlyoom", "{v}");
     assert_eq!(v["kill"]["killer"]["sender"]["pid"], eo_pid, "{v}");
     let reason = v["kill"]["killer"]["reason"].as_str().unwrap();
