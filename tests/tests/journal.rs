@@ -351,7 +351,7 @@ fn vm_only_earlyoom_s_sigkill_takes_the_reason_of_its_own_lines() {
         "-c",
         "echo 1000 > /proc/self/oom_score_adj && exec sleep 600",
     ]);
-    let victim = Proc::spawn(c);
+    let mut victim = Proc::spawn(c);
     std::thread::sleep(std::time::Duration::from_millis(300));
 
     let mut eo = Command::new("sh")
@@ -387,8 +387,23 @@ fn vm_only_earlyoom_s_sigkill_takes_the_reason_of_its_own_lines() {
             break;
         }
     }
+    // earlyoom says so before it signals: it is stopped as soon as the
+    // victim is dead (a zombie of this test's), long before it looks
+    // again (it first waits for its victim to be gone, then sleeps).
+    let stat = format!("/proc/{}/stat", victim.pid());
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_secs(60)
+        && fs::read_to_string(&stat)
+            .ok()
+            .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.starts_with(['Z', 'X'])))
+            == Some(false)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
     let _ = eo.kill();
     let _ = eo.wait();
+    let ended = victim.wait_signal(std::time::Duration::from_secs(5));
+    assert_eq!(ended, Some(9), "the victim was not SIGKILLed: {lines:#?}");
     let sent = lines
         .iter()
         .find(|l| l.starts_with("sending SIGKILL"))
