@@ -91,16 +91,16 @@ impl Store {
         Ok(())
     }
 
-    /// Ends a session cleanly (and durably, with the kills of its kill
-    /// log).
+    /// Ends a session cleanly. Not synced: a stop must be quick during an
+    /// OOM storm, and kills whose commits the WAL has not synced yet stay
+    /// in the kill log, which the next start reads.
     pub fn end_session(&mut self, session: i64, now_ns: i64) -> Result<(), StoreError> {
-        self.settled(|conn| {
-            conn.execute(
+        self.conn
+            .execute(
                 "UPDATE sessions SET last_seen_ns = ?2, ended_ns = ?2 WHERE id = ?1",
                 params![session, now_ns],
             )
-            .map_err(sql("end session"))
-        })?;
+            .map_err(sql("end session"))?;
         Ok(())
     }
 
