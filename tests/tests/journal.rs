@@ -104,6 +104,17 @@ fn explained_with_reason(store: &Path, pid: u32) -> serde_json::Value {
     )
 }
 
+/// [`live_journal`], a cgroup `tag` of 64 MiB, and a recorder following
+/// the journal.
+fn following_journal(tag: &str) -> Option<(Scenario, PathBuf, TestCgroup, Recorder)> {
+    let (sc, journal) = live_journal()?;
+    let cg = TestCgroup::new(tag, 64 * MIB);
+    let rec = Recorder::on(&sc.store)
+        .args(&["--journal-dir", journal.to_str().unwrap()])
+        .start();
+    Some((sc, journal, cg, rec))
+}
+
 /// A process of `cg` that waits to be killed.
 fn sleeper(cg: &TestCgroup) -> Proc {
     let mut c = cg.command("sleep");
@@ -143,14 +154,10 @@ impl Sender {
 
 #[test]
 fn a_sigkill_from_systemd_oomd_takes_the_reason_of_its_journal_entry() {
-    let Some((sc, journal)) = live_journal() else {
+    let Some((sc, journal, cg, rec)) = following_journal("oomd") else {
         return;
     };
-    let cg = TestCgroup::new("oomd", 64 * MIB);
     let store = sc.store.clone();
-    let rec = Recorder::on(&store)
-        .args(&["--journal-dir", journal.to_str().unwrap()])
-        .start();
     let oomd: PathBuf = sc.dir.path().join("systemd-oomd");
     fs::copy("/usr/bin/kill", &oomd).unwrap();
     let monitored = cg.path.rsplit_once('/').map_or("/", |(p, _)| p).to_string();
@@ -338,14 +345,10 @@ fn vm_only_earlyoom_s_sigkill_takes_the_reason_of_its_own_lines() {
     }
     let bin = earlyoom_bin();
     assert!(bin.exists(), "{} missing: cargo xtask setup", bin.display());
-    let Some((sc, journal)) = live_journal() else {
+    let Some((sc, journal, cg, rec)) = following_journal("earlyoom") else {
         return;
     };
-    let cg = TestCgroup::new("earlyoom", 64 * MIB);
     let store = sc.store.clone();
-    let rec = Recorder::on(&store)
-        .args(&["--journal-dir", journal.to_str().unwrap()])
-        .start();
     let mut c = cg.command("sh");
     c.args([
         "-c",

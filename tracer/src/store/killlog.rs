@@ -6,10 +6,9 @@
 //! synced (SQLite's `synchronous=NORMAL`): a SQLite commit that syncs
 //! writes several WAL pages (the row's leaf, index pages, page 1), which
 //! took two to seven times the floor. Within a second a thread of the log
-//! syncs the store's WAL file and empties the log (a clean stop ends with
-//! a synced commit and empties it too); a store opened with a log left
-//! behind (a power loss, a crash of the machine) first takes from it the
-//! kills its WAL lost.
+//! syncs the store's WAL file and empties the log; a store opened with a
+//! log left behind (a stop before that, a power loss, a crash of the
+//! machine) first takes from it the kills its WAL lost.
 //!
 //! The file is written once with zeros (1 MiB, synced) and then written
 //! over, a page per append: a sync that changes no size and allocates no
@@ -186,7 +185,8 @@ impl KillLog {
         self.shared.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether the log holds kills.
+    /// Whether the log holds kills (for tests).
+    #[cfg(test)]
     pub fn pending(&self) -> bool {
         let i = self.inner();
         i.appended != i.emptied

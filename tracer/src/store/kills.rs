@@ -71,13 +71,7 @@ impl Store {
             // A log that kills kept coming into (its thread empties it
             // only between them) is emptied by a synced commit.
             Some(t) if self.kill_log.as_ref().is_some_and(|l| l.is_long()) => {
-                let ids = self.durably(|conn| write(conn, t))?;
-                if let Some(log) = self.kill_log.as_mut()
-                    && let Err(e) = log.clear()
-                {
-                    tracing::debug!("emptying the kill log: {e}");
-                }
-                Ok(ids)
+                self.durably_emptying_log(|conn| write(conn, t))
             }
             Some(t) => {
                 let ids = write(&mut self.conn, t)?;
@@ -92,16 +86,12 @@ impl Store {
         }
     }
 
-    /// Runs `write`; when the kill log holds kills, as a synced commit
-    /// that makes them (and every earlier commit) durable in the store
-    /// itself, after which the log is emptied.
-    pub(super) fn settled<T>(
+    /// Runs `write` as a synced commit, which makes every kill of the kill
+    /// log durable in the store itself, and empties the log.
+    fn durably_emptying_log<T>(
         &mut self,
         write: impl FnOnce(&mut rusqlite::Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        if !self.kill_log.as_ref().is_some_and(|l| l.pending()) {
-            return write(&mut self.conn);
-        }
         let v = self.durably(write)?;
         if let Some(log) = self.kill_log.as_mut()
             && let Err(e) = log.clear()
@@ -132,7 +122,7 @@ impl Store {
         if left.kills.is_empty() && left.damaged == 0 {
             return Ok(());
         }
-        let added = self.settled(|conn| {
+        let added = self.durably_emptying_log(|conn| {
             let tx = conn.transaction().map_err(sql("kill log"))?;
             let mut added = 0;
             for k in &left.kills {
@@ -165,9 +155,8 @@ impl Store {
         })?;
         if added > 0 || left.damaged > 0 {
             tracing::warn!(
-                "the kill log {} held {} kill(s) the store had lost ({} added){}",
+                "the kill log {} held {} kill(s) the store had lost{}",
                 log_path.display(),
-                added,
                 added,
                 if left.damaged > 0 {
                     format!(", and {} line(s) torn by a crash", left.damaged)

@@ -94,7 +94,7 @@ impl Store {
     /// Ends a session cleanly. Not synced: a stop must be quick during an
     /// OOM storm, and kills whose commits the WAL has not synced yet stay
     /// in the kill log, which the next start reads.
-    pub fn end_session(&mut self, session: i64, now_ns: i64) -> Result<(), StoreError> {
+    pub fn end_session(&self, session: i64, now_ns: i64) -> Result<(), StoreError> {
         self.conn
             .execute(
                 "UPDATE sessions SET last_seen_ns = ?2, ended_ns = ?2 WHERE id = ?1",

@@ -116,7 +116,7 @@ impl Spill {
     /// The recorder stops with `held` kills the store has not taken: their
     /// copies stay for the next start to import, with their session ended.
     pub fn close(&mut self, held: usize, now_ns: i64) {
-        if let Some((mut side, session)) = self.side.take() {
+        if let Some((side, session)) = self.side.take() {
             if let Err(e) = side.end_session(session, now_ns) {
                 tracing::debug!("ending the spill store's session: {e}");
             }
