@@ -58,21 +58,29 @@ pub fn entry(line: &str) -> Option<Entry> {
 }
 
 /// Follows the journal (this machine's, or the journal files of `dir`)
-/// on a thread of its own, from now on, sending what the userspace
-/// killers say. The thread ends, and ends its journalctl, when the
+/// on a thread of its own, from `since_ns` (the recorder's start, wall
+/// clock) on, sending what the userspace killers say: an entry logged
+/// while journalctl was starting is read too. The thread ends, and ends its journalctl, when the
 /// receiver is gone; journalctl ends with the recorder too. No journal to
 /// follow is a normal state: said once in the log.
-pub fn follow(dir: Option<&Path>, tx: mpsc::Sender<Logged>) -> std::io::Result<()> {
+pub fn follow(dir: Option<&Path>, since_ns: i64, tx: mpsc::Sender<Logged>) -> std::io::Result<()> {
     let dir = dir.map(Path::to_path_buf);
     std::thread::Builder::new()
         .name("tracer-journal".into())
-        .spawn(move || run(dir, &tx))?;
+        .spawn(move || run(dir, since_ns, &tx))?;
     Ok(())
 }
 
-fn run(dir: Option<PathBuf>, tx: &mpsc::Sender<Logged>) {
+/// journalctl's `--since` for a wall time in ns: `@SECONDS.MICROS`.
+fn since_arg(since_ns: i64) -> String {
+    let us = since_ns.max(0) / 1000;
+    format!("--since=@{}.{:06}", us / 1_000_000, us % 1_000_000)
+}
+
+fn run(dir: Option<PathBuf>, since_ns: i64, tx: &mpsc::Sender<Logged>) {
     let mut cmd = Command::new("journalctl");
-    cmd.args(["--follow", "--lines=0", "--output=json", "--no-pager"]);
+    cmd.args(["--follow", "--output=json", "--no-pager"]);
+    cmd.arg(since_arg(since_ns));
     if let Some(d) = &dir {
         cmd.arg("--directory").arg(d);
     }
@@ -216,6 +224,15 @@ mod tests {
                 .ends_with("-5de5af7579d2.scope")
         );
         assert!(k.reason.starts_with("memory pressure for /user.slice/user-1001.slice/user@1001.service being 51.07% > 50.00%"));
+    }
+
+    #[test]
+    fn the_journal_is_followed_from_the_recorder_s_start() {
+        assert_eq!(
+            since_arg(1_796_657_499_582_559_123),
+            "--since=@1796657499.582559"
+        );
+        assert_eq!(since_arg(5_000), "--since=@0.000005");
     }
 
     #[test]

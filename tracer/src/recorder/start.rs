@@ -324,12 +324,15 @@ fn start_otlp(
 
 /// The systemd journal's userspace OOM killers, followed on a thread of
 /// their own (see `collect::journal`), unless asked not to.
-fn follow_journal(cfg: &RecorderConfig) -> Option<mpsc::Receiver<crate::collect::journal::Logged>> {
+fn follow_journal(
+    cfg: &RecorderConfig,
+    since_ns: i64,
+) -> Option<mpsc::Receiver<crate::collect::journal::Logged>> {
     if !cfg.follow_journal {
         return None;
     }
     let (tx, rx) = mpsc::channel(64);
-    match crate::collect::journal::follow(cfg.journal_dir.as_deref(), tx) {
+    match crate::collect::journal::follow(cfg.journal_dir.as_deref(), since_ns, tx) {
         Ok(()) => Some(rx),
         Err(e) => {
             tracing::warn!("the systemd journal is not followed: no thread ({e})");
@@ -612,7 +615,7 @@ async fn wire(
         data,
         kmsg,
         gpu: gpu_rx,
-        journal: follow_journal(&cfg),
+        journal: follow_journal(&cfg, attach_ns),
         sweep: readers.sweep,
     };
     let (ready_tx, ready_rx) = oneshot::channel();
