@@ -243,6 +243,16 @@ fn kills_by_userspace_oom_killers_name_their_killer_and_reason() {
                 verdict.starts_with(&format!("killed by {sender}")),
                 "{name}: {verdict}"
             );
+            // kubelet's reason for the pod, in the verdict's words.
+            if let Some(why) = e["why"].as_str() {
+                let says = match why {
+                    "api-delete" => "the pod was deleted through the API",
+                    "preemption" => "preempted by kubelet to admit a critical pod",
+                    "active-deadline" => "longer than the specified deadline",
+                    other => panic!("{name}: no such reason {other}"),
+                };
+                assert!(verdict.contains(says), "{name}: {verdict}");
+            }
             // The killer's figures are in the verdict (systemd-oomd's
             // pressure, earlyoom's limits).
             let reason = e["reason"].as_str().unwrap_or("");
