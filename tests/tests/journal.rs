@@ -30,6 +30,15 @@ fn oomd_message(cgroup: &str, monitored: &str) -> String {
 /// Writes a journal file `name` in `dir` with systemd-journal-remote: one
 /// entry of `program` (pid `pid`) saying `message` now, in this boot.
 fn journal_entry(dir: &Path, name: &str, program: &str, pid: u32, message: &str) {
+    journal_entries(dir, name, program, pid, &[message]);
+}
+
+/// [`journal_entry`] with an entry for each of `messages`, in one file (one
+/// run of systemd-journal-remote, which takes most of a second in a guest),
+/// a microsecond apart. Their monotonic stamps grow with the wall clock:
+/// journalctl orders a boot's entries by them, and one no later than the
+/// entry it last showed is not followed.
+fn journal_entries(dir: &Path, name: &str, program: &str, pid: u32, messages: &[&str]) {
     let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .unwrap()
         .trim()
@@ -39,13 +48,18 @@ fn journal_entry(dir: &Path, name: &str, program: &str, pid: u32, message: &str)
         .unwrap()
         .as_micros();
     let export = dir.join(format!("{name}.export"));
-    fs::write(
-        &export,
-        format!(
-            "__REALTIME_TIMESTAMP={now_us}\n__MONOTONIC_TIMESTAMP=1\n_BOOT_ID={boot}\n_TRANSPORT=journal\n_HOSTNAME=gpu-node-7\nSYSLOG_IDENTIFIER={program}\n_PID={pid}\nPRIORITY=4\nMESSAGE={message}\n\n"
-        ),
-    )
-    .unwrap();
+    let entries: String = messages
+        .iter()
+        .enumerate()
+        .map(|(i, message)| {
+            format!(
+                "__REALTIME_TIMESTAMP={}\n__MONOTONIC_TIMESTAMP={}\n_BOOT_ID={boot}\n_TRANSPORT=journal\n_HOSTNAME=gpu-node-7\nSYSLOG_IDENTIFIER={program}\n_PID={pid}\nPRIORITY=4\nMESSAGE={message}\n\n",
+                now_us + i as u128,
+                now_us + i as u128
+            )
+        })
+        .collect();
+    fs::write(&export, entries).unwrap();
     let out = Command::new(REMOTE)
         .arg(format!(
             "--output={}",
@@ -234,17 +248,32 @@ fn kubelet_liveness(pod: &KubePod, uid: &str, id: &str) -> [String; 2] {
     ]
 }
 
-#[test]
-fn the_runtime_s_sigkill_after_kubelet_s_liveness_restart_takes_its_reason() {
-    let Some((sc, journal)) = live_journal() else {
-        return;
-    };
+/// kubelet's lines of a pod deleted through the API, as an AKS node's
+/// journal has them (github.com/VijayRod/demo,
+/// container-storage/logs/k8s-pod_container_logs.md, `kubectl delete po
+/// nginx`; tests/fixtures/real-logs/ev-30), for the test's pod.
+fn kubelet_api_delete(pod: &KubePod, uid: &str, id: &str) -> [String; 2] {
+    let (ns, name, c) = (pod.namespace, pod.pod, pod.container);
+    [
+        format!(
+            r#"I1129 18:20:18.242812    2775 kubelet.go:2449] "SyncLoop DELETE" source="api" pods=["{ns}/{name}"]"#
+        ),
+        format!(
+            r#"I1129 18:20:18.242970    2775 kuberuntime_container.go:770] "Killing container with a grace period" pod="{ns}/{name}" podUID="{uid}" containerName="{c}" containerID="containerd://{id}" gracePeriod=30"#
+        ),
+    ]
+}
+
+/// A process of `pod`'s container, kubelet's lines `said` for it in the
+/// journal a recorder follows, then the runtime's SIGKILL (a `kill` named
+/// runc) after the grace period: `explain` of the victim once the kill has
+/// kubelet's reason.
+fn runtime_kill_after_kubelet(
+    pod: KubePod,
+    said: impl Fn(&KubePod, &str, &str) -> [String; 2],
+) -> Option<serde_json::Value> {
+    let (sc, journal) = live_journal()?;
     let host = tempfile::tempdir().unwrap();
-    let pod = KubePod {
-        namespace: "default",
-        pod: "liveness-exec",
-        container: "liveness",
-    };
     let uid = format!("{:08x}-ab55-461a-b526-29248d2554ad", std::process::id());
     let id = "05657a9c673d612aedd955a65136ccca36b82ba987831de7844cdc0238f1d707";
     let top = format!("tracer-e2e-kubelet-{}", std::process::id());
@@ -260,9 +289,9 @@ fn the_runtime_s_sigkill_after_kubelet_s_liveness_restart_takes_its_reason() {
         .start();
     let cg = TestCgroup::in_pod(&top, &uid, id, 48 * MIB);
     let victim = sleeper(&cg);
-    for (i, line) in kubelet_liveness(&pod, &uid, id).iter().enumerate() {
-        journal_entry(&journal, &format!("kubelet-{i}"), "kubelet", 4052, line);
-    }
+    let said = said(&pod, &uid, id);
+    let said: Vec<&str> = said.iter().map(String::as_str).collect();
+    journal_entries(&journal, "kubelet", "kubelet", 4052, &said);
     // The grace period (here 1 s), then the runtime's SIGKILL.
     std::thread::sleep(std::time::Duration::from_secs(1));
     let runc = sc.dir.path().join("runc");
@@ -271,6 +300,25 @@ fn the_runtime_s_sigkill_after_kubelet_s_liveness_restart_takes_its_reason() {
     let v = explained_with_reason(&store, victim.pid());
     assert_eq!(v["kill"]["killer"]["sender"]["comm"], "runc", "{v}");
     assert_eq!(v["kill"]["killer"]["asked_by"], "kubelet", "{v}");
+    let stopped = format!(
+        "kubelet stopped container {} of pod {}/{}",
+        pod.container, pod.namespace, pod.pod
+    );
+    assert!(v["kill"]["gaps"].to_string().contains(&stopped), "{v}");
+    drop(rec);
+    Some(v)
+}
+
+#[test]
+fn the_runtime_s_sigkill_after_kubelet_s_liveness_restart_takes_its_reason() {
+    let pod = KubePod {
+        namespace: "default",
+        pod: "liveness-exec",
+        container: "liveness",
+    };
+    let Some(v) = runtime_kill_after_kubelet(pod, kubelet_liveness) else {
+        return;
+    };
     let summary = v["verdict"]["summary"].as_str().unwrap_or_default();
     assert!(
         summary.starts_with("killed by kubelet through runc (pid ")
@@ -279,13 +327,26 @@ fn the_runtime_s_sigkill_after_kubelet_s_liveness_restart_takes_its_reason() {
             ),
         "{summary:?}: {v}"
     );
+}
+
+#[test]
+fn the_runtime_s_sigkill_after_a_pod_s_deletion_through_the_api_takes_its_reason() {
+    let pod = KubePod {
+        namespace: "default",
+        pod: "nginx",
+        container: "nginx",
+    };
+    let Some(v) = runtime_kill_after_kubelet(pod, kubelet_api_delete) else {
+        return;
+    };
+    let summary = v["verdict"]["summary"].as_str().unwrap_or_default();
     assert!(
-        v["kill"]["gaps"]
-            .to_string()
-            .contains("kubelet stopped container liveness of pod default/liveness-exec"),
-        "{v}"
+        summary.starts_with("killed by kubelet through runc (pid ")
+            && summary.contains(
+                "): the pod was deleted through the API (kubectl delete, a rollout or scale-down, a controller, or the scheduler preempting it), 30 s to exit before SIGKILL; "
+            ),
+        "{summary:?}: {v}"
     );
-    drop(rec);
 }
 
 #[test]
@@ -326,48 +387,46 @@ fn explain_journal_reads_systemd_oomd_s_entries_beside_the_kernel_s() {
     );
 }
 
-/// The real earlyoom (Debian's 1.7, unpacked by `cargo xtask setup`).
-fn earlyoom_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/earlyoom/root/usr/bin/earlyoom")
+/// A userspace OOM killer Debian's package left in target/PACKAGE
+/// (unpacked by `cargo xtask setup`).
+fn oom_killer_bin(package: &str, bin: &str) -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../target")
+        .join(package)
+        .join("root")
+        .join(bin);
+    assert!(bin.exists(), "{} missing: cargo xtask setup", bin.display());
+    bin
 }
 
-/// earlyoom's real SIGKILL and its real lines: it runs with limits the
-/// guest is always below, and kills the process with the highest
-/// oom_score there, the test's victim (oom_score_adj 1000); its lines go
-/// to the journal as its unit's output would. Only in a guest: earlyoom
-/// acts on the whole machine, and on a shared host it could pick another
-/// program.
-#[test]
-fn vm_only_earlyoom_s_sigkill_takes_the_reason_of_its_own_lines() {
-    if std::env::var_os("TRACER_VM_GUEST").is_none() {
-        eprintln!("not run: earlyoom kills on the whole machine; this test runs in the v2 guest");
-        return;
-    }
-    let bin = earlyoom_bin();
-    assert!(bin.exists(), "{} missing: cargo xtask setup", bin.display());
-    let Some((sc, journal, cg, rec)) = following_journal("earlyoom") else {
-        return;
-    };
-    let store = sc.store.clone();
+/// A process of `cg` that the kernel would rank first (oom_score_adj
+/// 1000): the one a userspace killer picks.
+fn first_victim(cg: &TestCgroup) -> Proc {
     let mut c = cg.command("sh");
     c.args([
         "-c",
         "echo 1000 > /proc/self/oom_score_adj && exec sleep 600",
     ]);
-    let mut victim = Proc::spawn(c);
+    let victim = Proc::spawn(c);
     std::thread::sleep(std::time::Duration::from_millis(300));
+    victim
+}
 
-    let mut eo = Command::new("sh")
-        .args([
-            "-c",
-            r#"exec "$0" -m 99,99 -s 100,100 -r 0 --prefer '^sleep$' --avoid '^(tracer|journal|journalctl|systemd-journal|cargo|sh)' 2>&1"#,
-        ])
-        .arg(&bin)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let eo_pid = eo.id();
-    let out = eo.stdout.take().unwrap();
+/// Runs a userspace OOM killer (`killer`, its output piped) until the line
+/// `sent` says it signalled, and stops it once `victim` is dead, before it
+/// looks for another process (both killers print that line before they
+/// signal; `victim` is a zombie of this test's). Gives the killer's pid and
+/// its lines, each written to `journal` as its unit's output would be.
+fn killed_by(
+    journal: &Path,
+    program: &str,
+    mut killer: Command,
+    victim: &mut Proc,
+    sent: impl Fn(&str) -> bool,
+) -> (u32, Vec<String>) {
+    let mut k = killer.stdout(Stdio::piped()).spawn().unwrap();
+    let k_pid = k.id();
+    let out = k.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         use std::io::BufRead as _;
@@ -377,22 +436,17 @@ fn vm_only_earlyoom_s_sigkill_takes_the_reason_of_its_own_lines() {
             }
         }
     });
-    // Its lines up to its SIGKILL; then it is stopped before it looks for
-    // another process.
     let mut lines = Vec::new();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while let Ok(line) =
         rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
     {
-        let done = line.starts_with("sending SIGKILL");
+        let done = sent(&line);
         lines.push(line);
         if done {
             break;
         }
     }
-    // earlyoom says so before it signals: it is stopped as soon as the
-    // victim is dead (a zombie of this test's), long before it looks
-    // again (it first waits for its victim to be gone, then sleeps).
     let stat = format!("/proc/{}/stat", victim.pid());
     let t0 = std::time::Instant::now();
     while t0.elapsed() < std::time::Duration::from_secs(60)
@@ -403,22 +457,54 @@ fn vm_only_earlyoom_s_sigkill_takes_the_reason_of_its_own_lines() {
     {
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
-    let _ = eo.kill();
-    let _ = eo.wait();
+    let _ = k.kill();
+    let _ = k.wait();
     let ended = victim.wait_signal(std::time::Duration::from_secs(5));
     assert_eq!(ended, Some(9), "the victim was not SIGKILLed: {lines:#?}");
+    assert!(
+        lines.iter().any(|l| sent(l)),
+        "{program} sent no SIGKILL: {lines:#?}"
+    );
+    eprintln!("{program} (pid {k_pid}) said: {lines:#?}");
+    let said: Vec<&str> = lines.iter().map(String::as_str).collect();
+    journal_entries(journal, program, program, k_pid, &said);
+    (k_pid, lines)
+}
+
+/// earlyoom's real SIGKILL and its real lines (Debian's 1.7): it runs
+/// with limits the guest is always below, and kills the process with the
+/// highest oom_score there, the test's victim. Only in a guest: earlyoom
+/// acts on the whole machine, and on a shared host it could pick another
+/// program.
+#[test]
+fn vm_only_earlyoom_s_sigkill_takes_the_reason_of_its_own_lines() {
+    if std::env::var_os("TRACER_VM_GUEST").is_none() {
+        eprintln!("not run: earlyoom kills on the whole machine; this test runs in the v2 guest");
+        return;
+    }
+    let bin = oom_killer_bin("earlyoom", "usr/bin/earlyoom");
+    let Some((sc, journal, cg, rec)) = following_journal("earlyoom") else {
+        return;
+    };
+    let mut victim = first_victim(&cg);
+    let mut eo = Command::new("sh");
+    eo.args([
+        "-c",
+        r#"exec "$0" -m 99,99 -s 100,100 -r 0 --prefer '^sleep$' --avoid '^(tracer|journal|journalctl|systemd-journal|cargo|sh)' 2>&1"#,
+    ])
+    .arg(&bin);
+    let (eo_pid, lines) = killed_by(&journal, "earlyoom", eo, &mut victim, |l| {
+        l.starts_with("sending SIGKILL")
+    });
     let sent = lines
         .iter()
         .find(|l| l.starts_with("sending SIGKILL"))
-        .unwrap_or_else(|| panic!("earlyoom sent no SIGKILL: {lines:#?}"));
+        .unwrap();
     assert!(
         sent.contains(&format!("process {} ", victim.pid())),
         "earlyoom chose another process: {sent}"
     );
-    for (i, line) in lines.iter().enumerate() {
-        journal_entry(&journal, &format!("earlyoom-{i}"), "earlyoom", eo_pid, line);
-    }
-    let v = explained_with_reason(&store, victim.pid());
+    let v = explained_with_reason(&sc.store, victim.pid());
     assert_eq!(v["kill"]["killer"]["sender"]["comm"], "earlyoom", "{v}");
     assert_eq!(v["kill"]["killer"]["sender"]["pid"], eo_pid, "{v}");
     let reason = v["kill"]["killer"]["reason"].as_str().unwrap();
@@ -429,6 +515,110 @@ fn vm_only_earlyoom_s_sigkill_takes_the_reason_of_its_own_lines() {
     let summary = v["verdict"]["summary"].as_str().unwrap_or_default();
     assert!(
         summary.starts_with(&format!("killed by earlyoom (pid {eo_pid}): low memory!")),
+        "{summary:?}: {v}"
+    );
+    drop(rec);
+}
+
+/// nohang's real SIGKILL and its real lines (Debian's 0.2.0, a Python
+/// program run by the machine's python3). nohang will not act above 50 %
+/// of MemAvailable, so a ballast of the test's, in a cgroup of its own
+/// with a limit, holds the guest's memory below that; its oom_score_adj
+/// is -1000, and nohang's `min_badness` of 500 leaves it, the recorder and
+/// everything else alone: only the victim is ranked high enough.
+#[test]
+fn vm_only_nohang_s_sigkill_takes_the_reason_of_its_own_lines() {
+    if std::env::var_os("TRACER_VM_GUEST").is_none() {
+        eprintln!("not run: nohang kills on the whole machine; this test runs in the v2 guest");
+        return;
+    }
+    let bin = oom_killer_bin("nohang", "usr/sbin/nohang");
+    let Some((sc, journal, cg, rec)) = following_journal("nohang") else {
+        return;
+    };
+    let meminfo = |key: &str| -> u64 {
+        let m = fs::read_to_string("/proc/meminfo").unwrap();
+        let line = m.lines().find(|l| l.starts_with(key)).unwrap();
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            * 1024
+    };
+    let (total, available) = (meminfo("MemTotal:"), meminfo("MemAvailable:"));
+    // Down to 40 % of MemTotal available.
+    let ballast_mib = available.saturating_sub(total * 2 / 5) / MIB;
+    assert!(ballast_mib > 0, "MemAvailable {available} of {total}");
+    let ballast_cg = TestCgroup::new("nohang-ballast", (ballast_mib + 64) * MIB);
+    let mut c = ballast_cg.command("sh");
+    c.args([
+        "-c",
+        r#"echo -1000 > /proc/self/oom_score_adj && exec "$0" --step-mib 16 --interval-ms 1 --max-mib "$1""#,
+        env!("CARGO_BIN_EXE_memhog"),
+        &ballast_mib.to_string(),
+    ]);
+    let ballast = Proc::spawn(c);
+    tracer_e2e::wait_for(std::time::Duration::from_secs(60), || {
+        (ballast_cg.usage() >= ballast_mib * MIB).then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the ballast reached {} of {ballast_mib} MiB",
+            ballast_cg.usage() / MIB
+        )
+    });
+
+    let conf_dir = tempfile::tempdir().unwrap();
+    let conf = conf_dir.path().join("nohang.conf");
+    let shipped = fs::read_to_string(
+        bin.ancestors()
+            .nth(3)
+            .unwrap()
+            .join("etc/nohang/nohang.conf"),
+    )
+    .unwrap();
+    let mut edited = String::new();
+    for line in shipped.lines() {
+        let key = line.split('=').next().unwrap_or_default().trim();
+        let line = match key {
+            "soft_threshold_min_mem" | "hard_threshold_min_mem" => format!("{key} = 50 %"),
+            "soft_threshold_min_swap" | "hard_threshold_min_swap" => format!("{key} = 100 %"),
+            "min_badness" => "min_badness = 500".into(),
+            _ => line.to_string(),
+        };
+        edited.push_str(&line);
+        edited.push('\n');
+    }
+    fs::write(&conf, edited).unwrap();
+    let mut victim = first_victim(&cg);
+    let mut nh = Command::new("sh");
+    nh.args(["-c", r#"exec "$0" -c "$1" --monitor 2>&1"#])
+        .arg(&bin)
+        .arg(&conf)
+        .env("PYTHONUNBUFFERED", "1")
+        .env("PYTHONWARNINGS", "ignore");
+    let (nh_pid, lines) = killed_by(&journal, "nohang", nh, &mut victim, |l| {
+        l.trim() == "Sending SIGKILL to the victim"
+    });
+    drop(ballast);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.trim().starts_with(&format!("PID: {}, ", victim.pid()))),
+        "nohang chose another process: {lines:#?}"
+    );
+    let v = explained_with_reason(&sc.store, victim.pid());
+    assert_eq!(v["kill"]["killer"]["sender"]["comm"], "nohang", "{v}");
+    assert_eq!(v["kill"]["killer"]["sender"]["pid"], nh_pid, "{v}");
+    let reason = v["kill"]["killer"]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("MemAvailable [") && reason.contains("<= hard_threshold_min_mem ["),
+        "{v}"
+    );
+    let summary = v["verdict"]["summary"].as_str().unwrap_or_default();
+    assert!(
+        summary.starts_with(&format!("killed by nohang (pid {nh_pid}): MemAvailable [")),
         "{summary:?}: {v}"
     );
     drop(rec);

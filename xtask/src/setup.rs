@@ -27,9 +27,9 @@ const TORCH_WHEEL: &str = "torch==2.11.0";
 /// The manifests' validator from PyPI.
 const KUBERNETES_VALIDATE: &str = "1.37.0";
 const OPENTELEMETRY_PROTO: &str = "1.45.2";
-/// Where Debian's `prometheus` (promtool and the server) and `earlyoom`
-/// come from.
-const PROMETHEUS_SOURCE: &str = "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm main";
+/// Where Debian's `prometheus` (promtool and the server), `earlyoom` and
+/// `nohang` come from.
+const BOOKWORM_MAIN: &str = "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm main";
 
 fn output(cmd: &str, args: &[&str]) -> Option<String> {
     let out = Command::new(cmd).args(args).output().ok()?;
@@ -77,7 +77,8 @@ pub fn run() -> anyhow::Result<()> {
     cuda_wheel()?;
     driver_libraries()?;
     prometheus()?;
-    earlyoom()?;
+    oom_killer("earlyoom", "usr/bin/earlyoom")?;
+    oom_killer("nohang", "usr/sbin/nohang")?;
     python_tools()?;
     torch_viz()?;
     test_packages()?;
@@ -262,7 +263,7 @@ fn prometheus() -> anyhow::Result<()> {
     if dir.join("root/usr/bin/promtool").exists() {
         return Ok(());
     }
-    private_debs(&dir, &[PROMETHEUS_SOURCE], &["prometheus"])?;
+    private_debs(&dir, &[BOOKWORM_MAIN], &["prometheus"])?;
     if !dir.join("root/usr/bin/promtool").exists() {
         bail!(
             "prometheus unpacked without usr/bin/promtool in {}",
@@ -272,19 +273,19 @@ fn prometheus() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Downloads Debian's `earlyoom` and unpacks it (once) into
-/// target/earlyoom: the real userspace OOM killer that the v2 guest's
-/// journal test runs. Not installed: its package would start its service,
-/// which kills on the whole machine.
-fn earlyoom() -> anyhow::Result<()> {
-    let dir = crate::root().join("target/earlyoom");
-    let bin = dir.join("root/usr/bin/earlyoom");
+/// Downloads a userspace OOM killer from Debian (`earlyoom`, `nohang`)
+/// and unpacks it (once) into target/PACKAGE: the real programs that the
+/// v2 guest's journal tests run. Not installed: a package would start its
+/// service, which kills on the whole machine.
+fn oom_killer(package: &str, bin: &str) -> anyhow::Result<()> {
+    let dir = crate::root().join("target").join(package);
+    let bin = dir.join("root").join(bin);
     if bin.exists() {
         return Ok(());
     }
-    private_debs(&dir, &[PROMETHEUS_SOURCE], &["earlyoom"])?;
+    private_debs(&dir, &[BOOKWORM_MAIN], &[package])?;
     if !bin.exists() {
-        bail!("earlyoom unpacked without {}", bin.display());
+        bail!("{package} unpacked without {}", bin.display());
     }
     Ok(())
 }

@@ -144,9 +144,11 @@ impl Suite {
                     &[
                         "a_sigkill_from_systemd_oomd_takes_the_reason_of_its_journal_entry",
                         "the_runtime_s_sigkill_after_kubelet_s_liveness_restart_takes_its_reason",
-                        // The real earlyoom acts on the whole machine:
-                        // only in a guest.
+                        "the_runtime_s_sigkill_after_a_pod_s_deletion_through_the_api_takes_its_reason",
+                        // The real earlyoom and nohang act on the whole
+                        // machine: only in a guest.
                         "vm_only_earlyoom_s_sigkill_takes_the_reason_of_its_own_lines",
+                        "vm_only_nohang_s_sigkill_takes_the_reason_of_its_own_lines",
                     ],
                 ),
                 // Growth armed on risk, the default, on cgroup v2: at the

@@ -93,8 +93,8 @@ pub struct RecordArgs {
     #[arg(long, value_name = "PATH", default_value = "/")]
     pub host_root: std::path::PathBuf,
     /// Do not follow the systemd journal. Followed, systemd-oomd's,
-    /// earlyoom's and kubelet's entries give the kills they sent their
-    /// reasons (the pressure against its limit, the memory left).
+    /// earlyoom's, nohang's and kubelet's entries give the kills they sent
+    /// their reasons (the pressure against its limit, the memory left).
     #[arg(long)]
     pub no_journal: bool,
     /// Follow the journal files of this directory instead of the system

@@ -6,7 +6,7 @@
 //!   action (`Memory status that requires corrective actions:` then
 //!   `MemAvailable [0 MiB, 0.0 %] <= soft_threshold_min_mem [982 MiB,
 //!   10.0 %]`, or a PSI line), its victim the `PID: N, Name: X, badness: B`
-//!   line (and `CGroup_v2:` of a victim status block), its action `Send
+//!   line (and `cgroup_v2:` of a victim status block), its action `Send
 //!   SIGTERM to the victim` (`Sending` since 2020) or `Run the command:
 //!   kill -TERM N` (`Executing the command:` since 2020). nohang 0.1 printed
 //!   an action twice: the second is the same kill.
@@ -64,8 +64,14 @@ impl Nohang {
             self.last = None;
             return None;
         }
-        if let Some(cg) = t.strip_prefix("CGroup_v2:") {
-            self.cgroup = Some(cg.trim().to_string());
+        // `CGroup_v2:` until 2020, `cgroup_v2:` since; empty off cgroup v2.
+        if let Some(cg) = t
+            .strip_prefix("CGroup_v2:")
+            .or_else(|| t.strip_prefix("cgroup_v2:"))
+        {
+            self.cgroup = Some(cg.trim())
+                .filter(|c| !c.is_empty())
+                .map(str::to_string);
             return None;
         }
         let (signal, pid) = action(t)?;
@@ -289,6 +295,52 @@ mod tests {
             Some("/user.slice/user-1000.slice/session-17.scope")
         );
         assert_eq!((k[0].pid, k[0].signal), (None, Some("SIGTERM")));
+    }
+
+    /// The real nohang 0.2.0 (Debian's), as it ran in the v2 guest's journal
+    /// test: its hard threshold, its choice, its victim status block and
+    /// its SIGKILL.
+    #[test]
+    fn nohang_0_2_s_sigkill_with_its_victim_status() {
+        let k = read(&[
+            ">>=== STARTING implement_corrective_action() ====>>",
+            "Memory status that requires corrective actions:",
+            "  MemAvailable [786 MiB, 40.0 %] <= hard_threshold_min_mem [983 MiB, 50.0 %]",
+            "  SwapFree [0 MiB, 0.0 %] <= hard_threshold_min_swap [0 MiB, - %]",
+            "Found 5 tasks with non-zero oom_score (except init and self) in 152ms",
+            "TOP-5 tasks by badness:",
+            "  Name                PID badness",
+            "  --------------- ------- -------",
+            "  sleep               201    1333",
+            "  journal-ba3be2f     186     667",
+            "TOP printed in 38ms; process with highest badness:",
+            "  PID: 201, name: sleep, badness: 1333",
+            "Recheck memory levels...",
+            "Memory status that requires corrective actions:",
+            "  MemAvailable [786 MiB, 40.0 %] <= hard_threshold_min_mem [983 MiB, 50.0 %]",
+            "  SwapFree [0 MiB, 0.0 %] <= hard_threshold_min_swap [0 MiB, - %]",
+            "Victim status (found in 52ms):",
+            "  PID:       201, name: sleep, state: S (sleeping), EUID: 0, SID: 109 (sh), lifetime: 13.1s",
+            "  badness:   1333, oom_score:  1333, oom_score_adj:  1000",
+            "  Vm, MiB:   Size: 2, RSS: 1 (Anon: 0, File: 1, Shmem: 0), Swap: 0",
+            "  cgroup_v1: ",
+            "  cgroup_v2: /tracer-e2e-nohang-186-0",
+            "  ancestry:  PID 186 (journal-ba3be2f) <= PID 110 (guest.sh) <= PID 109 (sh)",
+            "Memory pressure (system-wide):",
+            "  some avg10=0.00 avg60=0.00 avg300=0.00",
+            "Implementing a corrective action:",
+            "  Sending SIGKILL to the victim",
+        ]);
+        assert_eq!(k.len(), 1);
+        assert_eq!(
+            (k[0].pid, k[0].comm.as_deref(), k[0].signal),
+            (Some(201), Some("sleep"), Some("SIGKILL"))
+        );
+        assert_eq!(k[0].cgroup.as_deref(), Some("/tracer-e2e-nohang-186-0"));
+        assert_eq!(
+            k[0].reason,
+            "MemAvailable [786 MiB, 40.0 %] <= hard_threshold_min_mem [983 MiB, 50.0 %]; SwapFree [0 MiB, 0.0 %] <= hard_threshold_min_swap [0 MiB, - %]"
+        );
     }
 
     /// `talosctl dmesg`'s lines (ev-28) and an abridged paste (ev-29).
