@@ -185,7 +185,16 @@ pub(super) fn parse_killed(text: &str) -> Option<KilledProcess> {
     }
     let (comm, after) = match rest.strip_prefix('(') {
         Some(r) => {
-            let close = r.rfind(") total-vm").or_else(|| r.rfind(')'))?;
+            // A name is at most 15 bytes (`TASK_COMM_LEN`) and may hold a
+            // `)` itself: its figures' first field marks its end, else its
+            // last `)` within those bytes; what a paste glued after the
+            // line (another message, an Oops) holds `)`s of its own.
+            let close = [") total-vm", ") vsz:"]
+                .iter()
+                .filter_map(|m| r.find(m))
+                .min()
+                .or_else(|| r.bytes().take(17).rposition(|b| b == b')'))
+                .or_else(|| r.rfind(')'))?;
             (&r[..close], &r[close + 1..])
         }
         // RHEL 5 prints the name bare: `Killed process 7919, UID 504 oracle`.
@@ -223,7 +232,8 @@ pub(super) fn parse_killed(text: &str) -> Option<KilledProcess> {
                 .then(|| whole(n))?
         };
         match key {
-            "total-vm" => k.total_vm_kb = kb(),
+            // `vsz:` before 2.6.36.
+            "total-vm" | "vsz" => k.total_vm_kb = kb(),
             "anon-rss" => k.anon_rss_kb = kb(),
             "file-rss" => k.file_rss_kb = kb(),
             "shmem-rss" => k.shmem_rss_kb = kb(),

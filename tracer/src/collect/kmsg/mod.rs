@@ -290,8 +290,11 @@ impl OomReport {
             // constraint ("mm/oom_kill.c: fix uninitialized
             // oc->constraint", 5.3): every memcg OOM said CONSTRAINT_NONE.
             // Only a memcg OOM names oom_memcg or says `Memory cgroup`.
+            // A constraint mainline does not name (a patch's
+            // `CONSTRAINT_BPF_PSI_MEM`) is read the same way.
             Some(s)
-                if s.constraint == "CONSTRAINT_NONE"
+                if (s.constraint == "CONSTRAINT_NONE"
+                    || !KNOWN_CONSTRAINTS.contains(&s.constraint.as_str()))
                     && (s.oom_memcg.is_some() || self.killed.memcg) =>
             {
                 "CONSTRAINT_MEMCG"
@@ -320,6 +323,14 @@ impl OomReport {
             .or(self.cut_oom_memcg.as_deref())
     }
 }
+
+/// The constraints mainline's summary line names.
+const KNOWN_CONSTRAINTS: [&str; 4] = [
+    "CONSTRAINT_NONE",
+    "CONSTRAINT_CPUSET",
+    "CONSTRAINT_MEMORY_POLICY",
+    "CONSTRAINT_MEMCG",
+];
 
 /// What a report says of the OOM incident its kill ended: the cgroup at
 /// its limit. (Its trigger stays the first kill's own: the members were
@@ -444,6 +455,11 @@ pub struct Assembler {
     saved: bool,
     /// That choice, while its kill line is awaited, with its time.
     chosen: Option<(KilledProcess, u64)>,
+    /// A saved log's stack dump of a task (`Pid: N, comm: C`, `CPU: ...
+    /// PID: N Comm: C`) before any report began, with its time: the OOM
+    /// path's, and the trigger, once its call trace goes through the OOM
+    /// killer (a paste that left the header out).
+    orphan_dump: Option<(Option<u32>, Option<String>, u64)>,
 }
 
 impl Default for Assembler {
@@ -461,6 +477,7 @@ impl Default for Assembler {
             memcg_kill: false,
             saved: false,
             chosen: None,
+            orphan_dump: None,
         }
     }
 }
@@ -678,6 +695,20 @@ impl Assembler {
         const BODY: [&str; 2] = ["oom-kill:", "Task in "];
         if self.saved && self.started_us.is_none() && BODY.iter().any(|b| text.starts_with(b)) {
             self.started_us = Some(rec.ts_us);
+        }
+        if self.saved && self.started_us.is_none() {
+            if let Some((pid, comm)) = dump_task(text) {
+                self.orphan_dump = Some((pid, comm.map(String::from), rec.ts_us));
+                return None;
+            }
+            let oom_path = ["out_of_memory+", "oom_kill_process+", "dump_header+"]
+                .iter()
+                .any(|f| text.contains(f));
+            if oom_path && let Some((pid, comm, ts)) = self.orphan_dump.take() {
+                self.started_us = Some(ts);
+                self.current.trigger_pid = pid;
+                self.current.trigger_comm = comm;
+            }
         }
         // Lines of a report only count after its header.
         self.started_us?;

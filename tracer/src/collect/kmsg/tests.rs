@@ -548,3 +548,73 @@ fn the_stack_dump_line_before_3_11_names_the_trigger() {
     ]);
     assert_eq!((r.trigger_pid, r.killed.pid), (Some(6344), 6345));
 }
+
+/// A kill line with an Oops glued after it (tests/fixtures/real-logs/hz-03,
+/// 2.6.35 on POWER): the name ends at its first figure, not at the last
+/// `)` of what follows; a name with a `)` of its own is whole.
+#[test]
+fn a_kill_line_s_name_ends_before_its_figures() {
+    let k = lines::parse_killed("Killed process 9140 (memcg_test_1) vsz:3456kB, anon-rss:448kB, file-rss:1088kB Unable to handle kernel paging request for data at address 0x720 REGS: c000 (2.6.35-rc2-autotest) MSR: 8000 <EE,ME,IR,DR>").unwrap();
+    assert_eq!(k.comm, "memcg_test_1");
+    assert_eq!(
+        (k.total_vm_kb, k.anon_rss_kb, k.file_rss_kb),
+        (Some(3456), Some(448), Some(1088))
+    );
+    let k =
+        lines::parse_killed("Killed process 812 ((sd-pam)) total-vm:1kB, anon-rss:1kB").unwrap();
+    assert_eq!(k.comm, "(sd-pam)");
+    let k = lines::parse_killed("Out of Memory: Killed process 2368 (jserver).").unwrap();
+    assert_eq!(k.comm, "jserver");
+}
+
+/// A summary whose constraint no mainline kernel prints (a patch's
+/// `CONSTRAINT_BPF_PSI_MEM`, tests/fixtures/real-logs/hz-16) of a memcg
+/// kill is a memcg kill.
+#[test]
+fn a_constraint_mainline_does_not_name_is_read_from_the_memcg() {
+    let r = one_report(&[
+        "test_progs invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0",
+        "oom-kill:constraint=CONSTRAINT_BPF_PSI_MEM,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/t/cg2,task_memcg=/t/cg2,task=test_progs,pid=675,uid=0",
+        "Memory cgroup out of memory: Killed process 675 (test_progs) total-vm:648052kB, anon-rss:42848kB, file-rss:1028kB, shmem-rss:0kB, UID:0 pgtables:152kB oom_score_adj:0",
+    ]);
+    assert_eq!(r.constraint(), "CONSTRAINT_MEMCG");
+}
+
+/// A saved log without the report's header (tests/fixtures/real-logs/hz-04,
+/// 3.2): the stack dump's task is the trigger once its call trace goes
+/// through the OOM killer; a stack dump of anything else is not.
+#[test]
+fn a_stack_dump_through_the_oom_killer_names_the_trigger_of_a_headless_paste() {
+    let run = |trace: &str| {
+        let mut asm = Assembler::for_saved_log();
+        let lines = [
+            "Pid: 9247, comm: apache2 Not tainted 3.2.34-grsec #1",
+            "Call Trace:",
+            trace,
+            "Out of memory: Kill process 2188 (mysqld) score 60 or sacrifice child",
+            "Killed process 2188 (mysqld) total-vm:3330016kB, anon-rss:864176kB, file-rss:8072kB",
+        ];
+        let mut out = None;
+        for (i, l) in lines.iter().enumerate() {
+            if let Some(KmsgEvent::Report(r)) = asm.push(&KmsgRecord {
+                seq: i as u64,
+                ts_us: 818_233_159 + i as u64 * 1000,
+                level: 4,
+                facility: 0,
+                text: l.to_string(),
+            }) {
+                out = Some(*r);
+            }
+        }
+        let r = out.expect("a report");
+        (r.trigger_pid, r.trigger_comm)
+    };
+    assert_eq!(
+        run(" [<ffffffff810ccdd5>] oom_kill_process+0x85/0x2a0"),
+        (Some(9247), Some("apache2".to_string()))
+    );
+    assert_eq!(
+        run(" [<ffffffff8102739e>] do_page_fault+0x3ee/0x460"),
+        (None, None)
+    );
+}

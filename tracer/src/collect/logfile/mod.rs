@@ -484,7 +484,13 @@ fn tail(piece: &str) -> Option<&str> {
     // A list item's marker before the next line's stamp (`- [ 4890.4]
     // ...`) is that line's, no tail of the one before.
     let marker = matches!(t, "-" | "*" | "+" | "•");
-    (!t.is_empty() && !t.starts_with("```") && !prompt && !structured && !marker).then_some(t)
+    // A mark where lines were left out (`[...]`, `<snip>`) is none either.
+    let elided = matches!(
+        t.trim_matches(['[', ']', '<', '>', '(', ')', ' ']),
+        ".." | "..." | "...." | "…" | "snip" | "snipped" | "cut"
+    );
+    (!t.is_empty() && !t.starts_with("```") && !prompt && !structured && !marker && !elided)
+        .then_some(t)
 }
 
 /// Puts a wrapped line's tail back. A soft wrap replaced a space; a hard

@@ -751,6 +751,19 @@ pub(super) fn glued_starts(line: &str) -> Vec<usize> {
             out.push(at);
         }
     }
+    // A kill's message glued with no space at all, after the end of the one
+    // before (`(trashapplet)Out of memory: kill process ...`, `or a
+    // childKilled process ...`: a console that lost its line breaks).
+    for start in STARTS {
+        for (at, _) in line.match_indices(start) {
+            let before = &line[..at];
+            if before.ends_with(')') || before.ends_with("child") || before.ends_with("kB") {
+                out.push(at);
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
     out
 }
 

@@ -314,6 +314,18 @@ fn glued_messages_are_parted() {
         .len(),
         2
     );
+    // No space at all between them (tests/fixtures/real-logs/hz-02, a
+    // 2.6.20 console quoted in a mail).
+    assert_eq!(
+        parts(
+            "Killed process 19271 (trashapplet)Out of memory: kill process 12475 (qemu) score 7899 or a childKilled process 12475 (qemu)"
+        ),
+        [
+            "Killed process 19271 (trashapplet)",
+            "Out of memory: kill process 12475 (qemu) score 7899 or a child",
+            "Killed process 12475 (qemu)"
+        ]
+    );
     for whole in [
         "Mar  3 16:00:06 node-7 kernel: [  100.000006] Memory cgroup out of memory: Killed process 3129 (python3)",
         "[Mon Mar  3 16:00:00 2025] Out of memory: Killed process 1 (x)",
@@ -727,4 +739,15 @@ fn a_summary_parted_between_its_fields_gets_its_comma_back_and_one_cut_inside_a_
     let s = r[0].report.summary.as_ref().expect("the summary, rejoined");
     assert_eq!((s.pid, s.uid), (90057, Some(0)));
     assert_eq!(r[0].report.killed.anon_rss_kb, Some(518_828));
+}
+
+/// A mark where the writer left lines out (tests/fixtures/real-logs/hz-06:
+/// `> >[...]` after a quoted `Task in ... limit of /1066`) is no tail of
+/// the line before; the kernel's words are.
+#[test]
+fn a_mark_of_left_out_lines_is_no_wrapped_tail() {
+    for mark in ["[...]", "> >[...]", "...", "<snip>", "[snip]", "…"] {
+        assert_eq!(tail(mark), None, "{mark}");
+    }
+    assert_eq!(tail(" file-rss:1088kB"), Some("file-rss:1088kB"));
 }
