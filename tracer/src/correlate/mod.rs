@@ -536,10 +536,15 @@ pub fn merge_report(
             None => String::new(),
         };
         // What the cut line no longer says.
-        let lost = match (&report.cut_constraint, &report.cut_oom_memcg) {
-            (Some(_), Some(_)) => "the victim's cgroup path is",
-            (Some(_), None) => "the kernel's cgroup paths are",
-            (None, _) => "the kernel's constraint and cgroup paths are",
+        let lost = match (
+            &report.cut_constraint,
+            &report.cut_oom_memcg,
+            &report.cut_task_memcg,
+        ) {
+            (Some(_), _, Some(_)) => "the victim's name and pid are",
+            (Some(_), Some(_), None) => "the victim's cgroup path is",
+            (Some(_), None, None) => "the kernel's cgroup paths are",
+            (None, _, _) => "the kernel's constraint and cgroup paths are",
         };
         rec.gaps.push(Gap::Note(match report.summary_cut {
             // Far shorter than printk's limit: cut where it was copied (a

@@ -86,10 +86,39 @@ pub(super) fn parse_chosen(text: &str) -> Option<KilledProcess> {
     let rest = &text[at + "Kill process ".len()..];
     let (pid, rest) = rest.split_once(' ')?;
     let rest = rest.strip_prefix('(')?;
-    let close = rest.rfind(") score")?;
-    Some(KilledProcess {
+    // 3.0's choice carried the victim's figures (`Kill process 5462
+    // (abrtd) points:393 total-vm:262300kB, anon-rss:1024kB, file-rss:0kB`).
+    let (close, figures) = match rest.rfind(") score") {
+        Some(c) => (c, None),
+        None => {
+            let c = rest.find(") points:")?;
+            (c, Some(&rest[c + 1..]))
+        }
+    };
+    let mut k = KilledProcess {
         pid: pid.parse().ok()?,
         comm: rest[..close].to_string(),
+        memcg: text[..at].contains("Memory cgroup"),
+        bare: !said_out_of_memory(&text[..at]),
+        ..Default::default()
+    };
+    if let Some(f) = figures {
+        read_figures(f, &mut k);
+    }
+    Some(k)
+}
+
+/// `Kill process 1 (init) sharing same memory` (3.x to 4.x): a process
+/// that shares the victim's memory, killed with it. A kill of its own,
+/// whose line names no OOM.
+pub(super) fn parse_sharing(text: &str) -> Option<KilledProcess> {
+    let at = text.find("Kill process ")?;
+    // What a rewrap joined after it is not its.
+    let (rest, _) = text[at + "Kill process ".len()..].split_once(") sharing same memory")?;
+    let (pid, comm) = rest.split_once(" (")?;
+    Some(KilledProcess {
+        pid: pid.parse().ok()?,
+        comm: comm.to_string(),
         memcg: text[..at].contains("Memory cgroup"),
         bare: !said_out_of_memory(&text[..at]),
         ..Default::default()
@@ -209,6 +238,13 @@ pub(super) fn parse_killed(text: &str) -> Option<KilledProcess> {
         uid,
         ..Default::default()
     };
+    read_figures(after, &mut k);
+    Some(k)
+}
+
+/// The figures after a kill line's name: `total-vm:75160kB, anon-rss:...,
+/// UID:0 pgtables:188kB oom_score_adj:0` (`, UID 0,` before 2.6.36).
+fn read_figures(after: &str, k: &mut KilledProcess) {
     let mut words = after.split([',', ' ']).filter(|s| !s.is_empty()).peekable();
     while let Some(kv) = words.next() {
         // `(comm), UID 0, total-vm:...`
@@ -243,7 +279,6 @@ pub(super) fn parse_killed(text: &str) -> Option<KilledProcess> {
             _ => {}
         }
     }
-    Some(k)
 }
 
 /// A figure as the kernel prints it (`%lu`): a run of digits with no

@@ -246,6 +246,10 @@ pub struct OomReport {
     /// `oom_memcg=` followed by `,task_memcg=`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cut_oom_memcg: Option<String>,
+    /// The victim's cgroup a cut summary line still names whole (its
+    /// `task_memcg=` followed by a comma).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_task_memcg: Option<String>,
     /// Rows of the `Tasks state` table left out: a table of more than
     /// [`MAX_TASK_ROWS`] keeps its largest tasks and those the kernel
     /// prefers to kill (a node of 100,000 processes prints them all).
@@ -312,6 +316,7 @@ impl OomReport {
             .as_ref()
             .and_then(|s| s.task_memcg.as_deref())
             .or(self.task_in.as_ref().map(|(t, _)| t.as_str()))
+            .or(self.cut_task_memcg.as_deref())
     }
 
     /// The memory cgroup whose limit was hit (a memcg OOM).
@@ -653,7 +658,7 @@ impl Assembler {
             self.current.order = h.order;
             return pending;
         }
-        if let Some(mut k) = parse_killed(text) {
+        if let Some(mut k) = parse_killed(text).or_else(|| parse_sharing(text)) {
             // The line of the kernel's choice before it says the constraint.
             let chosen = self.chosen.take();
             if chosen.as_ref().is_some_and(|(c, _)| !c.bare) {
@@ -705,9 +710,14 @@ impl Assembler {
                 .iter()
                 .any(|f| text.contains(f));
             if oom_path && let Some((pid, comm, ts)) = self.orphan_dump.take() {
+                // A choice before it is another report's kill.
+                let pending = self.flush_chosen();
                 self.started_us = Some(ts);
                 self.current.trigger_pid = pid;
                 self.current.trigger_comm = comm;
+                if pending.is_some() {
+                    return pending;
+                }
             }
         }
         // Lines of a report only count after its header.
@@ -731,6 +741,13 @@ impl Assembler {
                     .split_once(",oom_memcg=")
                     .and_then(|(_, r)| r.split_once(",task_memcg="))
                     .map(|(m, _)| m.to_string());
+                // Whole where the cut came after its comma (`less`'s `>` at
+                // the edge: `task_memcg=/system.slice/x.service,>`).
+                self.current.cut_task_memcg = s
+                    .split_once(",task_memcg=")
+                    .and_then(|(_, r)| r.split_once(','))
+                    .map(|(m, _)| m.to_string())
+                    .filter(|m| !m.is_empty());
             }
             self.section = Section::None;
         } else if let Some((pid, comm)) = dump_task(text)

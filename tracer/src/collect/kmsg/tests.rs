@@ -618,3 +618,47 @@ fn a_stack_dump_through_the_oom_killer_names_the_trigger_of_a_headless_paste() {
         (None, None)
     );
 }
+
+/// 3.0's choice with the victim's figures (tests/fixtures/real-logs/ia-10),
+/// a process killed for sharing the victim's memory (ia-03: `init`, whose
+/// line names no OOM), and a summary cut by `less` after its task_memcg's
+/// comma (ia-01).
+#[test]
+fn choices_with_figures_kills_of_shared_memory_and_a_summary_cut_after_task_memcg() {
+    let k = lines::parse_chosen(
+        "Out of memory: Kill process 5462 (abrtd) points:393 total-vm:262300kB, anon-rss:1024kB, file-rss:0kB",
+    )
+    .unwrap();
+    assert_eq!((k.pid, k.comm.as_str()), (5462, "abrtd"));
+    assert_eq!((k.anon_rss_kb, k.file_rss_kb), (Some(1024), Some(0)));
+    let mut asm = Assembler::for_saved_log();
+    let mut reports = Vec::new();
+    for (i, l) in [
+        "Out of memory: Kill process 9134 (init) score 3 or sacrifice child",
+        "Killed process 9134 (init) total-vm:1868kB, anon-rss:84kB, file-rss:572kB",
+        "Kill process 1 (init) sharing same memory",
+    ]
+    .iter()
+    .enumerate()
+    {
+        if let Some(KmsgEvent::Report(r)) = asm.push(&KmsgRecord {
+            seq: i as u64,
+            ts_us: i as u64 * 1000,
+            level: 3,
+            facility: 0,
+            text: l.to_string(),
+        }) {
+            reports.push(*r);
+        }
+    }
+    let pids: Vec<u32> = reports.iter().map(|r| r.killed.pid).collect();
+    assert_eq!(pids, [9134, 1]);
+    assert!(reports[1].killed.bare, "its line names no OOM");
+    let r = one_report(&[
+        "tuned invoked oom-killer: gfp_mask=0x6200ca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0",
+        "oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/system.slice/firewalld.service,>",
+        "Out of memory: Killed process 925 (firewalld) total-vm:298292kB, anon-rss:21912kB, file-rss:0kB, shmem-rss:0kB, UID:0",
+    ]);
+    assert_eq!(r.task_memcg(), Some("/system.slice/firewalld.service"));
+    assert_eq!(r.constraint(), "CONSTRAINT_NONE");
+}

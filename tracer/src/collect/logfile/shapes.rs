@@ -665,6 +665,9 @@ pub(super) fn is_task_row(text: &str) -> bool {
 pub(super) fn glued_starts(line: &str) -> Vec<usize> {
     const STARTS: &[&str] = &[
         "Killed process ",
+        // `Kill process 1 (init) sharing same memory` after its victim's
+        // kill line (a mail's rewrap joined them).
+        "Kill process ",
         "Out of memory: ",
         "Out of Memory: ",
         "Memory cgroup out of memory: ",

@@ -326,7 +326,18 @@ fn glued_messages_are_parted() {
             "Killed process 12475 (qemu)"
         ]
     );
+    assert_eq!(
+        parts(
+            "Killed process 9134 (init) total-vm:1868kB, anon-rss:84kB, file-rss:572kB Kill process 1 (init) sharing same memory"
+        ),
+        [
+            "Killed process 9134 (init) total-vm:1868kB, anon-rss:84kB, file-rss:572kB",
+            "Kill process 1 (init) sharing same memory"
+        ]
+    );
     for whole in [
+        "Out of memory: Kill process 5372 (mongod) score 130 or sacrifice child",
+        "Memory cgroup out of memory: Kill process 1 (x) score 1 or sacrifice child",
         "Mar  3 16:00:06 node-7 kernel: [  100.000006] Memory cgroup out of memory: Killed process 3129 (python3)",
         "[Mon Mar  3 16:00:00 2025] Out of memory: Killed process 1 (x)",
         "[ 1.5] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),task=x,pid=1,uid=0",
