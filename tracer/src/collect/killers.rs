@@ -270,7 +270,8 @@ pub fn split_program(s: &str) -> Option<(&'static str, Option<u32>, &str)> {
 mod tests {
     use super::*;
 
-    fn kills(lines: &[(&str, &str)]) -> Vec<UserKill> {
+    /// The kills of `lines` (program, text), escalations folded in.
+    pub(super) fn kills(lines: &[(&str, &str)]) -> Vec<UserKill> {
         let mut k = Killers::default();
         let mut out: Vec<UserKill> = Vec::new();
         for (p, t) in lines {

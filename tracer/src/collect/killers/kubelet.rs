@@ -86,26 +86,7 @@ impl Kubelet {
             self.pod_reason(&pod, DEADLINE.into());
             return None;
         }
-        // The pod kubelet preempted, once its containers are stopped:
-        // `preemption: pod NAME_NS(UID) evicted successfully`, `"Pod
-        // evicted successfully" pod="ns/name"` (not the eviction manager's).
         let t = text.trim_start();
-        if (lower.trim_start().starts_with("preemption: pod ")
-            || t.starts_with("\"Pod evicted successfully\""))
-            && lower.contains("evicted successfully")
-        {
-            let pod = quoted(text, "pod=").map(str::to_string).or_else(|| {
-                let rest = t.split_once("pod ")?.1;
-                Some(rest.split(" evicted").next()?.trim().to_string())
-            })?;
-            let reason = self.reason_of_pod(&pod).unwrap_or_else(|| preempted(None));
-            return Some(Said::Kill(Box::new(UserKill {
-                killer: "kubelet",
-                pod: Some(pod),
-                reason,
-                ..Default::default()
-            })));
-        }
         // `Killing unwanted pod "name"`: a pod no longer meant to run here.
         if let Some(rest) = t.strip_prefix("Killing unwanted pod ").or_else(|| {
             t.strip_prefix("\"Killing unwanted pod\"")
@@ -133,36 +114,45 @@ impl Kubelet {
             let why = structured_reason(text);
             let why = why.trim().trim_start_matches("eviction manager: ");
             // One reason per incident: the first line that says it.
+            let why = why.trim_matches('"').to_string();
+            if let Some(pod) = quoted(text, "pod=") {
+                self.pod_reason(pod, why.clone());
+            }
             if !self
                 .why
                 .as_deref()
                 .is_some_and(|w| lower.contains("must evict") && w.contains("reclaim"))
             {
-                self.why = Some(why.trim_matches('"').to_string());
-            }
-            if let Some(pod) = quoted(text, "pod=") {
-                let why = why.trim_matches('"').to_string();
-                self.pod_reason(pod, why);
+                self.why = Some(why);
             }
             return None;
         }
         // `eviction manager: pod NAME(UID) evicted successfully`, and
-        // `"Eviction manager: pod is evicted successfully" pod="ns/name"`.
+        // `"Eviction manager: pod is evicted successfully" pod="ns/name"`;
+        // and the pod kubelet's admission preempted, once its containers are
+        // stopped: `preemption: pod NAME_NS(UID) evicted successfully`,
+        // `"Pod evicted successfully" pod="ns/name"`.
         if lower.contains("evicted successfully") {
             let pod = quoted(text, "pod=").map(str::to_string).or_else(|| {
                 let rest = text.split("pod ").nth(1)?;
                 Some(rest.split(" evicted").next()?.trim().to_string())
             })?;
-            return Some(Said::Kill(Box::new(UserKill {
-                killer: "kubelet",
-                pod: Some(pod),
-                reason: self
-                    .why
+            let preemption = lower.trim_start().starts_with("preemption: pod ")
+                || t.starts_with("\"Pod evicted successfully\"");
+            let reason = if preemption {
+                self.reason_of_pod(&pod).unwrap_or_else(|| preempted(None))
+            } else {
+                self.why
                     .take()
                     .map(|w| format!("evicted: {w}"))
                     .unwrap_or_else(|| {
                         "evicted (the eviction manager's reason is not in the log)".into()
-                    }),
+                    })
+            };
+            return Some(Said::Kill(Box::new(UserKill {
+                killer: "kubelet",
+                pod: Some(pod),
+                reason,
                 ..Default::default()
             })));
         }
@@ -355,19 +345,9 @@ pub(super) fn kubelet_klog(text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::kills;
     use super::super::{Killers, recognise, split_program};
     use super::*;
-
-    fn kills(lines: &[(&str, &str)]) -> Vec<UserKill> {
-        let mut k = Killers::default();
-        lines
-            .iter()
-            .filter_map(|(p, t)| match k.push(p, Some(7), t) {
-                Some(Said::Kill(u)) => Some(*u),
-                _ => None,
-            })
-            .collect()
-    }
 
     /// kubelet's lines of tests/fixtures/real-logs (ev-17, ev-18, ev-19) and
     /// systemd's notices (ev-20, ev-21).

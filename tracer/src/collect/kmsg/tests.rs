@@ -3,7 +3,21 @@
 use super::*;
 
 fn feed(lines: &[&str]) -> Vec<KmsgEvent> {
-    let mut asm = Assembler::default();
+    feed_into(Assembler::default(), lines)
+}
+
+/// The reports of `lines` read as a saved log.
+fn saved_reports(lines: &[&str]) -> Vec<OomReport> {
+    feed_into(Assembler::for_saved_log(), lines)
+        .into_iter()
+        .filter_map(|e| match e {
+            KmsgEvent::Report(r) => Some(*r),
+            _ => None,
+        })
+        .collect()
+}
+
+fn feed_into(mut asm: Assembler, lines: &[&str]) -> Vec<KmsgEvent> {
     lines
         .iter()
         .enumerate()
@@ -531,6 +545,14 @@ fn a_memcg_kill_of_4_19_to_5_2_said_constraint_none_and_stays_memcg() {
     assert_eq!(r.summary.as_ref().unwrap().constraint, "CONSTRAINT_NONE");
     assert_eq!(r.constraint(), "CONSTRAINT_MEMCG");
     assert_eq!(r.oom_memcg(), Some("/foo"));
+    // So is a constraint no mainline kernel prints (a patch's
+    // `CONSTRAINT_BPF_PSI_MEM`, tests/fixtures/real-logs/hz-16).
+    let r = one_report(&[
+        "test_progs invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0",
+        "oom-kill:constraint=CONSTRAINT_BPF_PSI_MEM,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/t/cg2,task_memcg=/t/cg2,task=test_progs,pid=675,uid=0",
+        "Memory cgroup out of memory: Killed process 675 (test_progs) total-vm:648052kB, anon-rss:42848kB, file-rss:1028kB, shmem-rss:0kB, UID:0 pgtables:152kB oom_score_adj:0",
+    ]);
+    assert_eq!(r.constraint(), "CONSTRAINT_MEMCG");
 }
 
 #[test]
@@ -567,47 +589,21 @@ fn a_kill_line_s_name_ends_before_its_figures() {
     assert_eq!(k.comm, "jserver");
 }
 
-/// A summary whose constraint no mainline kernel prints (a patch's
-/// `CONSTRAINT_BPF_PSI_MEM`, tests/fixtures/real-logs/hz-16) of a memcg
-/// kill is a memcg kill.
-#[test]
-fn a_constraint_mainline_does_not_name_is_read_from_the_memcg() {
-    let r = one_report(&[
-        "test_progs invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0",
-        "oom-kill:constraint=CONSTRAINT_BPF_PSI_MEM,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/t/cg2,task_memcg=/t/cg2,task=test_progs,pid=675,uid=0",
-        "Memory cgroup out of memory: Killed process 675 (test_progs) total-vm:648052kB, anon-rss:42848kB, file-rss:1028kB, shmem-rss:0kB, UID:0 pgtables:152kB oom_score_adj:0",
-    ]);
-    assert_eq!(r.constraint(), "CONSTRAINT_MEMCG");
-}
-
 /// A saved log without the report's header (tests/fixtures/real-logs/hz-04,
 /// 3.2): the stack dump's task is the trigger once its call trace goes
 /// through the OOM killer; a stack dump of anything else is not.
 #[test]
 fn a_stack_dump_through_the_oom_killer_names_the_trigger_of_a_headless_paste() {
     let run = |trace: &str| {
-        let mut asm = Assembler::for_saved_log();
-        let lines = [
+        let r = saved_reports(&[
             "Pid: 9247, comm: apache2 Not tainted 3.2.34-grsec #1",
             "Call Trace:",
             trace,
             "Out of memory: Kill process 2188 (mysqld) score 60 or sacrifice child",
             "Killed process 2188 (mysqld) total-vm:3330016kB, anon-rss:864176kB, file-rss:8072kB",
-        ];
-        let mut out = None;
-        for (i, l) in lines.iter().enumerate() {
-            if let Some(KmsgEvent::Report(r)) = asm.push(&KmsgRecord {
-                seq: i as u64,
-                ts_us: 818_233_159 + i as u64 * 1000,
-                level: 4,
-                facility: 0,
-                text: l.to_string(),
-            }) {
-                out = Some(*r);
-            }
-        }
-        let r = out.expect("a report");
-        (r.trigger_pid, r.trigger_comm)
+        ]);
+        let r = r.last().expect("a report");
+        (r.trigger_pid, r.trigger_comm.clone())
     };
     assert_eq!(
         run(" [<ffffffff810ccdd5>] oom_kill_process+0x85/0x2a0"),
@@ -631,26 +627,11 @@ fn choices_with_figures_kills_of_shared_memory_and_a_summary_cut_after_task_memc
     .unwrap();
     assert_eq!((k.pid, k.comm.as_str()), (5462, "abrtd"));
     assert_eq!((k.anon_rss_kb, k.file_rss_kb), (Some(1024), Some(0)));
-    let mut asm = Assembler::for_saved_log();
-    let mut reports = Vec::new();
-    for (i, l) in [
+    let reports = saved_reports(&[
         "Out of memory: Kill process 9134 (init) score 3 or sacrifice child",
         "Killed process 9134 (init) total-vm:1868kB, anon-rss:84kB, file-rss:572kB",
         "Kill process 1 (init) sharing same memory",
-    ]
-    .iter()
-    .enumerate()
-    {
-        if let Some(KmsgEvent::Report(r)) = asm.push(&KmsgRecord {
-            seq: i as u64,
-            ts_us: i as u64 * 1000,
-            level: 3,
-            facility: 0,
-            text: l.to_string(),
-        }) {
-            reports.push(*r);
-        }
-    }
+    ]);
     let pids: Vec<u32> = reports.iter().map(|r| r.killed.pid).collect();
     assert_eq!(pids, [9134, 1]);
     assert!(reports[1].killed.bare, "its line names no OOM");
